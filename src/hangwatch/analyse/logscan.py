@@ -1,0 +1,87 @@
+"""Turn new log lines into a LogSample: phase events, "still waiting" lines, findings that name a cause."""
+
+from __future__ import annotations
+
+import re
+
+from hangwatch.engines.profile import Profile
+from hangwatch.model.samples import LogFinding
+from hangwatch.model.samples import LogSample
+from hangwatch.model.samples import PhaseEvent
+from hangwatch.model.vocabulary import Cause
+from hangwatch.redact import redact_text
+
+# Ordered by specificity: the first match names the line.
+_FINDINGS: tuple[tuple[Cause, re.Pattern[str]], ...] = (
+    (
+        Cause.CUDA_OOM,
+        re.compile(
+            r"CUDA out of memory|(?:torch\.(?:cuda\.)?)?OutOfMemoryError: CUDA|CUDA error: out of memory"
+            r"|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED"
+        ),
+    ),
+    (Cause.PORT_IN_USE, re.compile(r"Address already in use|EADDRINUSE|\[Errno 98\]|address already in use")),
+    (Cause.EXCEPTION, re.compile(r"^Traceback \(most recent call last\):|^\S.*\bTraceback \(most recent call last\):")),
+    # The summary line that ends a traceback: "ValueError: ...", "torch.OutOfMemoryError: ...".
+    (Cause.EXCEPTION, re.compile(r"^(?:\(\S+ pid=\d+\) )?(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)(?::|$)")),
+    (Cause.EXCEPTION, re.compile(r"Engine core initialization failed|WorkerProc (?:failed to start|initialization failed)"
+                                 r"|Scheduler hit an exception|Initialization failed\.")),
+)
+_MAX_FINDINGS_PER_TICK = 20
+
+
+class LogScanner:
+    """Stateful only in which phases were visited (SGLang loads its draft with the target's lines)."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        ready_patterns: tuple[re.Pattern[str], ...] = (),
+        waiting_patterns: tuple[re.Pattern[str], ...] = (),
+    ) -> None:
+        self._profile = profile
+        self._ready = profile.ready_patterns + ready_patterns
+        self._waiting = profile.waiting_patterns + waiting_patterns
+        self._visited: list[str] = []
+
+    def scan(self, lines: tuple[str, ...], new_bytes: int, t: float) -> LogSample:
+        waiting = 0
+        events: list[PhaseEvent] = []
+        findings: list[LogFinding] = []
+        ready_line = None
+        for line in lines:
+            if any(p.search(line) for p in self._waiting):
+                waiting += 1
+                continue
+            phase = self._phase_of(line)
+            if phase is not None:
+                events.append(PhaseEvent(t, phase, redact_text(line)))
+            if ready_line is None and any(p.search(line) for p in self._ready):
+                ready_line = redact_text(line)
+            if len(findings) < _MAX_FINDINGS_PER_TICK:
+                for cause, pattern in _FINDINGS:
+                    if pattern.search(line):
+                        findings.append(LogFinding(t, cause, redact_text(line)))
+                        break
+        return LogSample(
+            new_bytes=new_bytes,
+            new_lines=len(lines),
+            waiting_lines=waiting,
+            phase_events=tuple(events),
+            findings=tuple(findings),
+            ready_line=ready_line,
+            last_line=redact_text(lines[-1]) if lines else None,
+        )
+
+    def _phase_of(self, line: str) -> str | None:
+        for index, r in enumerate(self._profile.phases):
+            if not any(p.search(line) for p in r.patterns):
+                continue
+            name = r.name
+            # Opened again after a later phase was reached: the second pass (the draft model).
+            later = {x.name for x in self._profile.phases[index + 1 :]}
+            if r.again and name in self._visited and later & set(self._visited[self._visited.index(name) :]):
+                name = r.again
+            self._visited.append(name)
+            return name
+        return None

@@ -1,0 +1,115 @@
+"""The progress model: is anything in the tree moving?
+
+The tree progresses while any process shows progress: log output that is not a "still waiting"
+line, I/O, GPU memory changing, a new listening port, a probe outcome changing, a new process,
+CPU time. CPU time is the weakest: a host thread waiting in cudaStreamSynchronize or a collective
+spins at 100 % of a core while nothing moves, so a ``spin`` predicate (fed by the stacks) can
+veto it; and small increments (a background thread's 1 s in 90 s) are noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hangwatch.model.samples import ProbeResult
+from hangwatch.model.samples import Tick
+
+# Thresholds, as rates so that they do not depend on the sampling interval.
+CPU_CORES_MIN = 0.10  # 10 % of a core; a waiting vLLM worker's background thread used ~1 %
+IO_BYTES_PER_S_MIN = 16 * 1024  # well above still-waiting log lines (~250 B/min) and probe traffic
+GPU_MEM_DELTA_MIN = 16 * 1024 * 1024  # allocator noise is smaller; real loads move GiB
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    cpu_cores: float = CPU_CORES_MIN
+    io_bytes_per_s: float = IO_BYTES_PER_S_MIN
+    gpu_mem_bytes: int = GPU_MEM_DELTA_MIN
+
+
+@dataclass(frozen=True)
+class ProgressSignal:
+    """One reason the tree counts as progressing at one tick."""
+
+    kind: str  # log, io, cpu, gpu-memory, port, probe, process
+    pid: int | None
+    text: str
+
+
+def progress_signals(
+    prev: Tick | None,
+    tick: Tick,
+    last_probe: ProbeResult | None,
+    thresholds: Thresholds = Thresholds(),
+    spinning: Callable[[int], bool] = lambda pid: False,
+) -> tuple[ProgressSignal, ...]:
+    """Everything at ``tick`` that counts as progress since ``prev``."""
+    if prev is None:
+        return (ProgressSignal("process", None, "supervision started"),)
+    dt = max(tick.t - prev.t, 1e-3)
+    signals: list[ProgressSignal] = []
+    if tick.log.progress_lines > 0:
+        signals.append(ProgressSignal("log", None, f"{tick.log.progress_lines} new log lines"))
+    before = {p.pid: p for p in prev.processes}
+    for p in tick.processes:
+        old = before.get(p.pid)
+        if old is None:
+            signals.append(ProgressSignal("process", p.pid, f"new process {p.pid} ({p.name})"))
+            continue
+        if p.io_delta_bytes / dt >= thresholds.io_bytes_per_s:
+            signals.append(ProgressSignal("io", p.pid, f"{p.name} [{p.pid}] I/O {human_bytes(p.io_delta_bytes)}"))
+        if p.cpu_delta_s / dt >= thresholds.cpu_cores and not spinning(p.pid):
+            signals.append(ProgressSignal("cpu", p.pid, f"{p.name} [{p.pid}] CPU {p.cpu_delta_s / dt:.0%}"))
+        new_ports = set(p.listening_ports) - set(old.listening_ports)
+        if new_ports:
+            ports = ", ".join(map(str, sorted(new_ports)))
+            signals.append(ProgressSignal("port", p.pid, f"{p.name} [{p.pid}] listens on {ports}"))
+    signals.extend(_gpu_memory_signals(prev, tick, thresholds))
+    if tick.probes:
+        first = last_probe
+        for probe in tick.probes:
+            if first is not None and probe.key != first.key:
+                signals.append(ProgressSignal("probe", None, f"probe {first.describe()} -> {probe.describe()}"))
+            first = probe
+    return tuple(signals)
+
+
+def _gpu_memory_signals(prev: Tick, tick: Tick, thresholds: Thresholds) -> list[ProgressSignal]:
+    if tick.gpu is None or prev.gpu is None or tick.gpu.unavailable:
+        return []
+    signals = []
+    old = {g.index: g.mem_used_bytes for g in prev.gpu.gpus}
+    for g in tick.gpu.gpus:
+        before = old.get(g.index)
+        if g.mem_used_bytes is None or before is None:
+            continue
+        delta = g.mem_used_bytes - before
+        if abs(delta) >= thresholds.gpu_mem_bytes:
+            sign = "+" if delta > 0 else "-"
+            signals.append(ProgressSignal("gpu-memory", None, f"GPU {g.index} memory {sign}{human_bytes(abs(delta))}"))
+    return signals
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+class ProgressClock:
+    """When did the tree last progress, and why."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.last_progress_t = start
+        self.last_signals: tuple[ProgressSignal, ...] = ()
+
+    def observe(self, t: float, signals: tuple[ProgressSignal, ...]) -> None:
+        if signals:
+            self.last_progress_t = t
+            self.last_signals = signals
+
+    def quiet_for(self, now: float) -> float:
+        return max(0.0, now - self.last_progress_t)

@@ -1,0 +1,58 @@
+"""The command line: ``hangwatch run``, ``attach``, ``demo``.
+
+``main(argv) -> int`` returns the exit code so tests can call it directly; errors a user can act
+on are ``HangwatchError`` subclasses, caught here and only here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hangwatch import __version__
+from hangwatch.cli.attach import AttachCommand
+from hangwatch.cli.command import Command
+from hangwatch.cli.demo import DemoCommand
+from hangwatch.cli.run import RunCommand
+from hangwatch.errors import HangwatchError
+from hangwatch.model.vocabulary import USAGE_EXIT_CODE
+
+COMMANDS: tuple[Command, ...] = (RunCommand(), AttachCommand(), DemoCommand())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hangwatch",
+        description="Is my inference server still warming up, or is it wedged, and why?",
+        epilog="Exit codes: 0 ready or clean exit, 2 usage error, 3 stalled, 4 crashed, 5 timeout, 130 interrupted.",
+    )
+    parser.add_argument("--version", action="version", version=f"hangwatch {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        doc = (type(command).__doc__ or "").strip()
+        p = sub.add_parser(command.name, help=doc.splitlines()[0], description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+        command.prepare_parser(p)
+        p.set_defaults(handler=command)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Command = args.handler
+    try:
+        return handler.run(args)
+    except HangwatchError as exc:
+        print(f"hangwatch: error: {exc.describe()}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("hangwatch: interrupted", file=sys.stderr)
+        return 130
+
+
+def console_main() -> None:
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse exits 2 on a usage error: keep it
+        code = exc.code if isinstance(exc.code, int) else USAGE_EXIT_CODE
+    sys.exit(code)

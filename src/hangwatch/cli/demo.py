@@ -1,0 +1,43 @@
+"""The ``demo`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+
+class DemoCommand:
+    """Replay the story behind hangwatch in small: an SGLang-like server loads, then deadlocks silently.
+
+    A launcher and a few "scheduler" ranks print SGLang's startup lines, really read their
+    "weights", then block forever waiting on each other at 0 % CPU. hangwatch follows the phases
+    and gives the stall verdict in about 30 s.
+    """
+
+    name = "demo"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--ranks", type=int, default=4, help="scheduler ranks (default: 4)")
+        parser.add_argument("--stall-after", type=float, default=12.0, metavar="S", help="stall window (default: 12 s)")
+        parser.add_argument("--report-json", type=Path, metavar="FILE", help="write the report as JSON")
+        parser.add_argument("--quiet", action="store_true", help="only the verdict")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from hangwatch.cli import main
+
+        run_dir = Path(tempfile.mkdtemp(prefix="hangwatch-demo-"))
+        argv = ["run", "--engine", "sglang", "--until-ready", "--stall-after", str(args.stall_after)]
+        argv += ["--run-dir", str(run_dir), "--grace", "3"]
+        if args.report_json:
+            argv += ["--report-json", str(args.report_json)]
+        if args.quiet:
+            argv.append("--quiet")
+        argv += ["--", sys.executable, "-m", "hangwatch.demo.story", "--ranks", str(args.ranks)]
+        code = main(argv)
+        print(
+            "\nThat was the demo: the ranks loaded their weights, then waited on each other forever "
+            "(0 % CPU, no log, no port). Exit code 3 means stalled."
+        )
+        return code

@@ -1,0 +1,70 @@
+"""Options shared by ``run`` and ``attach``, parsed once into a typed, frozen dataclass."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from hangwatch.collect.http_probe import validate_probe_url
+from hangwatch.engines import PROFILES
+from hangwatch.errors import UsageError
+from hangwatch.supervise.plan import WatchOptions
+
+
+def add_watch_options(parser: argparse.ArgumentParser, stall_default: float | None = 60.0) -> None:
+    g = parser.add_argument_group("what to watch for")
+    g.add_argument("--engine", choices=sorted(PROFILES), help="engine profile (default: detected from the command line)")
+    g.add_argument("--ready-url", help="ready when this URL answers 2xx (default: the engine's /health)")
+    g.add_argument("--ready-pattern", help="ready when a log line matches this regular expression")
+    g.add_argument(
+        "--waiting-pattern",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="log lines that mean 'still waiting' and are not progress (repeatable)",
+    )
+    g.add_argument(
+        "--stall-after",
+        type=float,
+        default=stall_default,
+        metavar="S",
+        help="stalled when nothing progresses for S seconds (default: %(default)s)",
+    )
+    g.add_argument("--timeout", type=float, metavar="S", help="give up (verdict timeout) after S seconds if not ready")
+    g.add_argument("--interval", type=float, default=1.0, metavar="S", help="sampling interval (default: 1 s)")
+    g.add_argument("--probe-timeout", type=float, default=2.0, metavar="S", help="HTTP probe timeout (default: 2 s)")
+    o = parser.add_argument_group("output")
+    o.add_argument("--report-json", type=Path, metavar="FILE", help="write the report as JSON (schema hangwatch.report/1)")
+    o.add_argument("--quiet", action="store_true", help="no echo of the server's output, no live view")
+
+
+def _regex(text: str, flag: str) -> re.Pattern[str]:
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise UsageError(f"{flag} {text!r} is not a valid regular expression: {exc}") from None
+
+
+def watch_options(args: argparse.Namespace, stall_after: float | None = None) -> WatchOptions:
+    stall = stall_after if stall_after is not None else args.stall_after
+    if stall is None or stall <= 0:
+        raise UsageError("--stall-after must be a positive number of seconds")
+    if args.interval <= 0 or args.interval > stall:
+        raise UsageError("--interval must be positive and no longer than --stall-after")
+    if args.timeout is not None and args.timeout <= 0:
+        raise UsageError("--timeout must be a positive number of seconds")
+    if args.report_json is not None and not args.report_json.parent.exists():
+        raise UsageError(f"--report-json: the folder {args.report_json.parent} does not exist")
+    return WatchOptions(
+        engine=args.engine,
+        ready_url=validate_probe_url(args.ready_url) if args.ready_url else None,
+        ready_pattern=_regex(args.ready_pattern, "--ready-pattern") if args.ready_pattern else None,
+        waiting_patterns=tuple(_regex(p, "--waiting-pattern") for p in args.waiting_pattern),
+        stall_after=stall,
+        timeout=args.timeout,
+        interval=args.interval,
+        report_json=args.report_json,
+        quiet=args.quiet,
+        probe_timeout=args.probe_timeout,
+    )

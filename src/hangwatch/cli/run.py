@@ -1,0 +1,47 @@
+"""The ``run`` command."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from hangwatch.cli.options import add_watch_options
+from hangwatch.cli.options import watch_options
+from hangwatch.errors import UsageError
+
+
+class RunCommand:
+    """Launch a server (or any multi-process program) and supervise its startup.
+
+    Example: hangwatch run --until-ready -- python -m vllm.entrypoints.openai.api_server --model M
+    The command runs in a session of its own; when hangwatch ends (verdict, Ctrl-C, SIGTERM,
+    even SIGKILL) the whole tree goes with it.
+    """
+
+    name = "run"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        add_watch_options(parser)
+        parser.add_argument("--until-ready", action="store_true", help="stop the tree after the first verdict, ready included")
+        parser.add_argument("--run-dir", type=Path, help="where the log and reports go (default: ~/.local/state/hangwatch/runs/...)")
+        parser.add_argument("--grace", type=float, default=10.0, metavar="S", help="SIGTERM grace before SIGKILL at cleanup")
+        parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help="the command to supervise")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from hangwatch.supervise.session import RunOptions
+        from hangwatch.supervise.session import default_run_dir
+        from hangwatch.supervise.session import run_supervised
+
+        command = list(args.cmd)
+        if command and command[0] == "--":
+            command = command[1:]
+        if not command:
+            raise UsageError("no command to run", "Put the command after `--`: hangwatch run -- CMD [ARGS...]")
+        options = RunOptions(
+            watch=watch_options(args),
+            command=tuple(command),
+            until_ready=args.until_ready,
+            run_dir=args.run_dir or default_run_dir(),
+            grace=args.grace,
+        )
+        return run_supervised(options)

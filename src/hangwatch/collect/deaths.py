@@ -1,0 +1,86 @@
+"""Catch the exit status of processes we are not the parent of.
+
+A grandchild's exit status lives in the exit-code field of /proc/PID/stat only while it is a
+zombie, and its parent may reap it within microseconds. Sampling once a second misses most of
+those, so a thread holds a pidfd per process and reads the status the moment the kernel says the
+process ended (pidfds become readable on exit, before the parent reaps).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+from pathlib import Path
+
+from hangwatch.collect import procfs
+
+
+class DeathWatcher:
+    """Records ``{(pid, starttime): waitpid_status}`` for watched processes as they exit."""
+
+    def __init__(self, root: Path = procfs.PROC) -> None:
+        self._root = root
+        self._lock = threading.Lock()
+        self._fds: dict[int, tuple[int, int]] = {}  # fd -> identity
+        self._watched: set[tuple[int, int]] = set()
+        self._statuses: dict[tuple[int, int], int] = {}
+        self._poller = select.poll()
+        self._wake_r, self._wake_w = os.pipe()
+        self._poller.register(self._wake_r, select.POLLIN)
+        self._stop = False
+        self.supported = hasattr(os, "pidfd_open")
+        self._thread = threading.Thread(target=self._loop, name="hangwatch-deaths", daemon=True)
+        if self.supported:
+            self._thread.start()
+
+    def watch(self, identity: tuple[int, int]) -> None:
+        if not self.supported or identity in self._watched:
+            return
+        try:
+            fd = os.pidfd_open(identity[0])
+        except OSError:
+            return
+        with self._lock:
+            self._watched.add(identity)
+            self._fds[fd] = identity
+            self._poller.register(fd, select.POLLIN)
+        os.write(self._wake_w, b"w")
+
+    def status_of(self, identity: tuple[int, int]) -> int | None:
+        with self._lock:
+            return self._statuses.get(identity)
+
+    def close(self) -> None:
+        self._stop = True
+        if self.supported:
+            os.write(self._wake_w, b"q")
+            self._thread.join(timeout=2)
+        with self._lock:
+            for fd in list(self._fds):
+                os.close(fd)
+            self._fds.clear()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    def _loop(self) -> None:
+        while not self._stop:
+            events = self._poller.poll()
+            for fd, _ in events:
+                if fd == self._wake_r:
+                    os.read(self._wake_r, 4096)
+                    continue
+                self._on_exit(fd)
+
+    def _on_exit(self, fd: int) -> None:
+        with self._lock:
+            identity = self._fds.pop(fd, None)
+            self._poller.unregister(fd)
+        os.close(fd)
+        if identity is None:
+            return
+        stat = procfs.read_stat(identity[0], self._root)
+        if stat is None or stat.starttime_ticks != identity[1] or stat.exit_code is None:
+            return
+        with self._lock:
+            self._statuses[identity] = stat.exit_code

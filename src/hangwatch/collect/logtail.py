@@ -1,0 +1,169 @@
+"""The log boundary: the launched tree's output pipe, or a log file of a tree we attached to.
+
+Robust to what real logs contain: binary junk (decoded with replacement), tqdm's carriage
+returns (each update is a line), 10 MB lines (kept whole in the log file, cut for analysis),
+and a last line with no newline (emitted once the stream has been quiet for a tick).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_LINE_CHARS = 8192  # longer lines are cut for analysis; the log file keeps every byte
+_READ_CHUNK = 65536
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """Lines completed since the last drain, and how many bytes arrived."""
+
+    lines: tuple[str, ...]
+    new_bytes: int
+
+
+class LineSplitter:
+    """Bytes in, complete lines out; bounded memory whatever the input."""
+
+    def __init__(self, max_chars: int = MAX_LINE_CHARS) -> None:
+        self._max = max_chars
+        self._partial = bytearray()
+        self._overflowed = False
+        self._stale = False
+
+    def feed(self, data: bytes) -> list[str]:
+        lines: list[str] = []
+        if data:
+            self._stale = False
+        start = 0
+        for i, byte in enumerate(data):
+            if byte in (0x0A, 0x0D):  # \n or \r: tqdm redraws with \r, each redraw is news
+                self._append(data[start:i])
+                if self._partial or self._overflowed:
+                    lines.append(self._take())
+                start = i + 1
+        self._append(data[start:])
+        return lines
+
+    def flush_if_quiet(self) -> list[str]:
+        """Emit a pending line that got no new bytes since the previous call."""
+        if not self._partial:
+            return []
+        if self._stale:
+            return [self._take()]
+        self._stale = True
+        return []
+
+    def _append(self, piece: bytes) -> None:
+        room = self._max - len(self._partial)
+        if len(piece) > room:
+            self._partial += piece[: max(room, 0)]
+            self._overflowed = True
+        else:
+            self._partial += piece
+
+    def _take(self) -> str:
+        text = clean_text(bytes(self._partial))
+        if self._overflowed:
+            text += " …[line cut by hangwatch]"
+        self._partial.clear()
+        self._overflowed = False
+        self._stale = False
+        return text
+
+
+def clean_text(raw: bytes) -> str:
+    """Decode and drop control characters (terminal escapes from a log must not reach our terminal)."""
+    text = raw.decode("utf-8", "replace")
+    return "".join(ch for ch in text if ch == "\t" or ch >= " " and ch != "\x7f")
+
+
+class PipeLog:
+    """Reads the tree's stdout+stderr pipe in a thread: every byte to the log file, lines to a buffer."""
+
+    def __init__(self, fd: int, log_path: Path, echo: Callable[[bytes], None] | None) -> None:
+        self._fd = fd
+        self.path = log_path
+        self._echo = echo
+        self._splitter = LineSplitter()
+        self._lock = threading.Lock()
+        self._lines: list[str] = []
+        self._bytes = 0
+        self.closed = threading.Event()
+        self._file = log_path.open("ab", buffering=0)
+        self._thread = threading.Thread(target=self._pump, name="hangwatch-log", daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        try:
+            while True:
+                try:
+                    data = os.read(self._fd, _READ_CHUNK)
+                except OSError:
+                    break
+                if not data:
+                    break
+                self._file.write(data)
+                if self._echo is not None:
+                    self._echo(data)
+                with self._lock:  # the splitter is shared with drain()
+                    self._lines.extend(self._splitter.feed(data))
+                    self._bytes += len(data)
+        finally:
+            with self._lock:
+                # End of stream: whatever is pending is the last line, newline or not.
+                self._lines.extend(self._splitter.flush_if_quiet() + self._splitter.flush_if_quiet())
+            self.closed.set()
+
+    def drain(self) -> LogChunk:
+        with self._lock:
+            lines = self._lines + self._splitter.flush_if_quiet()
+            chunk = LogChunk(tuple(lines), self._bytes)
+            self._lines = []
+            self._bytes = 0
+        return chunk
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Wait briefly for the writers' last bytes (they are gone once the tree is), then close."""
+        self.closed.wait(timeout)
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+        self._file.close()
+
+
+class FileLog:
+    """Follows a log file someone else writes, from its end at the moment we attach."""
+
+    def __init__(self, path: Path, from_start: bool = False) -> None:
+        self.path = path
+        self._splitter = LineSplitter()
+        self._offset = 0 if from_start else path.stat().st_size
+
+    def drain(self) -> LogChunk:
+        try:
+            size = self.path.stat().st_size
+        except OSError:
+            return LogChunk((), 0)
+        if size < self._offset:  # truncated or rotated: start over
+            self._offset = 0
+        lines: list[str] = []
+        total = 0
+        with self.path.open("rb") as f:
+            f.seek(self._offset)
+            while total < 16 * _READ_CHUNK * 16:  # bounded per tick; the rest comes next tick
+                data = f.read(_READ_CHUNK)
+                if not data:
+                    break
+                total += len(data)
+                lines.extend(self._splitter.feed(data))
+        self._offset += total
+        lines.extend(self._splitter.flush_if_quiet())
+        return LogChunk(tuple(lines), total)
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,221 @@
+"""The /proc boundary: every read of /proc goes through here.
+
+Errors are translated at this edge (as psutil's ``wrap_exceptions`` does): a process that is gone
+gives ``None``; a file we may not read gives ``Denied`` with the reason. ``root`` is injectable so
+parsers can be tested against captured /proc text.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC = Path("/proc")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+_TCP_LISTEN = "0A"
+
+
+@dataclass(frozen=True)
+class Stat:
+    """The fields of /proc/PID/stat that hangwatch uses (see proc(5))."""
+
+    pid: int
+    comm: str
+    state: str
+    ppid: int
+    pgrp: int
+    session: int
+    utime_ticks: int
+    stime_ticks: int
+    num_threads: int
+    starttime_ticks: int  # with pid, identifies a process across pid reuse
+    rss_pages: int
+    exit_code: int | None  # field 52: the waitpid status, meaningful once the process is a zombie
+
+    @property
+    def cpu_s(self) -> float:
+        return (self.utime_ticks + self.stime_ticks) / CLOCK_TICKS
+
+    @property
+    def identity(self) -> tuple[int, int]:
+        return (self.pid, self.starttime_ticks)
+
+
+@dataclass(frozen=True)
+class Denied:
+    """A /proc file exists but may not be read by us; ``reason`` says which and why."""
+
+    reason: str
+
+
+def parse_stat(pid: int, text: str) -> Stat:
+    # comm is in parentheses and may itself contain spaces and parentheses: split at the last ')'.
+    open_paren = text.index("(")
+    close_paren = text.rindex(")")
+    comm = text[open_paren + 1 : close_paren]
+    f = text[close_paren + 2 :].split()
+    exit_code = int(f[49]) if len(f) > 49 else None
+    return Stat(
+        pid=pid,
+        comm=comm,
+        state=f[0],
+        ppid=int(f[1]),
+        pgrp=int(f[2]),
+        session=int(f[3]),
+        utime_ticks=int(f[11]),
+        stime_ticks=int(f[12]),
+        num_threads=int(f[17]),
+        starttime_ticks=int(f[19]),
+        rss_pages=int(f[21]),
+        exit_code=exit_code,
+    )
+
+
+def read_stat(pid: int, root: Path = PROC) -> Stat | None:
+    try:
+        text = (root / str(pid) / "stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except OSError:
+        return None
+    try:
+        return parse_stat(pid, text)
+    except (ValueError, IndexError):
+        return None
+
+
+def list_pids(root: Path = PROC) -> list[int]:
+    return [int(name) for name in os.listdir(root) if name.isdigit()]
+
+
+def read_cmdline(pid: int, root: Path = PROC) -> tuple[str, ...] | None:
+    try:
+        raw = (root / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return None
+    return tuple(part.decode("utf-8", "replace") for part in raw.split(b"\0") if part)
+
+
+def read_comm(pid: int, root: Path = PROC) -> str | None:
+    try:
+        return (root / str(pid) / "comm").read_text().rstrip("\n")
+    except OSError:
+        return None
+
+
+def process_title(cmdline: tuple[str, ...], comm: str) -> str:
+    """The name a person knows the process by.
+
+    Engines rename their processes with setproctitle (``VLLM::Worker_TP1``,
+    ``sglang::scheduler_TP0``); that overwrites argv, so the title is the first (often only)
+    element of cmdline. Otherwise comm is the best short name.
+    """
+    if cmdline:
+        first = cmdline[0].strip()
+        if "::" in first:
+            return first.split()[0] if " " in first and "::" in first.split()[0] else first
+    return comm
+
+
+def parse_io(text: str) -> tuple[int, int]:
+    values: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if value.strip().isdigit():
+            values[key.strip()] = int(value)
+    return values["rchar"], values["wchar"]
+
+
+def read_io(pid: int, root: Path = PROC) -> tuple[int, int] | Denied | None:
+    """(rchar, wchar): every byte read or written, page cache and pipes included."""
+    try:
+        text = (root / str(pid) / "io").read_text()
+    except PermissionError:
+        return Denied(f"/proc/{pid}/io is not readable by uid {os.geteuid()} (ptrace access mode)")
+    except OSError:
+        return None
+    try:
+        return parse_io(text)
+    except KeyError:
+        return None
+
+
+def read_environ(pid: int, keys: frozenset[str], root: Path = PROC) -> dict[str, str]:
+    """Only the named variables of a process's environment (never the whole of it: it holds secrets)."""
+    try:
+        raw = (root / str(pid) / "environ").read_bytes()
+    except OSError:
+        return {}
+    found: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if sep and name.decode("utf-8", "replace") in keys:
+            found[name.decode()] = value.decode("utf-8", "replace")
+    return found
+
+
+def parse_listening(text: str) -> dict[int, int]:
+    """socket inode -> local port, for TCP sockets in LISTEN state (/proc/net/tcp{,6})."""
+    inodes: dict[int, int] = {}
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 10 or fields[3] != _TCP_LISTEN:
+            continue
+        port = int(fields[1].rsplit(":", 1)[1], 16)
+        inodes[int(fields[9])] = port
+    return inodes
+
+
+def read_listening(root: Path = PROC) -> dict[int, int]:
+    found: dict[int, int] = {}
+    for name in ("tcp", "tcp6"):
+        try:
+            found.update(parse_listening((root / "net" / name).read_text()))
+        except OSError:
+            continue
+    return found
+
+
+def socket_inodes(pid: int, root: Path = PROC) -> set[int]:
+    """Inodes of the sockets a process holds open (needs the same permission as /proc/PID/io)."""
+    fd_dir = root / str(pid) / "fd"
+    inodes: set[int] = set()
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return inodes
+    for name in names:
+        try:
+            target = os.readlink(fd_dir / name)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(int(target[8:-1]))
+    return inodes
+
+
+def fd_target(pid: int, fd: int, root: Path = PROC) -> str | None:
+    try:
+        return os.readlink(root / str(pid) / "fd" / str(fd))
+    except OSError:
+        return None
+
+
+def read_cgroup_path(pid: int, root: Path = PROC) -> str | None:
+    """The cgroup v2 path of a process (the ``0::/path`` line)."""
+    try:
+        for line in (root / str(pid) / "cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                return line[3:]
+    except OSError:
+        return None
+    return None
+
+
+def read_wchan(pid: int, root: Path = PROC) -> str | None:
+    try:
+        return (root / str(pid) / "wchan").read_text().strip() or None
+    except OSError:
+        return None

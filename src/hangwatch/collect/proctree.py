@@ -1,0 +1,258 @@
+"""Sample the whole process tree once per tick: membership, per-process counters, exits.
+
+Membership is decided from a full scan of /proc (one stat read per process) so that a process
+is found however it was started, and a process once seen stays a member while it lives, even
+after its parent dies and it is reparented (pid reuse is ruled out by its start time).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from hangwatch.collect import procfs
+from hangwatch.collect.deaths import DeathWatcher
+from hangwatch.model.samples import ExitHow
+from hangwatch.model.samples import ExitRecord
+from hangwatch.model.samples import ProcessSample
+from hangwatch.redact import redact_argv
+
+Identity = tuple[int, int]
+RoleNamer = Callable[[str, tuple[str, ...], bool, dict[str, str]], tuple[str | None, str | None]]
+"""(title, cmdline, is_root, rank environment) -> (role, rank)."""
+
+# Environment variables that name a rank (torchrun, SLURM, MPI). Only these are ever read.
+RANK_ENV_KEYS = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"})
+
+
+@dataclass
+class _Known:
+    identity: Identity
+    first_seen: float
+    name: str
+    role: str | None
+    rank: str | None
+    cpu_s: float
+    rchar: int | None
+    wchar: int | None
+    exit_recorded: bool = False
+    rank_env: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class TreeReading:
+    processes: tuple[ProcessSample, ...]
+    exits: tuple[ExitRecord, ...]
+    errors: tuple[str, ...]
+
+
+def decode_wait_status(status: int) -> tuple[int | None, int | None]:
+    """(exit_code, signal) from a waitpid status word."""
+    if os.WIFSIGNALED(status):
+        return None, os.WTERMSIG(status)
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status), None
+    return None, None
+
+
+class TreeSampler:
+    """Tracks the processes descending from ``roots``.
+
+    ``adopter`` is our own pid when we are the tree's subreaper: orphans of the tree are then
+    reparented to us, and our children other than ``exclude`` (our own helpers) belong to it.
+    ``reap`` waits for our zombie children and returns their statuses.
+    """
+
+    def __init__(
+        self,
+        roots: Iterable[int],
+        namer: RoleNamer,
+        *,
+        adopter: int | None = None,
+        exclude: Callable[[], set[int]] = set,
+        reap: Callable[[Iterable[int]], dict[int, int]] | None = None,
+        root: Path = procfs.PROC,
+        watch_deaths: bool = True,
+    ) -> None:
+        self._roots = set(roots)
+        self._namer = namer
+        self._adopter = adopter
+        self._exclude = exclude
+        self._reap = reap
+        self._root = root
+        self._known: dict[int, _Known] = {}
+        self._port_owner: dict[int, int] = {}  # socket inode -> pid
+        self._deaths = DeathWatcher(root) if watch_deaths else None
+        self._root_identities: set[Identity] = set()
+
+    @property
+    def root_pids(self) -> set[int]:
+        return set(self._roots)
+
+    def close(self) -> None:
+        if self._deaths is not None:
+            self._deaths.close()
+
+    def identities(self) -> set[Identity]:
+        """(pid, start time) of every live member: what cleanup and the guardian may signal."""
+        return {k.identity for k in self._known.values() if not k.exit_recorded}
+
+    def known_pids(self) -> set[int]:
+        return {k.identity[0] for k in self._known.values() if not k.exit_recorded}
+
+    def sample(self, t: float) -> TreeReading:
+        stats: dict[int, procfs.Stat] = {}
+        for pid in procfs.list_pids(self._root):
+            stat = procfs.read_stat(pid, self._root)
+            if stat is not None:
+                stats[pid] = stat
+        members = self._members(stats)
+        errors: list[str] = []
+        exits: list[ExitRecord] = []
+
+        # Our own zombie children: waitpid gives the exact status (and must be called anyway).
+        reaped: dict[int, int] = {}
+        if self._reap is not None:
+            ours = [pid for pid in members if stats[pid].ppid == os.getpid() or pid in self._roots]
+            reaped = self._reap(ours) if ours else {}
+
+        listening = procfs.read_listening(self._root)
+        self._attribute_ports(listening, members)
+        samples: list[ProcessSample] = []
+        for pid in sorted(members):
+            stat = stats[pid]
+            known = self._known.get(pid)
+            if known is not None and known.identity != stat.identity:
+                # The pid was reused: the process we knew ended unseen.
+                exits.append(self._exit_of(known, t, None))
+                known = None
+            if known is None:
+                known = self._first_sight(stat, t)
+            if pid in reaped:
+                exits.append(self._exit_of(known, t, reaped[pid], ExitHow.WAITPID))
+                continue
+            if stat.state == "Z":
+                if not known.exit_recorded:
+                    exits.append(self._exit_of(known, t, stat.exit_code, ExitHow.ZOMBIE_STAT))
+                continue
+            samples.append(self._sample_of(stat, known, listening, errors))
+
+        for pid, known in list(self._known.items()):
+            if pid not in members or stats.get(pid) is None:
+                if not known.exit_recorded:
+                    status = self._deaths.status_of(known.identity) if self._deaths else None
+                    how = ExitHow.ZOMBIE_STAT if status is not None else ExitHow.VANISHED
+                    exits.append(self._exit_of(known, t, status, how))
+                del self._known[pid]
+        return TreeReading(tuple(samples), tuple(exits), tuple(errors))
+
+    def _members(self, stats: dict[int, procfs.Stat]) -> set[int]:
+        children: dict[int, list[int]] = {}
+        for pid, stat in stats.items():
+            children.setdefault(stat.ppid, []).append(pid)
+        seeds = {pid for pid in self._roots if pid in stats}
+        seeds |= {pid for pid, k in self._known.items() if pid in stats and stats[pid].identity == k.identity}
+        if self._adopter is not None:
+            excluded = self._exclude()
+            seeds |= {pid for pid in children.get(self._adopter, []) if pid not in excluded}
+        members: set[int] = set()
+        stack = list(seeds)
+        while stack:
+            pid = stack.pop()
+            if pid in members:
+                continue
+            members.add(pid)
+            stack.extend(children.get(pid, ()))
+        return members
+
+    def _first_sight(self, stat: procfs.Stat, t: float) -> _Known:
+        if self._deaths is not None:
+            self._deaths.watch(stat.identity)
+        known = _Known(
+            identity=stat.identity,
+            first_seen=t,
+            name=stat.comm,
+            role=None,
+            rank=None,
+            cpu_s=stat.cpu_s,
+            rchar=None,
+            wchar=None,
+            rank_env=procfs.read_environ(stat.pid, RANK_ENV_KEYS, self._root),
+        )
+        if stat.pid in self._roots:
+            self._root_identities.add(stat.identity)
+        self._known[stat.pid] = known
+        return known
+
+    def _sample_of(
+        self, stat: procfs.Stat, known: _Known, listening: dict[int, int], errors: list[str]
+    ) -> ProcessSample:
+        pid = stat.pid
+        cmdline = procfs.read_cmdline(pid, self._root) or ()
+        # Titles change during startup (VLLM::Worker becomes VLLM::Worker_TP1), so rename every tick.
+        name = procfs.process_title(cmdline, stat.comm)
+        role, rank = self._namer(name, cmdline, stat.identity in self._root_identities, known.rank_env or {})
+        io = procfs.read_io(pid, self._root)
+        io_error = None
+        rchar = wchar = None
+        if isinstance(io, procfs.Denied):
+            io_error = io.reason
+        elif io is not None:
+            rchar, wchar = io
+        io_delta = 0
+        if rchar is not None and wchar is not None and known.rchar is not None and known.wchar is not None:
+            io_delta = max(0, (rchar - known.rchar) + (wchar - known.wchar))
+        cpu_delta = max(0.0, stat.cpu_s - known.cpu_s)  # 0 at first sight: known.cpu_s starts there
+        known.cpu_s, known.rchar, known.wchar = stat.cpu_s, rchar, wchar
+        known.name, known.role, known.rank = name, role, rank
+        ports = tuple(sorted({port for inode, port in listening.items() if self._port_owner.get(inode) == pid}))
+        return ProcessSample(
+            pid=pid,
+            ppid=stat.ppid,
+            name=name,
+            cmdline=redact_argv(cmdline),
+            state=stat.state,
+            cpu_s=stat.cpu_s,
+            cpu_delta_s=cpu_delta,
+            rchar=rchar,
+            wchar=wchar,
+            io_delta_bytes=io_delta,
+            threads=stat.num_threads,
+            rss_bytes=stat.rss_pages * procfs.PAGE_SIZE,
+            listening_ports=ports,
+            role=role,
+            rank=rank,
+            io_error=io_error,
+        )
+
+    def _attribute_ports(self, listening: dict[int, int], members: set[int]) -> None:
+        """Map listening sockets to member processes, scanning fds only when a new socket appears."""
+        self._port_owner = {i: p for i, p in self._port_owner.items() if i in listening and p in members}
+        unknown = set(listening) - set(self._port_owner)
+        if not unknown:
+            return
+        for pid in members:
+            for inode in procfs.socket_inodes(pid, self._root) & unknown:
+                self._port_owner[inode] = pid
+
+    def _exit_of(
+        self, known: _Known, t: float, status: int | None, how: ExitHow = ExitHow.VANISHED
+    ) -> ExitRecord:
+        known.exit_recorded = True
+        code, sig = decode_wait_status(status) if status is not None else (None, None)
+        if status is None:
+            how = ExitHow.VANISHED
+        return ExitRecord(
+            t=t,
+            pid=known.identity[0],
+            name=known.name,
+            role=known.role,
+            rank=known.rank,
+            how=how,
+            exit_code=code,
+            signal=sig,
+            lifetime_s=t - known.first_seen,
+        )

@@ -1,0 +1,28 @@
+"""Engine profiles: what each engine prints per startup phase, when it is ready, how it names its processes."""
+
+from __future__ import annotations
+
+from hangwatch.engines.generic import GENERIC
+from hangwatch.engines.profile import Profile
+from hangwatch.engines.sglang import SGLANG
+from hangwatch.engines.vllm import VLLM
+from hangwatch.errors import UsageError
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (VLLM, SGLANG, GENERIC)}
+
+
+def detect(cmdline: list[str] | tuple[str, ...]) -> Profile:
+    """The profile whose engine the command line starts; ``generic`` when none matches."""
+    for profile in (VLLM, SGLANG):
+        if profile.matches(cmdline):
+            return profile
+    return GENERIC
+
+
+def by_name(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise UsageError(
+            f"unknown engine {name!r}", f"Choose one of: {', '.join(sorted(PROFILES))}."
+        ) from None

@@ -1,0 +1,24 @@
+"""Any program: ready by ``--ready-url`` (2xx) or ``--ready-pattern``; ranks from the launcher's environment."""
+
+from __future__ import annotations
+
+from hangwatch.engines.profile import Profile
+
+
+def generic_role(title: str, cmdline: tuple[str, ...], is_root: bool, env: dict[str, str]) -> tuple[str | None, str | None]:
+    """torchrun/SLURM/MPI ranks from the environment (RANK=3 -> rank 3); the launched command is ``main``."""
+    for key in ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"):
+        if key in env:
+            return "rank", env[key]
+    if is_root:
+        return "main", None
+    return None, None
+
+
+GENERIC = Profile(
+    name="generic",
+    phases=(),
+    role_of=generic_role,
+    ready_statuses=frozenset(range(200, 300)),
+    extra_phase_labels={"running": "running", "ready": "serving"},
+)

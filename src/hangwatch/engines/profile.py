@@ -1,0 +1,76 @@
+"""What an engine profile knows, as data: phase lines, "still waiting" lines, readiness, names."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from dataclasses import field
+
+
+@dataclass(frozen=True)
+class PhaseRule:
+    """A startup phase and the log lines that open it (current and legacy spellings)."""
+
+    name: str
+    label: str  # what a person calls it: "loading weights"
+    patterns: tuple[re.Pattern[str], ...]
+    # The name to use when the phase opens a second time (SGLang's draft model loads with the
+    # same "Load weight begin." line as the target).
+    again: str | None = None
+
+
+def rule(name: str, label: str, *patterns: str, again: str | None = None) -> PhaseRule:
+    return PhaseRule(name, label, tuple(re.compile(p) for p in patterns), again)
+
+
+RoleOf = Callable[[str, tuple[str, ...], bool, dict[str, str]], tuple[str | None, str | None]]
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    phases: tuple[PhaseRule, ...]
+    role_of: RoleOf
+    command_markers: tuple[re.Pattern[str], ...] = ()
+    # Output that means "I am still waiting", printed on a timer: not progress (engines.md §8).
+    waiting_patterns: tuple[re.Pattern[str], ...] = ()
+    ready_patterns: tuple[re.Pattern[str], ...] = ()  # a log line that by itself means ready
+    health_path: str | None = None
+    ready_statuses: frozenset[int] = frozenset({200})
+    default_port: int | None = None
+    extra_phase_labels: dict[str, str] = field(default_factory=dict)
+
+    def matches(self, cmdline: list[str] | tuple[str, ...]) -> bool:
+        text = " ".join(cmdline)
+        return any(p.search(text) for p in self.command_markers)
+
+    def label_of(self, phase: str) -> str:
+        for r in self.phases:
+            if r.name == phase:
+                return r.label
+        return self.extra_phase_labels.get(phase, phase.replace("_", " "))
+
+    def health_url(self, cmdline: list[str] | tuple[str, ...]) -> str | None:
+        if self.health_path is None:
+            return None
+        port = flag_value(cmdline, "--port") or (str(self.default_port) if self.default_port else None)
+        if port is None:
+            return None
+        host = flag_value(cmdline, "--host") or "127.0.0.1"
+        if host in ("0.0.0.0", "::", "", "localhost"):  # noqa: S104 - a bind-all address: probe loopback
+            host = "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{port}{self.health_path}"
+
+
+def flag_value(cmdline: list[str] | tuple[str, ...], flag: str) -> str | None:
+    """The value of ``--flag V`` or ``--flag=V`` (the last one wins, as in argparse)."""
+    value = None
+    for i, arg in enumerate(cmdline):
+        if arg == flag and i + 1 < len(cmdline):
+            value = cmdline[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value

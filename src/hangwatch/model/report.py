@@ -1,0 +1,70 @@
+"""The verdict and the report: what every renderer and the JSON contract are built from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hangwatch.model.samples import ProbeResult
+from hangwatch.model.samples import Tick
+from hangwatch.model.vocabulary import Cause
+from hangwatch.model.vocabulary import State
+
+REPORT_SCHEMA = "hangwatch.report/1"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    state: State
+    cause: Cause | None
+    phase: str | None  # "cuda_graph (capturing CUDA graphs; after 'Load weight end...')"
+    summary: str
+    culprits: tuple[int, ...]
+    evidence: tuple[str, ...]
+    next_steps: tuple[str, ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        return self.state.exit_code
+
+
+@dataclass(frozen=True)
+class PhaseSpan:
+    name: str
+    start: float
+    end: float | None  # None while the phase is still current
+    label: str = ""
+    line: str = ""  # the log line that opened it
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    """A process seen at any time during supervision, as last seen."""
+
+    pid: int
+    ppid: int
+    name: str
+    cmdline: tuple[str, ...]
+    role: str | None
+    rank: str | None
+    state: str  # last /proc state letter, or "gone"
+    exit_code: int | None  # shell convention for signals: -N for a death by signal N
+    exit_how: str | None = None
+    first_seen: float = 0.0
+    last_seen: float = 0.0
+
+
+@dataclass(frozen=True)
+class Report:
+    schema: str
+    engine: str
+    mode: str  # "run" or "attach"
+    command: tuple[str, ...]
+    started_at: str  # wall clock, ISO 8601, for the person reading it later
+    duration_s: float
+    log_path: str | None
+    verdict: Verdict
+    phases: tuple[PhaseSpan, ...]
+    processes: tuple[ProcessRecord, ...]
+    probes: tuple[ProbeResult, ...]
+    timeline: tuple[Tick, ...]
+    notes: tuple[str, ...] = ()  # degraded signals: "GPU: unavailable: no NVML library", ...

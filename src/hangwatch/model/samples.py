@@ -1,0 +1,203 @@
+"""One frozen sample per signal source, and the tick that bundles them.
+
+Every sample carries ``t``: seconds since supervision started, from a monotonic clock.
+Collector failures are part of the sample (``errors``), never exceptions that stop the loop:
+a process whose /proc/PID/io cannot be read is itself evidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from dataclasses import field
+from enum import StrEnum
+
+from hangwatch.model.vocabulary import Cause
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    """One process of the tree at one tick (/proc/PID/{stat,io,cmdline,comm,fd})."""
+
+    pid: int
+    ppid: int
+    name: str  # the process title where one was set (``VLLM::Worker_TP1``), else comm
+    cmdline: tuple[str, ...]  # secrets already redacted
+    state: str  # one letter from /proc/PID/stat: R S D T t Z X I
+    cpu_s: float  # user + system CPU seconds since the process started
+    cpu_delta_s: float  # since the previous tick (0.0 at first sight)
+    rchar: int | None  # None when /proc/PID/io is unreadable (see ``io_error``)
+    wchar: int | None
+    io_delta_bytes: int  # rchar + wchar since the previous tick; counts page-cache and pipe traffic
+    threads: int
+    rss_bytes: int
+    listening_ports: tuple[int, ...]
+    role: str | None
+    rank: str | None
+    io_error: str | None = None
+
+
+class ExitHow(StrEnum):
+    """How hangwatch learned that a process ended (and how much it could know)."""
+
+    WAITPID = "waitpid"  # our own child (or an orphan we adopted as subreaper): exact status
+    ZOMBIE_STAT = "zombie-stat"  # read from the exit-code field of /proc/PID/stat before reaping
+    VANISHED = "vanished"  # gone before anything could be read: status unknown
+
+
+@dataclass(frozen=True)
+class ExitRecord:
+    """A process of the tree that ended."""
+
+    t: float
+    pid: int
+    name: str
+    role: str | None
+    rank: str | None
+    how: ExitHow
+    exit_code: int | None = None  # for a normal exit
+    signal: int | None = None  # for a death by signal
+    lifetime_s: float | None = None
+    oom_evidence: str | None = None  # kernel or cgroup lines that name this death an OOM kill
+
+    @property
+    def failed(self) -> bool:
+        return self.signal is not None or (self.exit_code is not None and self.exit_code != 0)
+
+    @property
+    def status_text(self) -> str:
+        if self.signal is not None:
+            return f"killed by signal {self.signal} ({_signal_name(self.signal)})"
+        if self.exit_code is not None:
+            return f"exit code {self.exit_code}"
+        return "vanished (exit status unknown)"
+
+
+def _signal_name(signum: int) -> str:
+    import signal as _signal
+
+    try:
+        return _signal.Signals(signum).name
+    except ValueError:
+        return f"SIG{signum}"
+
+
+@dataclass(frozen=True)
+class PhaseEvent:
+    """A log line that marks the start of a phase of the engine's startup."""
+
+    t: float
+    phase: str
+    line: str
+
+
+@dataclass(frozen=True)
+class LogFinding:
+    """A log line that names a cause (a traceback, a CUDA OOM, a port in use)."""
+
+    t: float
+    cause: Cause
+    line: str
+
+
+@dataclass(frozen=True)
+class LogSample:
+    """What the log said since the previous tick."""
+
+    new_bytes: int = 0
+    new_lines: int = 0
+    # Lines the engine prints while it waits (vLLM's "No available shared memory broadcast block
+    # found in 60 seconds"): output, but not progress.
+    waiting_lines: int = 0
+    phase_events: tuple[PhaseEvent, ...] = ()
+    findings: tuple[LogFinding, ...] = ()
+    ready_line: str | None = None
+    last_line: str | None = None
+
+    @property
+    def progress_lines(self) -> int:
+        return self.new_lines - self.waiting_lines
+
+
+class ProbeOutcome(StrEnum):
+    REFUSED = "refused"
+    TIMEOUT = "timeout"
+    HTTP = "http"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """One HTTP readiness probe and exactly what happened to it."""
+
+    t: float
+    url: str  # redacted
+    outcome: ProbeOutcome
+    status: int | None = None
+    detail: str | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def key(self) -> tuple[str, int | None]:
+        """What a change of outcome is judged on (the detail text may vary between probes)."""
+        return (self.outcome.value, self.status)
+
+    def describe(self) -> str:
+        if self.outcome is ProbeOutcome.HTTP:
+            return f"HTTP {self.status}"
+        if self.detail:
+            return f"{self.outcome.value} ({self.detail})"
+        return self.outcome.value
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One GPU as NVML sees it. Fields NVML does not support on this GPU are None."""
+
+    index: int
+    name: str
+    util_pct: float | None
+    mem_util_pct: float | None
+    mem_used_bytes: int | None
+    mem_total_bytes: int | None
+    power_w: float | None
+    sm_clock_mhz: int | None
+
+
+@dataclass(frozen=True)
+class GpuProcessMemory:
+    pid: int
+    gpu_index: int
+    used_bytes: int | None
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """All GPUs at one tick, or why none could be read."""
+
+    unavailable: str | None = None  # the reason, when NVML or a GPU is missing
+    gpus: tuple[GpuReading, ...] = ()
+    processes: tuple[GpuProcessMemory, ...] = ()
+    error: str | None = None  # a read failed this tick (evidence: a wedged driver can do this)
+
+    def memory_of(self, pids: frozenset[int]) -> int:
+        return sum(p.used_bytes or 0 for p in self.processes if p.pid in pids)
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Everything collected at one moment."""
+
+    t: float
+    processes: tuple[ProcessSample, ...]
+    exits: tuple[ExitRecord, ...] = ()
+    log: LogSample = field(default_factory=LogSample)
+    probes: tuple[ProbeResult, ...] = ()
+    gpu: GpuSample | None = None
+    errors: tuple[str, ...] = ()
+    late_s: float = 0.0  # how far behind schedule this tick was taken
+
+    def process(self, pid: int) -> ProcessSample | None:
+        for p in self.processes:
+            if p.pid == pid:
+                return p
+        return None

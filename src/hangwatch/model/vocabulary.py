@@ -1,0 +1,52 @@
+"""The fixed vocabularies every command shares: verdict states and causes."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class State(StrEnum):
+    """What hangwatch concluded about the tree as a whole."""
+
+    READY = "ready"
+    STALLED = "stalled"
+    CRASHED = "crashed"
+    EXITED = "exited"
+    TIMEOUT = "timeout"
+    # Not a conclusion about the server: the user stopped hangwatch before one was reached.
+    INTERRUPTED = "interrupted"
+
+    @property
+    def exit_code(self) -> int:
+        return _EXIT_CODES[self]
+
+
+_EXIT_CODES = {
+    State.READY: 0,
+    State.EXITED: 0,
+    State.STALLED: 3,
+    State.CRASHED: 4,
+    State.TIMEOUT: 5,
+    State.INTERRUPTED: 130,
+}
+
+USAGE_EXIT_CODE = 2
+
+
+class Cause(StrEnum):
+    """Why the tree is not progressing. One vocabulary for every command and report."""
+
+    COLLECTIVE_WAIT = "collective-wait"
+    RENDEZVOUS_WAIT = "rendezvous-wait"
+    DEAD_PEER = "dead-peer"
+    CUDA_GRAPH_CAPTURE = "cuda-graph-capture"
+    COMPILE_STALL = "compile-stall"
+    LOCK_DEADLOCK = "lock-deadlock"
+    GPU_SPIN = "gpu-spin"
+    IO_WAIT = "io-wait"
+    STOPPED = "stopped"
+    OOM_KILLED = "oom-killed"
+    CUDA_OOM = "cuda-oom"
+    EXCEPTION = "exception"
+    PORT_IN_USE = "port-in-use"
+    UNKNOWN = "unknown"

@@ -1,0 +1,90 @@
+"""Remove secrets from command lines, environments, URLs and free text before anything is shown or stored.
+
+Applied at the collection boundary (so no sample ever holds a secret) and again on free text that
+came from logs before it goes into a report.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qsl
+from urllib.parse import urlencode
+from urllib.parse import urlsplit
+from urllib.parse import urlunsplit
+
+MASK = "***"
+
+# Names that hold secrets, as flags (--api-key), env vars (HF_TOKEN) or query keys (?token=).
+_SECRET_WORDS = r"(?:token|secret|passw(?:or)?d|passwd|api[_-]?key|apikey|access[_-]?key|auth|credential|private[_-]?key|signature|sig)"
+_SECRET_NAME = re.compile(rf"(?i)(?:^|[_\-.])?{_SECRET_WORDS}(?:$|[_\-.])?")
+_FLAG = re.compile(rf"(?i)^--?[\w.-]*{_SECRET_WORDS}[\w.-]*$")
+_FLAG_WITH_VALUE = re.compile(rf"(?i)^(--?[\w.-]*{_SECRET_WORDS}[\w.-]*)=(.+)$")
+_ASSIGNMENT = re.compile(rf"(?i)\b([\w.-]*{_SECRET_WORDS}[\w.-]*)(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;&\"']+)")
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/@\s:]+)(?::([^/@\s]*))?@")
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
+# Well-known token shapes that can appear anywhere (HF, OpenAI-style, GitHub, AWS, Slack).
+_TOKEN_SHAPES = re.compile(
+    r"\b(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}|xox[abpr]-[A-Za-z0-9-]{10,})\b"
+)
+
+
+def is_secret_name(name: str) -> bool:
+    """True for names like HF_TOKEN, api_key, --hf-token, NCCL_SOCKET_PASSWORD."""
+    return re.search(_SECRET_WORDS, name, re.IGNORECASE) is not None and not name.lower().endswith(
+        ("tokenizer", "tokens", "_tokens", "tokenizer_path", "tokenizer-path", "tokenizer_mode")
+    )
+
+
+def redact_argv(argv: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """Redact the values of secret flags (``--api-key X``, ``--hf-token=X``) and secrets inside args."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(MASK)
+            hide_next = False
+            continue
+        with_value = _FLAG_WITH_VALUE.match(arg)
+        if with_value and is_secret_name(with_value.group(1)):
+            out.append(f"{with_value.group(1)}={MASK}")
+            continue
+        if _FLAG.match(arg) and is_secret_name(arg):
+            out.append(arg)
+            hide_next = True
+            continue
+        out.append(redact_text(arg))
+    return tuple(out)
+
+
+def redact_url(url: str) -> str:
+    """Drop user:password@ and the values of secret query parameters."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact_text(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{MASK}@{netloc.rsplit('@', 1)[1]}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(k, MASK if is_secret_name(k) else v) for k, v in pairs], safe="*")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def redact_text(text: str) -> str:
+    """Best-effort redaction of secrets in free text (log lines, error messages)."""
+    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{MASK}@", text)
+    text = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
+    text = _TOKEN_SHAPES.sub(MASK, text)
+
+    def _assignment(m: re.Match[str]) -> str:
+        if not is_secret_name(m.group(1)):
+            return m.group(0)
+        return f"{m.group(1)}{m.group(2)}{MASK}"
+
+    return _ASSIGNMENT.sub(_assignment, text)
+
+
+def redact_environ(env: dict[str, str]) -> dict[str, str]:
+    return {k: (MASK if is_secret_name(k) else redact_text(v)) for k, v in env.items()}

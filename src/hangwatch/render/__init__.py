@@ -1,0 +1,1 @@
+"""Renderers: each depends only on the model."""

@@ -1,0 +1,170 @@
+"""The live view while supervising: rich on a terminal, plain lines otherwise."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Protocol
+from typing import TextIO
+
+from hangwatch.analyse.progress import human_bytes
+from hangwatch.model.samples import GpuSample
+from hangwatch.model.samples import ProbeResult
+from hangwatch.model.samples import ProcessSample
+
+
+@dataclass(frozen=True)
+class LiveState:
+    t: float
+    phase: str
+    phase_label: str
+    in_phase_s: float
+    processes: tuple[ProcessSample, ...]
+    interval_s: float
+    probe: ProbeResult | None
+    time_to_stall_s: float | None  # None while serving
+    gpu: GpuSample | None
+    gpu_mem_by_pid: dict[int, int]
+    last_progress: str
+
+
+class View(Protocol):
+    def echo(self, data: bytes) -> None: ...
+
+    def update(self, state: LiveState) -> None: ...
+
+    def event(self, text: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class QuietView:
+    """--quiet: no echo, no live view; the verdict is still printed."""
+
+    def echo(self, data: bytes) -> None:
+        return None
+
+    def update(self, state: LiveState) -> None:
+        return None
+
+    def event(self, text: str) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class PlainView:
+    """Not a terminal: echo the tree's output as is, plus one status line on phase changes and every 15 s."""
+
+    def __init__(self, out: TextIO = sys.stdout, every_s: float = 15.0, echo_output: bool = True) -> None:
+        self._out = out
+        self._every = every_s
+        self._last = -every_s
+        self._lock = threading.Lock()
+        self._echo = echo_output
+
+    def echo(self, data: bytes) -> None:
+        if not self._echo:
+            return
+        with self._lock:
+            self._out.flush()
+            buffer = getattr(self._out, "buffer", None)
+            if buffer is not None:
+                buffer.write(data)
+                buffer.flush()
+            else:
+                self._out.write(data.decode("utf-8", "replace"))
+
+    def event(self, text: str) -> None:
+        with self._lock:
+            print(f"[hangwatch] {text}", file=self._out, flush=True)
+
+    def update(self, state: LiveState) -> None:
+        if state.t - self._last < self._every:
+            return
+        self._last = state.t
+        self.event(status_line(state))
+
+    def close(self) -> None:
+        self._out.flush()
+
+
+def status_line(state: LiveState) -> str:
+    cpu = sum(p.cpu_delta_s for p in state.processes) / max(state.interval_s, 1e-3)
+    probe = state.probe.describe() if state.probe else "no probe"
+    stall = f"stall verdict in {state.time_to_stall_s:.0f} s" if state.time_to_stall_s is not None else "serving"
+    return (
+        f"{state.t:6.1f}s phase {state.phase} ({state.in_phase_s:.0f} s) | {len(state.processes)} procs, "
+        f"CPU {cpu:.0%} | probe {probe} | {stall} | last progress: {state.last_progress}"
+    )
+
+
+class RichView:
+    """A live table on a terminal; the tree's output scrolls above it."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        self._console = Console()
+        self._live = Live(console=self._console, refresh_per_second=2, transient=True, redirect_stdout=False)
+        self._live.start()
+        self._lock = threading.Lock()
+
+    def echo(self, data: bytes) -> None:
+        text = data.decode("utf-8", "replace").replace("\r", "\n").rstrip("\n")
+        if text:
+            with self._lock:
+                self._console.out(text, highlight=False)
+
+    def event(self, text: str) -> None:
+        with self._lock:
+            self._console.print(f"[bold cyan][hangwatch][/] {text}", highlight=False)
+
+    def update(self, state: LiveState) -> None:
+        from rich.table import Table
+
+        table = Table(
+            title=f"phase [bold]{state.phase}[/] ({state.phase_label}) for {state.in_phase_s:.0f} s — t={state.t:.0f} s",
+            caption=self._caption(state),
+            expand=False,
+        )
+        for column in ("pid", "role", "name", "state", "CPU %", "I/O /s", "RSS", "GPU mem"):
+            table.add_column(column, justify="right" if column in ("CPU %", "I/O /s", "RSS", "GPU mem") else "left")
+        for p in state.processes[:24]:
+            gpu = state.gpu_mem_by_pid.get(p.pid)
+            table.add_row(
+                str(p.pid),
+                f"{p.role or ''}{'/' + p.rank if p.rank else ''}",
+                p.name[:32],
+                p.state,
+                f"{100 * p.cpu_delta_s / max(state.interval_s, 1e-3):.0f}",
+                human_bytes(p.io_delta_bytes / max(state.interval_s, 1e-3)),
+                human_bytes(p.rss_bytes),
+                human_bytes(gpu) if gpu else "-",
+            )
+        with self._lock:
+            self._live.update(table)
+
+    @staticmethod
+    def _caption(state: LiveState) -> str:
+        probe = state.probe.describe() if state.probe else "no probe"
+        stall = (
+            f"stall verdict in {state.time_to_stall_s:.0f} s" if state.time_to_stall_s is not None else "serving"
+        )
+        return f"probe: {probe} | {stall} | last progress: {state.last_progress}"
+
+    def close(self) -> None:
+        with self._lock:
+            self._live.stop()
+
+
+def make_view(quiet: bool, out: TextIO = sys.stdout) -> View:
+    if quiet:
+        return QuietView()
+    if out.isatty():
+        return RichView()
+    return PlainView(out)
+

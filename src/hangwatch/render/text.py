@@ -1,0 +1,42 @@
+"""The final verdict as text for a terminal."""
+
+from __future__ import annotations
+
+from hangwatch.model.report import Report
+from hangwatch.model.vocabulary import State
+
+_HEADLINE = {
+    State.READY: "READY",
+    State.STALLED: "STALLED",
+    State.CRASHED: "CRASHED",
+    State.EXITED: "EXITED",
+    State.TIMEOUT: "TIMEOUT",
+    State.INTERRUPTED: "INTERRUPTED",
+}
+
+
+def verdict_text(report: Report) -> str:
+    v = report.verdict
+    lines = [f"hangwatch verdict: {_HEADLINE[v.state]}" + (f" (cause: {v.cause.value})" if v.cause else "")]
+    lines.append(f"  {v.summary}")
+    if v.phase:
+        lines.append(f"  phase: {v.phase}")
+    if v.culprits:
+        by_pid = {p.pid: p for p in report.processes}
+        names = []
+        for pid in v.culprits:
+            p = by_pid.get(pid)
+            names.append(f"{p.name} [{pid}]" + (f" {p.role}/{p.rank}" if p and p.rank else "") if p else f"[{pid}]")
+        lines.append(f"  culprits: {', '.join(names)}")
+    if v.evidence:
+        lines.append("  evidence:")
+        lines.extend(f"    - {e}" for e in v.evidence)
+    if v.next_steps:
+        lines.append("  next:")
+        lines.extend(f"    - {s}" for s in v.next_steps)
+    if report.notes:
+        lines.append("  notes:")
+        lines.extend(f"    - {n}" for n in report.notes)
+    if report.log_path:
+        lines.append(f"  log: {report.log_path}")
+    return "\n".join(lines)

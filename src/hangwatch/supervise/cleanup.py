@@ -1,0 +1,122 @@
+"""Stop a process tree we own, safely and verifiably.
+
+SIGTERM to every member (and the session's process group), SIGCONT so stopped members can act
+on it, a grace period, then SIGKILL for what is left, reap, and check that nothing remains. Only
+processes known to be members (pid and start time) or in the launched session are signalled:
+never anything found by name.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from hangwatch.collect import procfs
+from hangwatch.collect.nvml import GpuSource
+
+Identity = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class CleanupResult:
+    terminated: tuple[int, ...]  # ended after SIGTERM
+    killed: tuple[int, ...]  # needed SIGKILL
+    remaining: tuple[int, ...]  # still there at the end (unkillable: D state in a driver)
+    gpu_note: str | None = None
+
+    def describe(self) -> str:
+        parts = [f"stopped {len(self.terminated) + len(self.killed)} processes"]
+        if self.killed:
+            parts.append(f"{len(self.killed)} needed SIGKILL")
+        if self.remaining:
+            parts.append(f"{len(self.remaining)} REMAIN: {', '.join(map(str, self.remaining))}")
+        if self.gpu_note:
+            parts.append(self.gpu_note)
+        return "; ".join(parts)
+
+
+def alive_members(identities: Iterable[Identity], session: int | None) -> set[int]:
+    wanted = set(identities)
+    alive: set[int] = set()
+    for pid in procfs.list_pids():
+        stat = procfs.read_stat(pid)
+        if stat is None or stat.state == "Z" or pid == os.getpid():
+            continue
+        if stat.identity in wanted or (session is not None and stat.session == session):
+            alive.add(pid)
+    return alive
+
+
+def _signal_all(pids: Iterable[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+def stop_tree(
+    identities: Iterable[Identity],
+    session: int | None,
+    reap: Callable[[Iterable[int]], dict[int, int]],
+    grace_s: float = 10.0,
+    kill_wait_s: float = 5.0,
+) -> CleanupResult:
+    identities = set(identities)
+    first = alive_members(identities, session)
+    if session is not None:
+        try:
+            os.killpg(session, signal.SIGTERM)  # the session leader's group: members not sampled yet too
+        except OSError:
+            pass
+    _signal_all(first, signal.SIGTERM)
+    _signal_all(first, signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
+    left = _wait_gone(identities, session, reap, grace_s)
+    killed: set[int] = set()
+    if left:
+        killed = set(left)
+        _signal_all(left, signal.SIGKILL)
+        _signal_all(left, signal.SIGCONT)
+        left = _wait_gone(identities, session, reap, kill_wait_s)
+    reap(first | killed)
+    return CleanupResult(
+        terminated=tuple(sorted(first - killed)),
+        killed=tuple(sorted(killed - left)),
+        remaining=tuple(sorted(left)),
+    )
+
+
+def _wait_gone(
+    identities: set[Identity], session: int | None, reap: Callable[[Iterable[int]], dict[int, int]], timeout: float
+) -> set[int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = alive_members(identities, session)
+        reap([pid for pid, _ in identities] + list(alive))
+        alive = alive_members(identities, session)
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.1)
+
+
+def wait_gpu_release(gpu: GpuSource, pids: set[int], timeout_s: float = 15.0) -> str | None:
+    """Wait (bounded) until no GPU memory is held by ``pids``; say what is left, or a GPU busy with no process."""
+    sample = gpu.read()
+    if sample.unavailable:
+        return None
+    deadline = time.monotonic() + timeout_s
+    while sample.memory_of(frozenset(pids)) > 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        sample = gpu.read()
+    held = sample.memory_of(frozenset(pids))
+    if held:
+        return f"GPU memory still held by the tree after {timeout_s:.0f} s: {held / 2**20:.0f} MiB"
+    busy = [g for g in sample.gpus if (g.util_pct or 0) > 50 and not any(p.gpu_index == g.index for p in sample.processes)]
+    if busy:
+        names = ", ".join(f"GPU {g.index} at {g.util_pct:.0f} %" for g in busy)
+        return f"{names} with no process: the GPU may be wedged and need a reset (hangwatch never resets GPUs)"
+    return "GPU memory of the tree released"

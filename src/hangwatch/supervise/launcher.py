@@ -1,0 +1,114 @@
+"""Launch the command in a session of its own, become its subreaper, and start the guardian.
+
+The command is spawned with ``posix_spawn`` rather than ``subprocess.Popen`` on purpose: Popen
+reaps finished children behind our back (``subprocess._cleanup``), and the exit status of the
+command is the one thing a supervisor must not lose. We wait for it ourselves.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from dataclasses import field
+from pathlib import Path
+
+from hangwatch.errors import CommandNotFound
+from hangwatch.errors import UsageError
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Orphans of the tree are reparented to us instead of init, so we keep seeing and reaping them."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+@dataclass
+class Launched:
+    pid: int
+    output_fd: int  # read end of the pipe that carries the tree's stdout and stderr
+    guardian: subprocess.Popen[bytes]
+    guardian_known: set[tuple[int, int]] = field(default_factory=set)
+
+    def tell_guardian(self, identities: set[tuple[int, int]]) -> None:
+        new = identities - self.guardian_known
+        if not new or self.guardian.stdin is None:
+            return
+        try:
+            self.guardian.stdin.write(b"".join(f"{pid} {start}\n".encode() for pid, start in sorted(new)))
+            self.guardian.stdin.flush()
+        except OSError:
+            return
+        self.guardian_known |= new
+
+    def release_guardian(self) -> None:
+        """The tree is cleaned up: tell the guardian to stand down, and wait for it."""
+        if self.guardian.stdin is not None:
+            try:
+                self.guardian.stdin.write(b"clean\n")
+                self.guardian.stdin.close()
+            except OSError:
+                pass
+        try:
+            self.guardian.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.guardian.kill()
+            self.guardian.wait()
+
+
+def launch(argv: list[str], cwd: Path | None = None) -> Launched:
+    if not argv:
+        raise UsageError("no command to run", "Put the command after `--`: hangwatch run -- python -m vllm...")
+    read_fd, write_fd = os.pipe()
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    try:
+        pid = os.posix_spawnp(
+            argv[0],
+            argv,
+            dict(os.environ),
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, devnull, 0),
+                (os.POSIX_SPAWN_DUP2, write_fd, 1),
+                (os.POSIX_SPAWN_DUP2, write_fd, 2),
+            ],
+            setsid=True,  # its own session and process group: signals reach the whole tree, and only it
+        )
+    except FileNotFoundError:
+        os.close(read_fd)
+        raise CommandNotFound(f"command not found: {argv[0]}") from None
+    except PermissionError:
+        os.close(read_fd)
+        raise CommandNotFound(f"command is not executable: {argv[0]}", "Check its permissions (chmod +x).") from None
+    finally:
+        os.close(write_fd)
+        os.close(devnull)
+    guardian = subprocess.Popen(
+        [sys.executable, "-m", "hangwatch.supervise.guardian", str(pid)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+    return Launched(pid=pid, output_fd=read_fd, guardian=guardian)
+
+
+def reap(pids: Iterable[int]) -> dict[int, int]:
+    """waitpid(WNOHANG) each of our children among ``pids``: {pid: status} for those that ended."""
+    statuses: dict[int, int] = {}
+    for pid in pids:
+        try:
+            got, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            continue
+        if got == pid:
+            statuses[pid] = status
+    return statuses

@@ -1,0 +1,78 @@
+"""What to watch and how, shared by ``run`` and ``attach``: options, profile, scanner, assessor, probe."""
+
+from __future__ import annotations
+
+import time
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from hangwatch import engines
+from hangwatch.analyse.assess import Assessor
+from hangwatch.analyse.assess import Policy
+from hangwatch.analyse.logscan import LogScanner
+from hangwatch.collect.http_probe import Prober
+from hangwatch.engines.profile import Profile
+from hangwatch.model.report import Report
+from hangwatch.render.json_report import write_report
+from hangwatch.render.text import verdict_text
+
+
+@dataclass(frozen=True)
+class WatchOptions:
+    engine: str | None
+    ready_url: str | None
+    ready_pattern: re.Pattern[str] | None
+    waiting_patterns: tuple[re.Pattern[str], ...]
+    stall_after: float
+    timeout: float | None
+    interval: float
+    report_json: Path | None
+    quiet: bool
+    probe_timeout: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    profile: Profile
+    probe_url: str | None
+    notes: tuple[str, ...]
+
+
+def plan_for(options: WatchOptions, cmdline: tuple[str, ...]) -> Plan:
+    profile = engines.by_name(options.engine) if options.engine else engines.detect(cmdline)
+    notes: list[str] = []
+    probe_url = options.ready_url or profile.health_url(cmdline)
+    if probe_url is None and options.ready_pattern is None and not profile.ready_patterns:
+        notes.append("no readiness rule: give --ready-url or --ready-pattern to get a 'ready' verdict")
+    return Plan(profile, probe_url, tuple(notes))
+
+
+def make_scanner(plan: Plan, options: WatchOptions) -> LogScanner:
+    ready = (options.ready_pattern,) if options.ready_pattern else ()
+    return LogScanner(plan.profile, ready, options.waiting_patterns)
+
+
+def make_assessor(plan: Plan, options: WatchOptions, root_pids: set[int]) -> Assessor:
+    statuses = frozenset(range(200, 300)) if options.ready_url else plan.profile.ready_statuses
+    policy = Policy(stall_after=options.stall_after, timeout=options.timeout, ready_statuses=statuses)
+    return Assessor(plan.profile, policy, root_pids)
+
+
+def make_prober(plan: Plan, options: WatchOptions, clock_start: float) -> Prober | None:
+    if plan.probe_url is None:
+        return None
+    prober = Prober(
+        plan.probe_url,
+        clock=lambda: time.monotonic() - clock_start,
+        interval_s=max(options.interval, 1.0),
+        timeout_s=options.probe_timeout,
+    )
+    prober.start()
+    return prober
+
+
+def emit(report: Report, options: WatchOptions) -> None:
+    if options.report_json is not None:
+        write_report(report, options.report_json)
+    print(verdict_text(report), flush=True)

@@ -1,0 +1,136 @@
+"""``hangwatch run``: launch, supervise until a verdict, clean up, report."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from hangwatch.collect import procfs
+from hangwatch.collect.logtail import PipeLog
+from hangwatch.collect.nvml import NvmlGpuSource
+from hangwatch.collect.oom import OomWitness
+from hangwatch.collect.proctree import TreeSampler
+from hangwatch.model.report import Verdict
+from hangwatch.model.vocabulary import State
+from hangwatch.redact import redact_argv
+from hangwatch.render.live import make_view
+from hangwatch.supervise import cleanup
+from hangwatch.supervise.launcher import become_subreaper
+from hangwatch.supervise.launcher import launch
+from hangwatch.supervise.launcher import reap
+from hangwatch.supervise.plan import WatchOptions
+from hangwatch.supervise.plan import emit
+from hangwatch.supervise.plan import make_assessor
+from hangwatch.supervise.plan import make_prober
+from hangwatch.supervise.plan import make_scanner
+from hangwatch.supervise.plan import plan_for
+from hangwatch.supervise.watch import Collectors
+from hangwatch.supervise.watch import Watch
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    watch: WatchOptions
+    command: tuple[str, ...]
+    until_ready: bool
+    run_dir: Path
+    grace: float
+
+
+def default_run_dir() -> Path:
+    base = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "hangwatch" / "runs"
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return base / f"{stamp}-{os.getpid()}"
+
+
+@contextmanager
+def stop_on_signals(watch: Watch) -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP end the loop in an orderly way, so that cleanup always runs."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        watch.stop_requested.set()
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def run_supervised(options: RunOptions) -> int:
+    w = options.watch
+    plan = plan_for(w, options.command)
+    options.run_dir.mkdir(parents=True, exist_ok=True)
+    log_path = options.run_dir / "output.log"
+    view = make_view(w.quiet)
+    gpu = NvmlGpuSource()
+    notes = list(plan.notes)
+    if gpu.unavailable:
+        notes.append(f"GPU: unavailable: {gpu.unavailable}")
+    subreaper = become_subreaper()
+    launched = launch(list(options.command))
+    t0 = time.monotonic()
+    sampler = TreeSampler(
+        [launched.pid],
+        plan.profile.role_of,
+        adopter=os.getpid() if subreaper else None,
+        exclude=lambda: {launched.guardian.pid},
+        reap=reap,
+    )
+    log = PipeLog(launched.output_fd, log_path, echo=view.echo)
+    prober = make_prober(plan, w, t0)
+    oom = OomWitness([procfs.read_cgroup_path(os.getpid())])
+    assessor = make_assessor(plan, w, {launched.pid})
+    watch = Watch(Collectors(sampler, log, prober, gpu, oom), make_scanner(plan, w), assessor, view, w.interval)
+    watch.on_members = launched.tell_guardian
+    view.event(
+        f"supervising {plan.profile.name} command (pid {launched.pid}); log {log_path}; "
+        f"probe {plan.probe_url or 'none'}; stall after {w.stall_after:g} s"
+    )
+    verdict: Verdict | None = None
+    ready_seen: Verdict | None = None
+    try:
+        with stop_on_signals(watch):
+
+            def until(v: Verdict) -> bool:
+                nonlocal ready_seen
+                if v.state is State.READY and not options.until_ready:
+                    ready_seen = v
+                    return False
+                return True
+
+            verdict = watch.run(until)
+    finally:
+        if prober is not None:
+            prober.stop()
+        # Whatever happened (a verdict, Ctrl-C, an error of ours), the tree does not outlive us.
+        result = cleanup.stop_tree(sampler.identities() | launched.guardian_known, launched.pid, reap, options.grace)
+        gpu_note = cleanup.wait_gpu_release(gpu, {pid for pid, _ in launched.guardian_known} | sampler.known_pids())
+        final_tick = watch.tick()  # record the exits of the cleanup
+        watch.recorder.add(final_tick)
+        log.close()
+        launched.release_guardian()
+        sampler.close()
+        gpu.close()
+        view.close()
+    notes.append("cleanup: " + result.describe())
+    if gpu_note:
+        notes.append(gpu_note)
+    if verdict is None:
+        return 1
+    if verdict.state is State.INTERRUPTED and ready_seen is not None:
+        notes.append(f"was ready at {assessor.ready_at:.1f} s before the interruption")
+    report = watch.report(verdict, plan.profile.name, "run", redact_argv(options.command), tuple(notes))
+    emit(report, w)
+    if result.remaining:
+        print(f"hangwatch: warning: processes of the tree remain: {result.remaining}", file=sys.stderr)
+    return verdict.exit_code
