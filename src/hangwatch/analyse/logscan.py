@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from hangwatch.engines.profile import Profile
 from hangwatch.model.samples import LogFinding
@@ -38,20 +39,26 @@ class LogScanner:
         profile: Profile,
         ready_patterns: tuple[re.Pattern[str], ...] = (),
         waiting_patterns: tuple[re.Pattern[str], ...] = (),
+        probe_echo: Callable[[], tuple[str, ...]] = tuple,
     ) -> None:
         self._profile = profile
         self._ready = profile.ready_patterns + ready_patterns
         self._waiting = profile.waiting_patterns + waiting_patterns
         self._visited: list[str] = []
+        self._probe_echo = probe_echo
 
     def scan(self, lines: tuple[str, ...], new_bytes: int, t: float) -> LogSample:
-        waiting = 0
+        waiting = echoes = 0
+        markers = self._probe_echo() if lines else ()
         events: list[PhaseEvent] = []
         findings: list[LogFinding] = []
         ready_line = None
         for line in lines:
             if any(p.search(line) for p in self._waiting):
                 waiting += 1
+                continue
+            if markers and any(m in line for m in markers):
+                echoes += 1
                 continue
             phase = self._phase_of(line)
             if phase is not None:
@@ -67,6 +74,7 @@ class LogScanner:
             new_bytes=new_bytes,
             new_lines=len(lines),
             waiting_lines=waiting,
+            echo_lines=echoes,
             phase_events=tuple(events),
             findings=tuple(findings),
             ready_line=ready_line,

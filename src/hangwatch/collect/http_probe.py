@@ -12,6 +12,7 @@ import http.client
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
@@ -31,7 +32,9 @@ def validate_probe_url(url: str) -> str:
     return url
 
 
-def probe_once(url: str, timeout_s: float, t: float = 0.0) -> ProbeResult:
+def probe_once(
+    url: str, timeout_s: float, t: float = 0.0, on_connect: Callable[[int], None] | None = None
+) -> ProbeResult:
     parts = urlsplit(url)
     shown = redact_url(url)
     conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
@@ -55,6 +58,8 @@ def probe_once(url: str, timeout_s: float, t: float = 0.0) -> ProbeResult:
             if exc.errno == errno.ECONNREFUSED:
                 return result(ProbeOutcome.REFUSED, detail="connection refused: nothing listens on the port")
             return result(ProbeOutcome.ERROR, detail=f"connect failed: {exc.strerror or exc}")
+        if on_connect is not None and conn.sock is not None:
+            on_connect(conn.sock.getsockname()[1])
         try:
             conn.request("GET", path, headers={"User-Agent": "hangwatch-probe"})
             response = conn.getresponse()
@@ -84,6 +89,18 @@ class Prober:
         self._results: list[ProbeResult] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="hangwatch-probe", daemon=True)
+        self._local_ports: deque[int] = deque(maxlen=8)
+        self.path = urlsplit(url).path or "/"
+
+    def echo_markers(self) -> tuple[str, ...]:
+        """Text by which a log line shows it was caused by our probe: our source ports, our request."""
+        with self._lock:
+            ports = tuple(self._local_ports)
+        return (f'"GET {self.path} HTTP', *(f":{port}" for port in ports))
+
+    def _remember_port(self, port: int) -> None:
+        with self._lock:
+            self._local_ports.append(port)
 
     def start(self) -> None:
         self._thread.start()
@@ -91,7 +108,7 @@ class Prober:
     def _loop(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
-            outcome = probe_once(self.url, self._timeout, t=round(self._clock(), 3))
+            outcome = probe_once(self.url, self._timeout, round(self._clock(), 3), self._remember_port)
             with self._lock:
                 self._results.append(outcome)
             self._stop.wait(max(0.0, self._interval - (time.monotonic() - started)))

@@ -52,6 +52,7 @@ import time
 from multiprocessing.connection import Connection
 from multiprocessing.context import SpawnProcess
 from multiprocessing.synchronize import Barrier
+from pathlib import Path
 from types import FrameType
 from typing import BinaryIO
 
@@ -277,25 +278,30 @@ def run_scheduler_process(
 def _wait_for_scheduler_ready(readers: list[Connection], procs: list[SpawnProcess]) -> list[object]:
     """SGLang's startup wait: ``poll(timeout=5.0)`` each pipe, check every rank, no overall timeout."""
     infos: list[object] = []
-    for reader in readers:
+    for i, reader in enumerate(readers):
         while True:
             if reader.poll(timeout=5.0):
                 try:
                     data = reader.recv()
-                except EOFError:  # the rank died: its end of the pipe closed
-                    data = None
+                except EOFError:  # the rank died: the only write end of its pipe closed
+                    procs[i].join(timeout=5.0)
+                    raise RuntimeError(_died_message(i, procs[i])) from None
                 if not isinstance(data, dict) or data.get("status") != "ready":
                     raise RuntimeError("Initialization failed. Please see the error messages above.")
                 infos.append(data)
                 break
             for rank, proc in enumerate(procs):
                 if not proc.is_alive():
-                    raise RuntimeError(
-                        f"Rank {rank} scheduler died during initialization (exit code: {proc.exitcode}). "
-                        "If exit code is -9 (SIGKILL), a common cause is the OS OOM killer. "
-                        "Run `dmesg -T | grep -i oom` to check."
-                    )
+                    raise RuntimeError(_died_message(rank, proc))
     return infos
+
+
+def _died_message(rank: int, proc: SpawnProcess) -> str:
+    return (
+        f"Rank {rank} scheduler died during initialization (exit code: {proc.exitcode}). "
+        "If exit code is -9 (SIGKILL), a common cause is the OS OOM killer. "
+        "Run `dmesg -T | grep -i oom` to check."
+    )
 
 
 def _raise_system_exit(signum: int, frame: FrameType | None) -> None:
@@ -342,10 +348,15 @@ def main(argv: list[str] | None = None) -> int:
         disable_cuda_graph=False,
         log_level="info",
     )
-    set_process_title(
+    # SGLang leaves its main process's title alone, so it shows the interpreter's comm and the
+    # launch_server command line. setproctitle would also set comm to the title's first 15 bytes,
+    # which no real launcher shows; put the original comm back.
+    comm = Path("/proc/self/comm").read_text().rstrip("\n")
+    if set_process_title(
         f"python3 -m sglang.launch_server --model-path {TARGET_MODEL} --tp {args.ranks} --trust-remote-code "
         f"--speculative-algorithm EAGLE3 --speculative-draft-model-path {DRAFT_MODEL} --port {args.port}"
-    )
+    ):
+        set_comm(comm)
     configure_logger()
     logger.info("server_args=%r", server_args)
 

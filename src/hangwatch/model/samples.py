@@ -108,6 +108,9 @@ class LogSample:
     # Lines the engine prints while it waits (vLLM's "No available shared memory broadcast block
     # found in 60 seconds"): output, but not progress.
     waiting_lines: int = 0
+    # Lines our own probes caused (an access log line for GET /health, a "connection from" line
+    # naming our probe's port): the server answering us is not the server making progress.
+    echo_lines: int = 0
     phase_events: tuple[PhaseEvent, ...] = ()
     findings: tuple[LogFinding, ...] = ()
     ready_line: str | None = None
@@ -115,7 +118,7 @@ class LogSample:
 
     @property
     def progress_lines(self) -> int:
-        return self.new_lines - self.waiting_lines
+        return self.new_lines - self.waiting_lines - self.echo_lines
 
 
 class ProbeOutcome(StrEnum):

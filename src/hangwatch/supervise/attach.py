@@ -71,7 +71,7 @@ def run_attached(options: AttachOptions) -> int:
     sampler = TreeSampler([options.pid], plan.profile.role_of)
     prober = make_prober(plan, w, 0.0)
     oom = OomWitness([procfs.read_cgroup_path(options.pid)])
-    watch = Watch(Collectors(sampler, log, prober, gpu, oom), make_scanner(plan, w), make_assessor(plan, w, {options.pid}), view, w.interval)
+    watch = Watch(Collectors(sampler, log, prober, gpu, oom), make_scanner(plan, w, prober), make_assessor(plan, w, {options.pid}), view, w.interval)
     if prober is not None:
         prober._clock = watch.elapsed  # noqa: SLF001 - probe times share the watch's clock
     view.event(f"attached to pid {options.pid} ({plan.profile.name}); watching up to {options.window:g} s; read-only")

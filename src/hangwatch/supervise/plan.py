@@ -48,9 +48,10 @@ def plan_for(options: WatchOptions, cmdline: tuple[str, ...]) -> Plan:
     return Plan(profile, probe_url, tuple(notes))
 
 
-def make_scanner(plan: Plan, options: WatchOptions) -> LogScanner:
+def make_scanner(plan: Plan, options: WatchOptions, prober: Prober | None) -> LogScanner:
     ready = (options.ready_pattern,) if options.ready_pattern else ()
-    return LogScanner(plan.profile, ready, options.waiting_patterns)
+    echo = prober.echo_markers if prober is not None else tuple
+    return LogScanner(plan.profile, ready, options.waiting_patterns, echo)
 
 
 def make_assessor(plan: Plan, options: WatchOptions, root_pids: set[int]) -> Assessor:

