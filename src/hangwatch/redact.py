@@ -16,7 +16,6 @@ MASK = "***"
 
 # Names that hold secrets, as flags (--api-key), env vars (HF_TOKEN) or query keys (?token=).
 _SECRET_WORDS = r"(?:token|secret|passw(?:or)?d|passwd|api[_-]?key|apikey|access[_-]?key|auth|credential|private[_-]?key|signature|sig)"
-_SECRET_NAME = re.compile(rf"(?i)(?:^|[_\-.])?{_SECRET_WORDS}(?:$|[_\-.])?")
 _FLAG = re.compile(rf"(?i)^--?[\w.-]*{_SECRET_WORDS}[\w.-]*$")
 _FLAG_WITH_VALUE = re.compile(rf"(?i)^(--?[\w.-]*{_SECRET_WORDS}[\w.-]*)=(.+)$")
 _ASSIGNMENT = re.compile(rf"(?i)\b([\w.-]*{_SECRET_WORDS}[\w.-]*)(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;&\"']+)")
@@ -28,11 +27,18 @@ _TOKEN_SHAPES = re.compile(
 )
 
 
+_SECRET_PARTS = frozenset(
+    {"token", "secret", "password", "passwd", "pwd", "apikey", "credential", "credentials", "auth", "authorization"}
+)
+_KEY_QUALIFIERS = frozenset({"api", "access", "private", "secret", "hf", "openai", "signing", "encryption"})
+
+
 def is_secret_name(name: str) -> bool:
-    """True for names like HF_TOKEN, api_key, --hf-token, NCCL_SOCKET_PASSWORD."""
-    return re.search(_SECRET_WORDS, name, re.IGNORECASE) is not None and not name.lower().endswith(
-        ("tokenizer", "tokens", "_tokens", "tokenizer_path", "tokenizer-path", "tokenizer_mode")
-    )
+    """True for HF_TOKEN, api_key, --hf-token, NCCL_SOCKET_PASSWORD; false for --tokenizer, max_tokens."""
+    parts = set(re.split(r"[^a-z0-9]+", name.lower())) - {""}
+    if parts & _SECRET_PARTS:
+        return True
+    return "key" in parts and bool(parts & _KEY_QUALIFIERS)
 
 
 def redact_argv(argv: list[str] | tuple[str, ...]) -> tuple[str, ...]:

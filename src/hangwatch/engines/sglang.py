@@ -21,7 +21,7 @@ def sglang_role(title: str, cmdline: tuple[str, ...], is_root: bool, env: dict[s
 
 
 _CAPTURE_BEGIN = (
-    r"Capture (?:cuda graph|cpu graph|(?:target|draft) (?:decode|verify|prefill|extend) C[PU][UP]? graph"
+    r"Capture (?:cuda graph|cpu graph|(?:target|draft) (?:decode|verify|prefill|extend) (?:CUDA|CPU|NPU) graph"
     r"|draft (?:extend )?cuda graph|piecewise CUDA graph) begin"
 )
 

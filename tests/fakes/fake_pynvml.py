@@ -1,0 +1,88 @@
+"""A stand-in for the ``pynvml`` module with the functions hangwatch calls, for machines without a GPU.
+
+It has the same names and shapes as nvidia-ml-py (structs with ``.gpu``/``.memory``, ``.used``/``.total``,
+processes with ``.pid``/``.usedGpuMemory``; errors raised as ``NVMLError`` with NVML's messages), so the
+real ``NvmlGpuSource`` runs unchanged against it. The real path is validated on the GPU machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from dataclasses import field
+from types import SimpleNamespace
+
+NVML_CLOCK_SM = 1
+
+
+class NVMLError(Exception):
+    pass
+
+
+class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's spelling
+    def __str__(self) -> str:
+        return "Not Supported"
+
+
+class NVMLError_LibraryNotFound(NVMLError):  # noqa: N801
+    def __str__(self) -> str:
+        return "NVML Shared Library Not Found"
+
+
+@dataclass
+class FakeGpu:
+    name: str = "NVIDIA H200"
+    util: int = 3
+    mem_util: int = 0
+    used: int = 76 * 2**30
+    total: int = 141 * 2**30
+    power_mw: int = 120_000
+    sm_clock: int = 1980
+    processes: list[tuple[int, int | None]] = field(default_factory=list)
+    power_supported: bool = True
+    fail_util: str | None = None
+
+
+class FakeNvml:
+    """Construct with GPUs, then pass the instance where the pynvml module would go."""
+
+    NVML_CLOCK_SM = NVML_CLOCK_SM
+
+    def __init__(self, gpus: list[FakeGpu], init_error: NVMLError | None = None) -> None:
+        self.gpus = gpus
+        self.init_error = init_error
+        self.shutdown_called = False
+
+    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
+        if self.init_error is not None:
+            raise self.init_error
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        self.shutdown_called = True
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> FakeGpu:  # noqa: N802
+        return self.gpus[i]
+
+    def nvmlDeviceGetName(self, h: FakeGpu) -> bytes:  # noqa: N802
+        return h.name.encode()
+
+    def nvmlDeviceGetUtilizationRates(self, h: FakeGpu) -> SimpleNamespace:  # noqa: N802
+        if h.fail_util:
+            raise NVMLError(h.fail_util)
+        return SimpleNamespace(gpu=h.util, memory=h.mem_util)
+
+    def nvmlDeviceGetMemoryInfo(self, h: FakeGpu) -> SimpleNamespace:  # noqa: N802
+        return SimpleNamespace(used=h.used, total=h.total, free=h.total - h.used)
+
+    def nvmlDeviceGetPowerUsage(self, h: FakeGpu) -> int:  # noqa: N802
+        if not h.power_supported:
+            raise NVMLError_NotSupported()
+        return h.power_mw
+
+    def nvmlDeviceGetClockInfo(self, h: FakeGpu, clock: int) -> int:  # noqa: N802
+        return h.sm_clock
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: FakeGpu) -> list[SimpleNamespace]:  # noqa: N802
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in h.processes]
