@@ -73,11 +73,18 @@ def parse_stat(pid: int, text: str) -> Stat:
     )
 
 
+def _read(path: str) -> bytes:
+    # Plain os calls, not pathlib: these reads run for every process on every tick.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 65536)
+    finally:
+        os.close(fd)
+
+
 def read_stat(pid: int, root: Path = PROC) -> Stat | None:
     try:
-        text = (root / str(pid) / "stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
+        text = _read(f"{root}/{pid}/stat").decode("utf-8", "replace")
     except OSError:
         return None
     try:
@@ -90,9 +97,17 @@ def list_pids(root: Path = PROC) -> list[int]:
     return [int(name) for name in os.listdir(root) if name.isdigit()]
 
 
+def read_children(pid: int, root: Path = PROC) -> list[int]:
+    """Children created by the main thread (/proc/PID/task/PID/children); others come with a full scan."""
+    try:
+        return [int(x) for x in _read(f"{root}/{pid}/task/{pid}/children").split()]
+    except (OSError, ValueError):
+        return []
+
+
 def read_cmdline(pid: int, root: Path = PROC) -> tuple[str, ...] | None:
     try:
-        raw = (root / str(pid) / "cmdline").read_bytes()
+        raw = _read(f"{root}/{pid}/cmdline")
     except OSError:
         return None
     return tuple(part.decode("utf-8", "replace") for part in raw.split(b"\0") if part)
@@ -131,7 +146,7 @@ def parse_io(text: str) -> tuple[int, int]:
 def read_io(pid: int, root: Path = PROC) -> tuple[int, int] | Denied | None:
     """(rchar, wchar): every byte read or written, page cache and pipes included."""
     try:
-        text = (root / str(pid) / "io").read_text()
+        text = _read(f"{root}/{pid}/io").decode()
     except PermissionError:
         return Denied(f"/proc/{pid}/io is not readable by uid {os.geteuid()} (ptrace access mode)")
     except OSError:
@@ -219,3 +234,83 @@ def read_wchan(pid: int, root: Path = PROC) -> str | None:
         return (root / str(pid) / "wchan").read_text().strip() or None
     except OSError:
         return None
+
+
+def fd_targets(pid: int, root: Path = PROC) -> list[str] | Denied | None:
+    """Where every open fd of a process points (``/dev/nvidia0``, ``socket:[123]``, ``/dev/shm/x``)."""
+    fd_dir = root / str(pid) / "fd"
+    try:
+        names = os.listdir(fd_dir)
+    except PermissionError:
+        return Denied(f"/proc/{pid}/fd is not readable by uid {os.geteuid()}")
+    except OSError:
+        return None
+    targets = []
+    for name in names:
+        try:
+            targets.append(os.readlink(fd_dir / name))
+        except OSError:
+            continue
+    return targets
+
+
+def mapped_paths(pid: int, prefix: str, root: Path = PROC) -> set[str] | Denied | None:
+    """The files under ``prefix`` that a process has mapped (/proc/PID/maps), " (deleted)" removed."""
+    try:
+        text = (root / str(pid) / "maps").read_text(errors="replace")
+    except PermissionError:
+        return Denied(f"/proc/{pid}/maps is not readable by uid {os.geteuid()}")
+    except OSError:
+        return None
+    return parse_mapped_paths(text, prefix)
+
+
+def parse_mapped_paths(text: str, prefix: str) -> set[str]:
+    found = set()
+    for line in text.splitlines():
+        # address perms offset dev inode pathname: the path is the 6th field and may hold spaces.
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].startswith(prefix):
+            path = fields[5]
+            found.add(path[: -len(" (deleted)")] if path.endswith(" (deleted)") else path)
+    return found
+
+
+def read_uid(pid: int, root: Path = PROC) -> int | None:
+    """The real uid of a process (/proc/PID/status is readable for every process)."""
+    try:
+        for line in (root / str(pid) / "status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def read_meminfo(root: Path = PROC) -> dict[str, int]:
+    """/proc/meminfo in bytes: {"MemTotal": ..., "MemAvailable": ...}."""
+    values: dict[str, int] = {}
+    try:
+        text = (root / "meminfo").read_text()
+    except OSError:
+        return values
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            values[key] = int(parts[0]) * (1024 if len(parts) > 1 and parts[1] == "kB" else 1)
+    return values
+
+
+def read_mounts(root: Path = PROC) -> list[tuple[str, str]]:
+    """(mount point, filesystem type) of every mount this process sees."""
+    try:
+        text = (root / "self" / "mounts").read_text()
+    except OSError:
+        return []
+    mounts = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 3:
+            mounts.append((fields[1].replace("\\040", " "), fields[2]))
+    return mounts

@@ -1,8 +1,10 @@
 """Sample the whole process tree once per tick: membership, per-process counters, exits.
 
-Membership is decided from a full scan of /proc (one stat read per process) so that a process
-is found however it was started, and a process once seen stays a member while it lives, even
-after its parent dies and it is reparented (pid reuse is ruled out by its start time).
+Membership is decided from a full scan of /proc (one stat read per process) every few seconds,
+so that a process is found however it was started; between scans only the members and their
+main threads' children are read, which keeps a tick cheap on a host with a thousand processes.
+A process once seen stays a member while it lives, even after its parent dies and it is
+reparented (pid reuse is ruled out by its start time).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hangwatch.collect import procfs
+from hangwatch.collect import sockdiag
 from hangwatch.collect.deaths import DeathWatcher
 from hangwatch.model.samples import ExitHow
 from hangwatch.model.samples import ExitRecord
@@ -25,6 +28,7 @@ RoleNamer = Callable[[str, tuple[str, ...], bool, dict[str, str]], tuple[str | N
 """(title, cmdline, is_root, rank environment) -> (role, rank)."""
 
 # Environment variables that name a rank (torchrun, SLURM, MPI). Only these are ever read.
+FULL_SCAN_EVERY_S = 5.0
 RANK_ENV_KEYS = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"})
 
 
@@ -87,6 +91,7 @@ class TreeSampler:
         self._port_owner: dict[int, int] = {}  # socket inode -> pid
         self._deaths = DeathWatcher(root) if watch_deaths else None
         self._root_identities: set[Identity] = set()
+        self._last_full_scan: float | None = None
 
     @property
     def root_pids(self) -> set[int]:
@@ -103,12 +108,31 @@ class TreeSampler:
     def known_pids(self) -> set[int]:
         return {k.identity[0] for k in self._known.values() if not k.exit_recorded}
 
-    def sample(self, t: float) -> TreeReading:
+    def _read_stats(self, t: float) -> dict[int, procfs.Stat]:
+        if self._last_full_scan is None or t - self._last_full_scan >= FULL_SCAN_EVERY_S:
+            self._last_full_scan = t
+            candidates = procfs.list_pids(self._root)
+        else:
+            candidates = list(self._roots | set(self._known))
+            if self._adopter is not None:
+                candidates += procfs.read_children(self._adopter, self._root)
+            seen = set(candidates)
+            frontier = list(candidates)
+            while frontier:  # follow the main threads' children down the tree
+                for child in procfs.read_children(frontier.pop(), self._root):
+                    if child not in seen:
+                        seen.add(child)
+                        candidates.append(child)
+                        frontier.append(child)
         stats: dict[int, procfs.Stat] = {}
-        for pid in procfs.list_pids(self._root):
+        for pid in candidates:
             stat = procfs.read_stat(pid, self._root)
             if stat is not None:
                 stats[pid] = stat
+        return stats
+
+    def sample(self, t: float) -> TreeReading:
+        stats = self._read_stats(t)
         members = self._members(stats)
         errors: list[str] = []
         exits: list[ExitRecord] = []
@@ -119,7 +143,7 @@ class TreeSampler:
             ours = [pid for pid in members if stats[pid].ppid == os.getpid() or pid in self._roots]
             reaped = self._reap(ours) if ours else {}
 
-        listening = procfs.read_listening(self._root)
+        listening = sockdiag.listening_inodes() if self._root == procfs.PROC else procfs.read_listening(self._root)
         self._attribute_ports(listening, members)
         samples: list[ProcessSample] = []
         for pid in sorted(members):
