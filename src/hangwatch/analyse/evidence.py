@@ -56,7 +56,7 @@ def gpu_evidence(window: Sequence[Tick]) -> list[str]:
     if not samples:
         return []
     if samples[-1].unavailable:
-        return [f"GPU: unavailable: {samples[-1].unavailable}"]
+        return []  # said once in the report's notes, not in every verdict
     out = []
     indices = sorted({g.index for s in samples for g in s.gpus})
     for index in indices:

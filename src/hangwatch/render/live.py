@@ -131,8 +131,9 @@ class RichView:
             caption=self._caption(state),
             expand=False,
         )
-        for column in ("pid", "role", "name", "state", "CPU %", "I/O /s", "RSS", "GPU mem"):
-            table.add_column(column, justify="right" if column in ("CPU %", "I/O /s", "RSS", "GPU mem") else "left")
+        for column in ("pid", "role/rank", "name", "state", "CPU %", "I/O /s", "RSS", "GPU mem"):
+            numeric = column in ("CPU %", "I/O /s", "RSS", "GPU mem")
+            table.add_column(column, justify="right" if numeric else "left", no_wrap=True, min_width=5)
         for p in state.processes[:24]:
             gpu = state.gpu_mem_by_pid.get(p.pid)
             table.add_row(
