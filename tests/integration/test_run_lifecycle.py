@@ -10,8 +10,8 @@ import time
 
 import psutil
 import pytest
-from conftest import assert_all_gone
-from conftest import program
+from hwrun import assert_all_gone
+from hwrun import program
 from proc_helpers import proc_state
 from proc_helpers import spawn
 from proc_helpers import wait_for_file

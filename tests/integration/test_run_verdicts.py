@@ -5,8 +5,8 @@ from __future__ import annotations
 import socket
 
 import pytest
-from conftest import assert_all_gone
-from conftest import program
+from hwrun import assert_all_gone
+from hwrun import program
 from proc_helpers import free_port
 
 pytestmark = pytest.mark.timeout(180)

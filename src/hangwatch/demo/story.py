@@ -316,10 +316,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Replay an SGLang launch that loads its weights, then deadlocks in CUDA graph capture.",
     )
     parser.add_argument("--ranks", type=int, default=4, help="tensor-parallel scheduler processes (>= 2)")
-    parser.add_argument("--weights-seconds", type=float, default=4.0,
-                        help="how long each rank reads its target weight shard")
-    parser.add_argument("--draft-seconds", type=float, default=1.0,
-                        help="how long each rank reads the draft weights")
+    parser.add_argument(
+        "--weights-seconds", type=float, default=4.0, help="how long each rank reads its target weight shard"
+    )
+    parser.add_argument(
+        "--draft-seconds", type=float, default=1.0, help="how long each rank reads the draft weights"
+    )
     parser.add_argument("--shard-mb", type=int, default=16, help="size of each rank's weight shard file")
     parser.add_argument("--port", type=int, default=30000, help="the port the server would listen on")
     return parser

@@ -1,0 +1,53 @@
+"""A collective that one rank never joins: the others wait in all_reduce, the culprit is elsewhere.
+
+``--world-size`` ranks (default 2) form a gloo group. Every rank except ``--culprit`` (default the
+last) calls ``dist.all_reduce`` on a small tensor; the culprit instead sleeps forever in a function
+named ``rank_busy_elsewhere``. With the one-hour group timeout nobody errors: the waiters block in
+gloo (state S, ~0 % CPU), the culprit sleeps in ``time.sleep``. ``--ready-file`` is written once every
+rank has announced the call it enters. Needs torch (exit 2 without it).
+
+Example::
+
+    python tests/programs/gloo_missing_collective.py --world-size 4 --culprit 2
+"""
+
+from __future__ import annotations
+
+import time
+
+from _gloo import RankContext
+from _gloo import launch
+from _gloo import make_parser
+
+
+def rank_busy_elsewhere() -> None:
+    """Where the culprit is instead of the collective: a plain sleep, forever."""
+    while True:
+        time.sleep(3600)
+
+
+def rank_main(ctx: RankContext) -> None:
+    """Join the group, then either enter all_reduce or go elsewhere (the culprit)."""
+    dist = ctx.init_process_group()
+    import torch  # noqa: PLC0415  (imported by init_process_group already; only here for the tensor)
+
+    if ctx.rank == ctx.options["culprit"]:
+        ctx.announce("rank_busy_elsewhere")
+        rank_busy_elsewhere()
+    ctx.announce("all_reduce")
+    tensor = torch.ones(1024)
+    dist.all_reduce(tensor)
+    print(f"[rank {ctx.rank}] all_reduce returned {tensor[0].item()}", flush=True)
+
+
+def main() -> None:
+    """Parse arguments and launch every rank."""
+    parser = make_parser(__doc__.split("\n\n")[0])
+    parser.add_argument("--culprit", type=int, default=-1, help="rank that skips the collective (-1: last)")
+    args = parser.parse_args()
+    culprit = args.culprit % args.world_size
+    launch(args, rank_main, list(range(args.world_size)), {"culprit": culprit})
+
+
+if __name__ == "__main__":
+    main()
