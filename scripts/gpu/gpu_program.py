@@ -1,8 +1,8 @@
 """A small CUDA program for validating hangwatch's NVML path on a real GPU (run by validate_nvml.py).
 
-    python gpu_program.py alloc-then-ready   # 4 x 1 GiB with a line each, then "ALLOCATED", then idles
-    python gpu_program.py alloc-then-hang    # 2 GiB, one line, then silent forever (GPU idle)
-    python gpu_program.py silent-growth      # 1 GiB every 2 s for 20 s, no output, low CPU, then "GREW"
+python gpu_program.py alloc-then-ready   # 4 x 1 GiB with a line each, then "ALLOCATED", then idles
+python gpu_program.py alloc-then-hang    # 2 GiB, one line, then silent forever (GPU idle)
+python gpu_program.py silent-growth      # 1 GiB every 2 s for 20 s, no output, low CPU, then "GREW"
 """
 
 from __future__ import annotations

@@ -44,10 +44,18 @@ def gpu_facts(report: dict) -> dict:
             readings.append(g)
     tree = {p["pid"] for p in report["processes"]}
     return {
-        "unavailable": next(((t.get("gpu") or {}).get("unavailable") for t in report["timeline"] if t.get("gpu")), None),
+        "unavailable": next(
+            ((t.get("gpu") or {}).get("unavailable") for t in report["timeline"] if t.get("gpu")), None
+        ),
         "max_gpu_mem_of_tree_bytes": sum(v for k, v in per_pid.items() if k in tree),
-        "util_range": [min((g["util_pct"] for g in readings), default=None), max((g["util_pct"] for g in readings), default=None)],
-        "power_range_w": [min((g["power_w"] for g in readings), default=None), max((g["power_w"] for g in readings), default=None)],
+        "util_range": [
+            min((g["util_pct"] for g in readings), default=None),
+            max((g["util_pct"] for g in readings), default=None),
+        ],
+        "power_range_w": [
+            min((g["power_w"] for g in readings), default=None),
+            max((g["power_w"] for g in readings), default=None),
+        ],
         "sm_clock_mhz": readings[-1]["sm_clock_mhz"] if readings else None,
         "name": readings[-1]["name"] if readings else None,
     }
@@ -55,7 +63,9 @@ def gpu_facts(report: dict) -> dict:
 
 def main() -> int:
     results = {}
-    ready = hangwatch("alloc-then-ready", "--until-ready", "--ready-pattern", "ALLOCATED", "--stall-after", "30")
+    ready = hangwatch(
+        "alloc-then-ready", "--until-ready", "--ready-pattern", "ALLOCATED", "--stall-after", "30"
+    )
     results["alloc_then_ready"] = {
         "verdict": ready["verdict"]["state"],
         "notes": ready["notes"],
@@ -70,10 +80,15 @@ def main() -> int:
         **gpu_facts(hang),
     }
     grow = hangwatch("silent-growth", "--until-ready", "--ready-pattern", "GREW", "--stall-after", "6")
-    results["silent_growth"] = {"verdict": grow["verdict"]["state"], "notes": grow["notes"], **gpu_facts(grow)}
+    results["silent_growth"] = {
+        "verdict": grow["verdict"]["state"],
+        "notes": grow["notes"],
+        **gpu_facts(grow),
+    }
     checks = {
         "ready": results["alloc_then_ready"]["verdict"] == "ready",
-        "tree memory attributed (>= 4 GiB)": results["alloc_then_ready"]["max_gpu_mem_of_tree_bytes"] >= 4 * 2**30,
+        "tree memory attributed (>= 4 GiB)": results["alloc_then_ready"]["max_gpu_mem_of_tree_bytes"]
+        >= 4 * 2**30,
         "released after clean-up": any("released" in n for n in results["alloc_then_ready"]["notes"]),
         "hang stalled with GPU evidence": results["alloc_then_hang"]["verdict"] == "stalled"
         and any(e.startswith("GPU 0") for e in results["alloc_then_hang"]["evidence"]),

@@ -33,7 +33,9 @@ class UsageError(HangwatchError):
 
 
 class CommandNotFound(HangwatchError):
-    help_text = "Check the command after `--`: give its full path, or activate the environment that provides it."
+    help_text = (
+        "Check the command after `--`: give its full path, or activate the environment that provides it."
+    )
 
 
 class NoSuchProcess(HangwatchError):

@@ -52,37 +52,37 @@ class FakeNvml:
         self.init_error = init_error
         self.shutdown_called = False
 
-    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
+    def nvmlInit(self) -> None:
         if self.init_error is not None:
             raise self.init_error
 
-    def nvmlShutdown(self) -> None:  # noqa: N802
+    def nvmlShutdown(self) -> None:
         self.shutdown_called = True
 
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+    def nvmlDeviceGetCount(self) -> int:
         return len(self.gpus)
 
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> FakeGpu:  # noqa: N802
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> FakeGpu:
         return self.gpus[i]
 
-    def nvmlDeviceGetName(self, h: FakeGpu) -> bytes:  # noqa: N802
+    def nvmlDeviceGetName(self, h: FakeGpu) -> bytes:
         return h.name.encode()
 
-    def nvmlDeviceGetUtilizationRates(self, h: FakeGpu) -> SimpleNamespace:  # noqa: N802
+    def nvmlDeviceGetUtilizationRates(self, h: FakeGpu) -> SimpleNamespace:
         if h.fail_util:
             raise NVMLError(h.fail_util)
         return SimpleNamespace(gpu=h.util, memory=h.mem_util)
 
-    def nvmlDeviceGetMemoryInfo(self, h: FakeGpu) -> SimpleNamespace:  # noqa: N802
+    def nvmlDeviceGetMemoryInfo(self, h: FakeGpu) -> SimpleNamespace:
         return SimpleNamespace(used=h.used, total=h.total, free=h.total - h.used)
 
-    def nvmlDeviceGetPowerUsage(self, h: FakeGpu) -> int:  # noqa: N802
+    def nvmlDeviceGetPowerUsage(self, h: FakeGpu) -> int:
         if not h.power_supported:
             raise NVMLError_NotSupported()
         return h.power_mw
 
-    def nvmlDeviceGetClockInfo(self, h: FakeGpu, clock: int) -> int:  # noqa: N802
+    def nvmlDeviceGetClockInfo(self, h: FakeGpu, clock: int) -> int:
         return h.sm_clock
 
-    def nvmlDeviceGetComputeRunningProcesses(self, h: FakeGpu) -> list[SimpleNamespace]:  # noqa: N802
+    def nvmlDeviceGetComputeRunningProcesses(self, h: FakeGpu) -> list[SimpleNamespace]:
         return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in h.processes]

@@ -10,6 +10,7 @@ import time
 
 import psutil
 import pytest
+
 from hwrun import assert_all_gone
 from hwrun import program
 from proc_helpers import proc_state
@@ -27,7 +28,16 @@ def test_clean_exit(hw):
 
 
 def test_timeout_while_still_progressing(hw):
-    out = hw("run", "--quiet", "--stall-after", "10", "--timeout", "4", "--", *program("silent_compile", "--seconds", "60"))
+    out = hw(
+        "run",
+        "--quiet",
+        "--stall-after",
+        "10",
+        "--timeout",
+        "4",
+        "--",
+        *program("silent_compile", "--seconds", "60"),
+    )
     assert out.rc == 5
     assert out.verdict["state"] == "timeout"
     assert_all_gone(out.report)
@@ -45,7 +55,9 @@ def test_timeout_while_still_progressing(hw):
     ],
 )
 def test_bad_input_is_a_usage_error(args, message, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "hangwatch", *args], capture_output=True, text=True, timeout=30, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "hangwatch", *args], capture_output=True, text=True, timeout=30, cwd=tmp_path
+    )
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -53,7 +65,19 @@ def test_bad_input_is_a_usage_error(args, message, tmp_path):
 
 def _hangwatch_popen(tmp_path, *cmd: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "hangwatch", "run", "--quiet", "--run-dir", str(tmp_path / "run"), "--stall-after", "60", "--", *cmd],
+        [
+            sys.executable,
+            "-m",
+            "hangwatch",
+            "run",
+            "--quiet",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--stall-after",
+            "60",
+            "--",
+            *cmd,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -92,7 +116,11 @@ def test_sigkill_of_hangwatch_takes_the_tree_with_it(tmp_path):
         assert tree
         proc.kill()  # no chance to clean up: the guardian must
         proc.communicate(timeout=10)
-        wait_until(lambda: not any(psutil.pid_exists(p) for p in tree), timeout=15, what="tree killed by the guardian")
+        wait_until(
+            lambda: not any(psutil.pid_exists(p) for p in tree),
+            timeout=15,
+            what="tree killed by the guardian",
+        )
     finally:
         for pid in tree:
             try:
@@ -111,7 +139,17 @@ def test_log_with_binary_junk_huge_line_and_no_final_newline(hw):
         "out.flush()\n"
         "time.sleep(60)\n"
     )
-    out = hw("run", "--quiet", "--until-ready", "--ready-pattern", "READY without newline", "--", sys.executable, "-c", script)
+    out = hw(
+        "run",
+        "--quiet",
+        "--until-ready",
+        "--ready-pattern",
+        "READY without newline",
+        "--",
+        sys.executable,
+        "-c",
+        script,
+    )
     assert out.rc == 0, out.stderr
     assert out.verdict["state"] == "ready"
     log_size = os.path.getsize(out.report["log_path"])
@@ -121,9 +159,20 @@ def test_log_with_binary_junk_huge_line_and_no_final_newline(hw):
 def test_attach_names_the_stopped_rank_and_leaves_it_stopped(hw, tmp_path):
     ready = tmp_path / "ready"
     log = tmp_path / "server.log"
-    with log.open("w") as f, spawn(program("self_stop", "--ranks", "2", "--delay", "0.5", "--ready-file", str(ready)), stdout=f, stderr=f) as server:
+    with (
+        log.open("w") as f,
+        spawn(
+            program("self_stop", "--ranks", "2", "--delay", "0.5", "--ready-file", str(ready)),
+            stdout=f,
+            stderr=f,
+        ) as server,
+    ):
         wait_for_file(ready, timeout=30)
-        victim = wait_until(lambda: next((p for p in _tree_pids(server.pid) if proc_state(p) == "T"), None), timeout=10, what="victim stopped")
+        victim = wait_until(
+            lambda: next((p for p in _tree_pids(server.pid) if proc_state(p) == "T"), None),
+            timeout=10,
+            what="victim stopped",
+        )
         out = hw("attach", "--pid", str(server.pid), "--window", "30", "--stall-after", "6", "--quiet")
         assert out.rc == 3, out.stdout
         assert out.verdict["cause"] == "stopped"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 
 import pytest
+
 from hwrun import assert_all_gone
 from hwrun import program
 from proc_helpers import free_port
@@ -15,16 +17,24 @@ pytestmark = pytest.mark.timeout(180)
 def test_healthy_boot_is_ready_with_probe_history(hw):
     port = free_port()
     out = hw(
-        "run", "--until-ready", "--quiet", "--stall-after", "10",
-        "--ready-url", f"http://127.0.0.1:{port}/health",
-        "--", *program("healthy_server", "--port", str(port), "--load-seconds", "2", "--health-after", "2"),
+        "run",
+        "--until-ready",
+        "--quiet",
+        "--stall-after",
+        "10",
+        "--ready-url",
+        f"http://127.0.0.1:{port}/health",
+        "--",
+        *program("healthy_server", "--port", str(port), "--load-seconds", "2", "--health-after", "2"),
     )
     assert out.rc == 0, out.stderr
     v = out.verdict
     assert v["state"] == "ready"
     outcomes = [p["outcome"] for p in out.report["probes"]]
     assert outcomes[0] == "refused"  # nothing listens while loading: said, not hidden
-    assert {"outcome": "http", "status": 503} in [{"outcome": p["outcome"], "status": p["status"]} for p in out.report["probes"]]
+    assert {"outcome": "http", "status": 503} in [
+        {"outcome": p["outcome"], "status": p["status"]} for p in out.report["probes"]
+    ]
     assert out.report["probes"][-1]["status"] == 200
     assert out.report["schema"] == "hangwatch.report/1"
     assert_all_gone(out.report)
@@ -33,8 +43,15 @@ def test_healthy_boot_is_ready_with_probe_history(hw):
 def test_silent_cpu_bound_compile_longer_than_window_is_not_stalled(hw):
     port = free_port()
     out = hw(
-        "run", "--until-ready", "--quiet", "--stall-after", "4", "--ready-url", f"http://127.0.0.1:{port}/health",
-        "--", *program("silent_compile", "--seconds", "10", "--port", str(port)),
+        "run",
+        "--until-ready",
+        "--quiet",
+        "--stall-after",
+        "4",
+        "--ready-url",
+        f"http://127.0.0.1:{port}/health",
+        "--",
+        *program("silent_compile", "--seconds", "10", "--port", str(port)),
     )
     assert out.verdict["state"] == "ready", out.verdict
     assert out.rc == 0
@@ -43,8 +60,15 @@ def test_silent_cpu_bound_compile_longer_than_window_is_not_stalled(hw):
 def test_slow_weight_loading_seen_only_as_reads_is_not_stalled(hw, tmp_path):
     port = free_port()
     out = hw(
-        "run", "--until-ready", "--quiet", "--stall-after", "4", "--ready-url", f"http://127.0.0.1:{port}/health",
-        "--", *program("slow_loader", "--seconds", "10", "--size-mb", "16", "--port", str(port)),
+        "run",
+        "--until-ready",
+        "--quiet",
+        "--stall-after",
+        "4",
+        "--ready-url",
+        f"http://127.0.0.1:{port}/health",
+        "--",
+        *program("slow_loader", "--seconds", "10", "--size-mb", "16", "--port", str(port)),
     )
     assert out.verdict["state"] == "ready", out.verdict
     io_ticks = [
@@ -79,8 +103,14 @@ def test_port_already_in_use(hw):
 
 def test_rank_sigkilled_while_peer_waits_on_queue(hw, tmp_path):
     out = hw(
-        "run", "--quiet", "--stall-after", "30",
-        "--", *program("dead_peer", "--ranks", "2", "--victim", "1", "--delay", "1", "--ready-file", str(tmp_path / "r")),
+        "run",
+        "--quiet",
+        "--stall-after",
+        "30",
+        "--",
+        *program(
+            "dead_peer", "--ranks", "2", "--victim", "1", "--delay", "1", "--ready-file", str(tmp_path / "r")
+        ),
     )
     v = out.verdict
     assert out.rc == 4, v
@@ -89,28 +119,46 @@ def test_rank_sigkilled_while_peer_waits_on_queue(hw, tmp_path):
     rec = out.process(victim)
     assert rec["exit_code"] == -9  # SIGKILL, read before the launcher could reap it
     assert rec["exit_how"] in ("zombie-stat", "waitpid")
-    assert out.report["duration_s"] < 25, "the others wait forever: the verdict must not wait out the stall window"
+    assert out.report["duration_s"] < 25, (
+        "the others wait forever: the verdict must not wait out the stall window"
+    )
     assert_all_gone(out.report)
 
 
 def test_worker_that_stops_itself(hw, tmp_path):
     out = hw(
-        "run", "--quiet", "--stall-after", "8",
-        "--", *program("self_stop", "--ranks", "2", "--victim", "1", "--delay", "1", "--ready-file", str(tmp_path / "r")),
+        "run",
+        "--quiet",
+        "--stall-after",
+        "8",
+        "--",
+        *program(
+            "self_stop", "--ranks", "2", "--victim", "1", "--delay", "1", "--ready-file", str(tmp_path / "r")
+        ),
     )
     v = out.verdict
     assert out.rc == 3, v
     assert v["state"] == "stalled" and v["cause"] == "stopped"
     (culprit,) = v["culprits"]
     assert out.process(culprit)["state"] in ("T", "gone")
+    # Killed by the clean-up, and the report says so (not "vanished", not 0).
+    assert out.process(culprit)["exit_code"] in (-signal.SIGTERM, -signal.SIGKILL)
     assert_all_gone(out.report)  # stopped processes are killed too
 
 
 def test_server_that_accepts_but_never_answers(hw):
     port = free_port()
     out = hw(
-        "run", "--quiet", "--stall-after", "6", "--probe-timeout", "1", "--ready-url", f"http://127.0.0.1:{port}/health",
-        "--", *program("accept_no_answer", "--port", str(port)),
+        "run",
+        "--quiet",
+        "--stall-after",
+        "6",
+        "--probe-timeout",
+        "1",
+        "--ready-url",
+        f"http://127.0.0.1:{port}/health",
+        "--",
+        *program("accept_no_answer", "--port", str(port)),
     )
     assert out.rc == 3
     outcomes = {p["outcome"] for p in out.report["probes"]}
@@ -120,11 +168,21 @@ def test_server_that_accepts_but_never_answers(hw):
 
 def test_progress_then_silence_with_still_waiting_lines(hw):
     out = hw(
-        "run", "--quiet", "--stall-after", "5",
-        "--waiting-pattern", "No available shared memory broadcast block",
-        "--", *program(
-            "progress_then_hang", "--seconds", "2", "--waiting-every", "1",
-            "--waiting-line", "No available shared memory broadcast block found in 60 seconds.",
+        "run",
+        "--quiet",
+        "--stall-after",
+        "5",
+        "--waiting-pattern",
+        "No available shared memory broadcast block",
+        "--",
+        *program(
+            "progress_then_hang",
+            "--seconds",
+            "2",
+            "--waiting-every",
+            "1",
+            "--waiting-line",
+            "No available shared memory broadcast block found in 60 seconds.",
         ),
     )
     v = out.verdict

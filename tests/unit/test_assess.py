@@ -22,7 +22,9 @@ from hangwatch.model.vocabulary import Cause
 from hangwatch.model.vocabulary import State
 
 
-def proc(pid: int, state: str = "S", cpu: float = 0.0, io: int = 0, ports: tuple[int, ...] = ()) -> ProcessSample:
+def proc(
+    pid: int, state: str = "S", cpu: float = 0.0, io: int = 0, ports: tuple[int, ...] = ()
+) -> ProcessSample:
     return ProcessSample(pid, 1, f"p{pid}", ("x",), state, 10.0, cpu, 0, 0, io, 4, 1 << 20, ports, None, None)
 
 
@@ -37,13 +39,17 @@ def test_each_signal_counts_as_progress():
     assert progress_signals(base, tick(1, proc(1, cpu=0.9), proc(2)), None)[0].kind == "cpu"
     assert progress_signals(base, tick(1, proc(1, ports=(8000,)), proc(2)), None)[0].kind == "port"
     assert progress_signals(base, tick(1, proc(1), proc(2), proc(3)), None)[0].kind == "process"
-    assert progress_signals(base, tick(1, proc(1), proc(2), log=LogSample(new_lines=2)), None)[0].kind == "log"
+    assert (
+        progress_signals(base, tick(1, proc(1), proc(2), log=LogSample(new_lines=2)), None)[0].kind == "log"
+    )
     refused = ProbeResult(0, "u", ProbeOutcome.REFUSED)
     http = ProbeResult(1, "u", ProbeOutcome.HTTP, 503)
     assert progress_signals(base, tick(1, proc(1), proc(2), probes=(http,)), refused)[0].kind == "probe"
     gpu0 = GpuSample(gpus=(GpuReading(0, "H200", 3, 0, 10 << 30, 141 << 30, 120, 1980),))
     gpu1 = GpuSample(gpus=(GpuReading(0, "H200", 3, 0, 12 << 30, 141 << 30, 120, 1980),))
-    assert progress_signals(tick(0, proc(1), gpu=gpu0), tick(1, proc(1), gpu=gpu1), None)[0].kind == "gpu-memory"
+    assert (
+        progress_signals(tick(0, proc(1), gpu=gpu0), tick(1, proc(1), gpu=gpu1), None)[0].kind == "gpu-memory"
+    )
 
 
 def test_noise_is_not_progress():
@@ -114,7 +120,9 @@ def test_root_crash_causes_in_priority_order():
 def test_oom_killed_needs_evidence():
     a = _assessor(60)
     a.observe(tick(0, proc(1)))
-    root = ExitRecord(1.0, 1, "python", "main", None, ExitHow.WAITPID, signal=9, oom_evidence="kernel: Killed process 1")
+    root = ExitRecord(
+        1.0, 1, "python", "main", None, ExitHow.WAITPID, signal=9, oom_evidence="kernel: Killed process 1"
+    )
     v = a.observe(tick(1, exits=(root,)))
     assert v is not None and v.cause is Cause.OOM_KILLED
 

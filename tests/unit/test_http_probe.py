@@ -8,10 +8,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from proc_helpers import free_port
-
 from hangwatch.collect.http_probe import probe_once
 from hangwatch.model.samples import ProbeOutcome
+from proc_helpers import free_port
 
 
 @contextmanager

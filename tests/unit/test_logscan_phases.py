@@ -55,15 +55,31 @@ def _phases(profile_name: str, lines: list[str]) -> list[str]:
 
 def test_vllm_cpu_boot_phases():
     assert _phases("vllm", VLLM_CPU_BOOT) == [
-        "process_start", "args", "engine_core", "dist_init", "weights", "model_loaded",
-        "compile", "profile", "kv_alloc", "engine_ready", "http_starting",
+        "process_start",
+        "args",
+        "engine_core",
+        "dist_init",
+        "weights",
+        "model_loaded",
+        "compile",
+        "profile",
+        "kv_alloc",
+        "engine_ready",
+        "http_starting",
     ]
 
 
 def test_sglang_draft_model_loads_as_its_own_phase_and_ranks_do_not_move_phases_back():
     assert _phases("sglang", SGLANG_EAGLE3_BOOT) == [
-        "process_start", "args", "dist_init", "weights", "weights_loaded", "draft_weights", "weights_loaded",
-        "kv_alloc", "cuda_graph",
+        "process_start",
+        "args",
+        "dist_init",
+        "weights",
+        "weights_loaded",
+        "draft_weights",
+        "weights_loaded",
+        "kv_alloc",
+        "cuda_graph",
     ]
 
 
@@ -101,18 +117,26 @@ def test_still_waiting_lines_are_not_progress():
 
 def test_probe_echo_lines_are_not_progress():
     scanner = LogScanner(engines.by_name("sglang"), probe_echo=lambda: ('"GET /health HTTP', ":51234"))
-    lines = ('[2026-11-29 06:52:10] INFO:     127.0.0.1:51234 - "GET /health HTTP/1.1" 503 Service Unavailable',)
+    lines = (
+        '[2026-11-29 06:52:10] INFO:     127.0.0.1:51234 - "GET /health HTTP/1.1" 503 Service Unavailable',
+    )
     assert scanner.scan(lines, 90, 1.0).progress_lines == 0
 
 
 @pytest.mark.parametrize(
     ("line", "cause"),
     [
-        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity", Cause.CUDA_OOM),
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity",
+            Cause.CUDA_OOM,
+        ),
         ("OSError: [Errno 98] Address already in use", Cause.PORT_IN_USE),
         ("Traceback (most recent call last):", Cause.EXCEPTION),
         ("ValueError: head_dim 16 is not supported", Cause.EXCEPTION),
-        ("(EngineCore pid=200) ERROR 11-29 06:52:10 [core.py:1] Engine core initialization failed. See root cause above.", Cause.EXCEPTION),
+        (
+            "(EngineCore pid=200) ERROR 11-29 06:52:10 [core.py:1] Engine core initialization failed. See root cause above.",
+            Cause.EXCEPTION,
+        ),
     ],
 )
 def test_findings(line, cause):
@@ -121,9 +145,11 @@ def test_findings(line, cause):
 
 
 def test_ready_line_and_detection_from_command_lines():
-    assert LogScanner(engines.by_name("sglang")).scan(
-        ("[2026-11-29 06:52:12] The server is fired up and ready to roll!",), 10, 0.0
-    ).ready_line
+    assert (
+        LogScanner(engines.by_name("sglang"))
+        .scan(("[2026-11-29 06:52:12] The server is fired up and ready to roll!",), 10, 0.0)
+        .ready_line
+    )
     assert engines.detect(["python", "-m", "vllm.entrypoints.openai.api_server"]).name == "vllm"
     assert engines.detect(["vllm", "serve", "m"]).name == "vllm"
     assert engines.detect(["python3", "-m", "sglang.launch_server", "--model-path", "m"]).name == "sglang"
@@ -137,5 +163,8 @@ def test_roles_and_health_urls():
     assert sglang.role_of("sglang::scheduler_DP0_TP3", (), False, {}) == ("scheduler", "DP0_TP3")
     assert sglang.role_of("sglang::detokenizer", (), False, {}) == ("detokenizer", None)
     assert engines.by_name("generic").role_of("python", (), False, {"RANK": "3"}) == ("rank", "3")
-    assert vllm.health_url(["vllm", "serve", "m", "--host", "0.0.0.0", "--port", "9000"]) == "http://127.0.0.1:9000/health"
+    assert (
+        vllm.health_url(["vllm", "serve", "m", "--host", "0.0.0.0", "--port", "9000"])
+        == "http://127.0.0.1:9000/health"
+    )
     assert sglang.health_url(["python", "-m", "sglang.launch_server"]) == "http://127.0.0.1:30000/health"

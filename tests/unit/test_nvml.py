@@ -5,12 +5,13 @@ from __future__ import annotations
 from fakes.fake_pynvml import FakeGpu
 from fakes.fake_pynvml import FakeNvml
 from fakes.fake_pynvml import NVMLError_LibraryNotFound
-
 from hangwatch.collect.nvml import NvmlGpuSource
 
 
 def test_readings_and_memory_per_process():
-    nvml = FakeNvml([FakeGpu(processes=[(101, 70 * 2**30), (102, None)]), FakeGpu(util=100, power_mw=125_000)])
+    nvml = FakeNvml(
+        [FakeGpu(processes=[(101, 70 * 2**30), (102, None)]), FakeGpu(util=100, power_mw=125_000)]
+    )
     sample = NvmlGpuSource(nvml).read()
     assert sample.unavailable is None and sample.error is None
     g0, g1 = sample.gpus

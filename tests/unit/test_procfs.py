@@ -9,6 +9,7 @@ from pathlib import Path
 
 from hangwatch.collect import procfs
 
+
 def _stat_line(comm: str) -> str:
     """A /proc/PID/stat line laid out as proc(5) says: fields 3..52 after "(comm)"."""
     fields = ["0"] * 50

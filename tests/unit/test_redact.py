@@ -8,7 +8,16 @@ from hangwatch.redact import redact_url
 
 
 def test_argv_flags_with_separate_and_inline_values():
-    argv = ["vllm", "serve", "m", "--api-key", "abc123", "--hf-token=hf_abcdefghijklmnopqrstuvwxyz", "--port", "8000"]
+    argv = [
+        "vllm",
+        "serve",
+        "m",
+        "--api-key",
+        "abc123",
+        "--hf-token=hf_abcdefghijklmnopqrstuvwxyz",
+        "--port",
+        "8000",
+    ]
     out = redact_argv(argv)
     assert out == ("vllm", "serve", "m", "--api-key", MASK, f"--hf-token={MASK}", "--port", "8000")
 
@@ -19,7 +28,10 @@ def test_tokenizer_flags_are_not_secrets():
 
 
 def test_url_userinfo_and_secret_query():
-    assert redact_url("http://user:pw@host:8000/health?token=abc&x=1") == f"http://{MASK}@host:8000/health?token={MASK}&x=1"
+    assert (
+        redact_url("http://user:pw@host:8000/health?token=abc&x=1")
+        == f"http://{MASK}@host:8000/health?token={MASK}&x=1"
+    )
 
 
 def test_free_text():

@@ -1,7 +1,9 @@
 """The verdict state machine: fold ticks in, get a verdict out when one is reached.
 
 ready    the profile's readiness rule holds (probe status or a ready line)
-stalled  nothing progressed for ``stall_after`` seconds (sooner for a stopped peer)
+stalled  nothing progressed for ``stall_after`` seconds; sooner for a stopped peer, and as soon as the
+         stacks show a wait nothing inside the tree can end (``closed_wait``: ranks waiting on each
+         other, a stopped or dead peer, a lock cycle): the samples that prove it take 8-10 s (stackwatch.py)
 crashed  a process of the tree failed: the command itself, or a rank the others then wait for
 exited   the command ended cleanly
 timeout  ``timeout`` reached while still progressing
@@ -13,6 +15,7 @@ import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import replace
 
 from hangwatch.analyse import causes
 from hangwatch.analyse.evidence import window_evidence
@@ -46,6 +49,7 @@ class Policy:
 
 
 StallClassifier = Callable[[list[Tick]], causes.Diagnosis | None]
+ClosedWait = Callable[[list[Tick]], causes.Diagnosis | None]
 
 
 class Assessor:
@@ -56,14 +60,21 @@ class Assessor:
         root_pids: set[int],
         spinning: Callable[[int], bool] = lambda pid: False,
         classifiers: tuple[StallClassifier, ...] = (),
+        *,
+        closed_wait: ClosedWait | None = None,
+        moved: Callable[[], tuple[int, ...]] | None = None,
     ) -> None:
         self.profile = profile
         self.policy = policy
         self.phases = PhaseTracker(profile)
         self.clock = ProgressClock()
+        # Progress other than CPU time: when only CPU moves, stacks decide whether it is work or a spin.
+        self.solid_clock = ProgressClock()
         self._root_pids = root_pids
         self._spinning = spinning
         self._classifiers = classifiers
+        self._closed_wait = closed_wait
+        self._moved = moved
         self._history: deque[Tick] = deque()
         self._prev: Tick | None = None
         self.last_probe: ProbeResult | None = None
@@ -86,8 +97,16 @@ class Assessor:
         """Fold one tick in; a verdict when one is reached (at most one ``ready`` is returned)."""
         self.now = tick.t
         signals = progress_signals(self._prev, tick, self.last_probe, self.policy.thresholds, self._spinning)
+        if self._moved is not None:
+            # A thread on CPU whose stack moved between two captures executes code, even when the
+            # machine is so loaded that its CPU share stays under the threshold. As weak as CPU time.
+            moved = self._moved()
+            signals += tuple(
+                ProgressSignal("stack", pid, f"[{pid}] stack moved while on CPU") for pid in moved
+            )
         self.last_signals = signals
         self.clock.observe(tick.t, signals)
+        self.solid_clock.observe(tick.t, tuple(s for s in signals if s.kind not in ("cpu", "stack")))
         for event in tick.log.phase_events:
             self.phases.observe(event)
         if tick.log.waiting_lines and tick.log.last_line:
@@ -125,6 +144,11 @@ class Assessor:
             fast = causes.stopped_processes(tick) and quiet >= min(FAST_STALL_S, self.policy.stall_after)
             if fast or quiet >= self.policy.stall_after:
                 return self._stalled(tick, quiet)
+            closed = (
+                self._closed_wait(self.window()) if self._closed_wait is not None and quiet >= 1.0 else None
+            )
+            if closed is not None:
+                return self._stalled(tick, quiet, closed)
         if self.policy.timeout is not None and tick.t >= self.policy.timeout and not self.serving:
             return self._verdict(
                 State.TIMEOUT,
@@ -147,10 +171,14 @@ class Assessor:
         start = self.clock.last_progress_t
         return [t for t in self._history if t.t >= start] or list(self._history)[-1:]
 
-    def _stalled(self, tick: Tick, quiet: float) -> Verdict:
+    def stalled_now(self, tick: Tick) -> Verdict:
+        """The stall verdict again, for when more evidence (a stack capture) came after it was reached."""
+        return self._stalled(tick, self.clock.quiet_for(tick.t))
+
+    def _stalled(self, tick: Tick, quiet: float, closed: causes.Diagnosis | None = None) -> Verdict:
         window = self.window()
-        diagnosis = None
-        for classify in self._classifiers:
+        diagnosis = closed
+        for classify in () if closed is not None else self._classifiers:
             diagnosis = classify(window)
             if diagnosis is not None:
                 break
@@ -159,22 +187,37 @@ class Assessor:
             if diagnosis is None or basic.cause is not Cause.UNKNOWN:
                 diagnosis = basic
         summary = f"stalled: nothing progressed for {quiet:.0f} s; {diagnosis.explanation}"
-        evidence = window_evidence(window, quiet, self.last_probe, self._last_waiting_line)
-        return self._verdict(State.STALLED, diagnosis.cause, summary, diagnosis.culprits, evidence)
+        if closed is not None:
+            summary += (
+                " (nothing inside the tree can end this wait: not waiting out"
+                f" --stall-after {self.policy.stall_after:g} s)"
+            )
+        evidence = [
+            *diagnosis.evidence,
+            *window_evidence(window, quiet, self.last_probe, self._last_waiting_line),
+        ]
+        verdict = self._verdict(State.STALLED, diagnosis.cause, summary, diagnosis.culprits, evidence)
+        return replace(verdict, confidence=diagnosis.confidence)
 
     def _crashed(self, tick: Tick) -> Verdict:
         diagnosis = causes.diagnose_crash(self.failures, self.findings, self._root_pids)
-        evidence = [f"{e.name} [{e.pid}] {e.status_text} at {e.t:.1f} s ({e.how.value})" for e in self.failures]
+        evidence = [
+            f"{e.name} [{e.pid}] {e.status_text} at {e.t:.1f} s ({e.how.value})" for e in self.failures
+        ]
         evidence += [f"log: {f.line[:200]}" for f in self._first_findings()]
         evidence += window_evidence(self.window(), self.clock.quiet_for(tick.t), self.last_probe, None)[1:]
-        return self._verdict(State.CRASHED, diagnosis.cause, f"crashed: {diagnosis.explanation}", diagnosis.culprits, evidence)
+        return self._verdict(
+            State.CRASHED, diagnosis.cause, f"crashed: {diagnosis.explanation}", diagnosis.culprits, evidence
+        )
 
     def _exited(self, tick: Tick, root_exit: ExitRecord) -> Verdict:
         if root_exit.exit_code is None and root_exit.signal is None:
             summary = "the command ended (exit status unknown: it was not our child and was reaped before we looked)"
         else:
             summary = f"the command exited cleanly ({root_exit.status_text})"
-        return self._verdict(State.EXITED, None, summary, (), [f"{root_exit.name} [{root_exit.pid}] {root_exit.status_text}"])
+        return self._verdict(
+            State.EXITED, None, summary, (), [f"{root_exit.name} [{root_exit.pid}] {root_exit.status_text}"]
+        )
 
     def _first_findings(self) -> list[LogFinding]:
         seen: set[Cause] = set()

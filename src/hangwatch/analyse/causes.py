@@ -43,6 +43,43 @@ NEXT_STEPS: dict[Cause, tuple[str, ...]] = {
         "running (hangwatch cleanup --port PORT stops that tree).",
     ),
     Cause.EXCEPTION: ("Read the traceback above; the first exception in the log is usually the root cause.",),
+    Cause.COLLECTIVE_WAIT: (
+        "Look at the odd ones out first: the ranks that are not in the collective are where the hang is; "
+        "`hangwatch stacks --pid PID` shows them again.",
+        "Re-run with `NCCL_DEBUG=INFO` (and `TORCH_DISTRIBUTED_DEBUG=DETAIL`) to see the last collective "
+        "each rank entered; `TORCH_NCCL_TRACE_BUFFER_SIZE=2000` enables the Flight Recorder for the "
+        "next hang.",
+        "If every rank waits in the same collective: `NCCL_P2P_DISABLE=1` (and `NCCL_CUMEM_ENABLE=0`), "
+        "`--disable-custom-all-reduce`, one change at a time; run a 2-rank all_reduce outside the engine.",
+    ),
+    Cause.RENDEZVOUS_WAIT: (
+        "Some ranks never joined the group: check that every rank was started (all nodes, "
+        "`--nnodes`/`--node-rank`), that MASTER_ADDR/MASTER_PORT (or the init method) are the same "
+        "everywhere and reachable, and that no firewall blocks the port.",
+        "`TORCH_DISTRIBUTED_DEBUG=DETAIL` and `NCCL_DEBUG=INFO` on every rank print which ranks checked in.",
+    ),
+    Cause.LOCK_DEADLOCK: (
+        "Threads wait for locks each other holds: read the `with ...lock` lines in the stacks; take the "
+        "locks in one global order, or use a timeout on acquire to break the cycle.",
+        "`py-spy dump --pid PID --locals` shows which lock objects each thread holds.",
+    ),
+    Cause.CUDA_GRAPH_CAPTURE: (
+        "A rank hangs inside CUDA graph capture: confirm with `--disable-cuda-graph` (SGLang) or "
+        "`--enforce-eager` (vLLM); if that boots, shrink the captured batch sizes "
+        "(`--cuda-graph-max-bs`, `--max-seq-len-to-capture`) or disable custom all-reduce during capture.",
+    ),
+    Cause.COMPILE_STALL: (
+        "Compilation or a JIT build is stuck: give each process its own cache dir "
+        "(`TORCHINDUCTOR_CACHE_DIR`, `TRITON_CACHE_DIR`, `FLASHINFER_WORKSPACE_BASE`), remove stale lock "
+        "files (`*.lock` in those dirs, especially on NFS), and check for a hung `ninja`/`nvcc` child.",
+        "To confirm: `--enforce-eager` (vLLM) or drop `--enable-torch-compile` (SGLang) and boot again.",
+    ),
+    Cause.GPU_SPIN: (
+        "The host waits for the GPU and the GPU never finishes: a kernel spinning on a flag "
+        "(100 % utilisation at low power, GPM pipes idle) or a stream waiting on an event that never fires. "
+        "Re-run with `CUDA_LAUNCH_BLOCKING=1` to find the kernel; try `--disable-custom-all-reduce` and "
+        "`NCCL_P2P_DISABLE=1`; a GPU left at 100 % after the process died needs a reset.",
+    ),
     Cause.UNKNOWN: (
         "Take stacks of every rank (`hangwatch stacks --pid PID`, or `py-spy dump --pid PID` for each) to see "
         "where each process waits.",
@@ -55,6 +92,11 @@ class Diagnosis:
     cause: Cause
     culprits: tuple[int, ...]
     explanation: str
+    confidence: str | None = None  # "high", "medium", "low" (stack rules say how sure they are)
+    # Nothing inside the tree can end this wait (ranks waiting on each other, a stopped or dead peer,
+    # a lock cycle): the verdict need not wait out the whole stall window.
+    closed: bool = False
+    evidence: tuple[str, ...] = ()
 
 
 def is_significant_failure(exit_: ExitRecord, is_root: bool) -> bool:
@@ -89,14 +131,18 @@ def diagnose_stall(window: Sequence[Tick], findings: Sequence[LogFinding]) -> Di
     stopped = stopped_processes(last)
     if stopped:
         names = _names(last, stopped)
-        return Diagnosis(Cause.STOPPED, stopped, f"{names} stopped (state T); the rest of the tree waits for it")
+        return Diagnosis(
+            Cause.STOPPED, stopped, f"{names} stopped (state T); the rest of the tree waits for it"
+        )
     in_d = io_waiting_processes(window)
     if in_d:
         return Diagnosis(Cause.IO_WAIT, in_d, f"{_names(last, in_d)} in uninterruptible I/O (state D)")
     by_cause = {f.cause: f for f in findings}
     for cause in (Cause.CUDA_OOM, Cause.PORT_IN_USE, Cause.EXCEPTION):
         if cause in by_cause:
-            return Diagnosis(cause, (), f"the log reported it and nothing moved since: {by_cause[cause].line[:200]}")
+            return Diagnosis(
+                cause, (), f"the log reported it and nothing moved since: {by_cause[cause].line[:200]}"
+            )
     return Diagnosis(Cause.UNKNOWN, (), "no process state or log line names a cause")
 
 
@@ -104,7 +150,8 @@ def diagnose_crash(
     failures: Sequence[ExitRecord], findings: Sequence[LogFinding], root_pids: set[int]
 ) -> Diagnosis:
     """Name the cause of a crash from the first significant death and the log findings."""
-    first = failures[0]
+    # Deaths seen in the same tick are in pid order: the one killed by a signal is the likelier cause.
+    first = min(failures, key=lambda f: (f.t, f.signal is None))
     culprits = tuple(dict.fromkeys(f.pid for f in failures))
     by_cause = {f.cause: f for f in findings}
     death = f"{first.name} [{first.pid}] {first.status_text}"
@@ -116,6 +163,14 @@ def diagnose_crash(
         return Diagnosis(Cause.OOM_KILLED, (k.pid,), f"{k.name} [{k.pid}] was OOM-killed: {k.oom_evidence}")
     if Cause.PORT_IN_USE in by_cause:
         return Diagnosis(Cause.PORT_IN_USE, culprits, f"{death}: {by_cause[Cause.PORT_IN_USE].line[:200]}")
+    if first.pid not in root_pids and first.signal is not None and _only_after(findings, first.t):
+        # A rank killed by a signal, and the exceptions came after it: its peers' "Connection closed by
+        # peer" tracebacks are the consequence (gloo notices a dead peer at once), not the cause.
+        return Diagnosis(
+            Cause.DEAD_PEER,
+            (first.pid,),
+            f"{death}; its peers failed after it: {_exception_summary(findings)}",
+        )
     if first.pid not in root_pids and Cause.EXCEPTION not in by_cause:
         note = ""
         if first.signal == signal.SIGKILL:
@@ -126,16 +181,25 @@ def diagnose_crash(
         return Diagnosis(Cause.EXCEPTION, culprits, f"{death} after an exception: {summary}")
     if first.signal == signal.SIGKILL:
         return Diagnosis(
-            Cause.UNKNOWN, culprits, f"{death}: possibly the OOM killer, but no kernel or cgroup record was readable"
+            Cause.UNKNOWN,
+            culprits,
+            f"{death}: possibly the OOM killer, but no kernel or cgroup record was readable",
         )
     if first.how is ExitHow.VANISHED:
         return Diagnosis(Cause.UNKNOWN, culprits, f"{death}")
     return Diagnosis(Cause.UNKNOWN, culprits, f"{death} without a traceback or known message in the log")
 
 
+def _only_after(findings: Sequence[LogFinding], t: float) -> bool:
+    """Every exception finding was logged at or after ``t`` (within one tick: both are tick times)."""
+    return all(f.t >= t - 1.0 for f in findings if f.cause is Cause.EXCEPTION)
+
+
 def _exception_summary(findings: Sequence[LogFinding]) -> str:
     """The line naming the exception (``ValueError: ...``), not the ``Traceback`` header."""
-    lines = [f.line for f in findings if f.cause is Cause.EXCEPTION and not f.line.lstrip().startswith("Traceback")]
+    lines = [
+        f.line for f in findings if f.cause is Cause.EXCEPTION and not f.line.lstrip().startswith("Traceback")
+    ]
     if not lines:
         lines = [f.line for f in findings if f.cause is Cause.EXCEPTION]
     return lines[-1][:300] if lines else "see the log"

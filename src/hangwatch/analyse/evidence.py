@@ -19,7 +19,9 @@ def window_evidence(
     out: list[str] = []
     waiting = sum(t.log.waiting_lines for t in window)
     if waiting and waiting_line:
-        out.append(f"log: only 'still waiting' lines for {quiet_s:.0f} s ({waiting}x: {redact_text(waiting_line)[:160]})")
+        out.append(
+            f"log: only 'still waiting' lines for {quiet_s:.0f} s ({waiting}x: {redact_text(waiting_line)[:160]})"
+        )
     else:
         out.append(f"log silent {quiet_s:.0f} s")
     last = window[-1]

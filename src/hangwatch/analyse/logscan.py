@@ -22,11 +22,22 @@ _FINDINGS: tuple[tuple[Cause, re.Pattern[str]], ...] = (
         ),
     ),
     (Cause.PORT_IN_USE, re.compile(r"Address already in use|EADDRINUSE|\[Errno 98\]|address already in use")),
-    (Cause.EXCEPTION, re.compile(r"^Traceback \(most recent call last\):|^\S.*\bTraceback \(most recent call last\):")),
+    (
+        Cause.EXCEPTION,
+        re.compile(r"^Traceback \(most recent call last\):|^\S.*\bTraceback \(most recent call last\):"),
+    ),
     # The summary line that ends a traceback: "ValueError: ...", "torch.OutOfMemoryError: ...".
-    (Cause.EXCEPTION, re.compile(r"^(?:\(\S+ pid=\d+\) )?(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)(?::|$)")),
-    (Cause.EXCEPTION, re.compile(r"Engine core initialization failed|WorkerProc (?:failed to start|initialization failed)"
-                                 r"|Scheduler hit an exception|Initialization failed\.")),
+    (
+        Cause.EXCEPTION,
+        re.compile(r"^(?:\(\S+ pid=\d+\) )?(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)(?::|$)"),
+    ),
+    (
+        Cause.EXCEPTION,
+        re.compile(
+            r"Engine core initialization failed|WorkerProc (?:failed to start|initialization failed)"
+            r"|Scheduler hit an exception|Initialization failed\."
+        ),
+    ),
 )
 _MAX_FINDINGS_PER_TICK = 20
 

@@ -58,7 +58,9 @@ def progress_signals(
             signals.append(ProgressSignal("process", p.pid, f"new process {p.pid} ({p.name})"))
             continue
         if p.io_delta_bytes / dt >= thresholds.io_bytes_per_s:
-            signals.append(ProgressSignal("io", p.pid, f"{p.name} [{p.pid}] I/O {human_bytes(p.io_delta_bytes)}"))
+            signals.append(
+                ProgressSignal("io", p.pid, f"{p.name} [{p.pid}] I/O {human_bytes(p.io_delta_bytes)}")
+            )
         if p.cpu_delta_s / dt >= thresholds.cpu_cores and not spinning(p.pid):
             signals.append(ProgressSignal("cpu", p.pid, f"{p.name} [{p.pid}] CPU {p.cpu_delta_s / dt:.0%}"))
         new_ports = set(p.listening_ports) - set(old.listening_ports)
@@ -70,7 +72,9 @@ def progress_signals(
         first = last_probe
         for probe in tick.probes:
             if first is not None and probe.key != first.key:
-                signals.append(ProgressSignal("probe", None, f"probe {first.describe()} -> {probe.describe()}"))
+                signals.append(
+                    ProgressSignal("probe", None, f"probe {first.describe()} -> {probe.describe()}")
+                )
             first = probe
     return tuple(signals)
 
@@ -87,7 +91,9 @@ def _gpu_memory_signals(prev: Tick, tick: Tick, thresholds: Thresholds) -> list[
         delta = g.mem_used_bytes - before
         if abs(delta) >= thresholds.gpu_mem_bytes:
             sign = "+" if delta > 0 else "-"
-            signals.append(ProgressSignal("gpu-memory", None, f"GPU {g.index} memory {sign}{human_bytes(abs(delta))}"))
+            signals.append(
+                ProgressSignal("gpu-memory", None, f"GPU {g.index} memory {sign}{human_bytes(abs(delta))}")
+            )
     return signals
 
 

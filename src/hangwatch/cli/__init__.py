@@ -1,4 +1,4 @@
-"""The command line: ``hangwatch run``, ``attach``, ``demo``.
+"""The command line: ``hangwatch run``, ``attach``, ``stacks``, ``doctor``, ``cleanup``, ``demo``.
 
 ``main(argv) -> int`` returns the exit code so tests can call it directly; errors a user can act
 on are ``HangwatchError`` subclasses, caught here and only here.
@@ -11,26 +11,44 @@ import sys
 
 from hangwatch import __version__
 from hangwatch.cli.attach import AttachCommand
+from hangwatch.cli.cleanup import CleanupCommand
 from hangwatch.cli.command import Command
 from hangwatch.cli.demo import DemoCommand
+from hangwatch.cli.doctor import DoctorCommand
 from hangwatch.cli.run import RunCommand
+from hangwatch.cli.stacks import StacksCommand
 from hangwatch.errors import HangwatchError
 from hangwatch.model.vocabulary import USAGE_EXIT_CODE
 
-COMMANDS: tuple[Command, ...] = (RunCommand(), AttachCommand(), DemoCommand())
+COMMANDS: tuple[Command, ...] = (
+    RunCommand(),
+    AttachCommand(),
+    StacksCommand(),
+    DoctorCommand(),
+    CleanupCommand(),
+    DemoCommand(),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hangwatch",
         description="Is my inference server still warming up, or is it wedged, and why?",
-        epilog="Exit codes: 0 ready or clean exit, 2 usage error, 3 stalled, 4 crashed, 5 timeout, 130 interrupted.",
+        epilog=(
+            "Exit codes (run, attach): 0 ready or clean exit, 2 usage error, 3 stalled, 4 crashed, 5 timeout, "
+            "130 interrupted. doctor: 0 pass, 1 warnings, 3 failures."
+        ),
     )
     parser.add_argument("--version", action="version", version=f"hangwatch {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         doc = (type(command).__doc__ or "").strip()
-        p = sub.add_parser(command.name, help=doc.splitlines()[0], description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = sub.add_parser(
+            command.name,
+            help=doc.splitlines()[0],
+            description=doc,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         command.prepare_parser(p)
         p.set_defaults(handler=command)
     return parser

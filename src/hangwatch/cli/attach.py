@@ -20,8 +20,12 @@ class AttachCommand:
     name = "attach"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--pid", type=int, required=True, help="PID of the server's main (launcher) process")
-        parser.add_argument("--window", type=float, default=60.0, metavar="S", help="watch for S seconds (default: 60)")
+        parser.add_argument(
+            "--pid", type=int, required=True, help="PID of the server's main (launcher) process"
+        )
+        parser.add_argument(
+            "--window", type=float, default=60.0, metavar="S", help="watch for S seconds (default: 60)"
+        )
         parser.add_argument("--log", type=Path, metavar="FILE", help="the server's log file to follow")
         add_watch_options(parser, stall_default=None)
 
@@ -34,5 +38,7 @@ class AttachCommand:
         stall = args.stall_after if args.stall_after is not None else args.window
         if args.log is not None and not args.log.is_file():
             raise UsageError(f"--log {args.log}: no such file")
-        options = AttachOptions(watch=watch_options(args, stall_after=stall), pid=args.pid, window=args.window, log=args.log)
+        options = AttachOptions(
+            watch=watch_options(args, stall_after=stall), pid=args.pid, window=args.window, log=args.log
+        )
         return run_attached(options)

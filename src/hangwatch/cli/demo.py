@@ -24,7 +24,9 @@ class DemoCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--ranks", type=int, default=4, help="scheduler ranks (default: 4)")
-        parser.add_argument("--stall-after", type=float, default=12.0, metavar="S", help="stall window (default: 12 s)")
+        parser.add_argument(
+            "--stall-after", type=float, default=12.0, metavar="S", help="stall window (default: 12 s)"
+        )
         parser.add_argument("--report-json", type=Path, metavar="FILE", help="write the report as JSON")
         parser.add_argument("--quiet", action="store_true", help="only the verdict")
 
@@ -41,7 +43,10 @@ class DemoCommand:
         argv += ["--", sys.executable, "-m", "hangwatch.demo.story", "--ranks", str(args.ranks)]
         code = main(argv)
         if code != STALLED_EXIT:
-            print(f"\nThe demo should end in a stall verdict (exit {STALLED_EXIT}), but hangwatch exited {code}.")
+            print(
+                f"\nThe demo should end in a stall verdict (exit {STALLED_EXIT}), "
+                f"but hangwatch exited {code}."
+            )
             return code
         print(
             "\nThat was the demo: the ranks loaded their weights, then waited on each other forever "

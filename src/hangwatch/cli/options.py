@@ -14,7 +14,9 @@ from hangwatch.supervise.plan import WatchOptions
 
 def add_watch_options(parser: argparse.ArgumentParser, stall_default: float | None = 60.0) -> None:
     g = parser.add_argument_group("what to watch for")
-    g.add_argument("--engine", choices=sorted(PROFILES), help="engine profile (default: detected from the command line)")
+    g.add_argument(
+        "--engine", choices=sorted(PROFILES), help="engine profile (default: detected from the command line)"
+    )
     g.add_argument("--ready-url", help="ready when this URL answers 2xx (default: the engine's /health)")
     g.add_argument("--ready-pattern", help="ready when a log line matches this regular expression")
     g.add_argument(
@@ -31,11 +33,31 @@ def add_watch_options(parser: argparse.ArgumentParser, stall_default: float | No
         metavar="S",
         help="stalled when nothing progresses for S seconds (default: %(default)s)",
     )
-    g.add_argument("--timeout", type=float, metavar="S", help="give up (verdict timeout) after S seconds if not ready")
-    g.add_argument("--interval", type=float, default=1.0, metavar="S", help="sampling interval (default: 1 s)")
-    g.add_argument("--probe-timeout", type=float, default=2.0, metavar="S", help="HTTP probe timeout (default: 2 s)")
+    g.add_argument(
+        "--timeout", type=float, metavar="S", help="give up (verdict timeout) after S seconds if not ready"
+    )
+    g.add_argument(
+        "--interval", type=float, default=1.0, metavar="S", help="sampling interval (default: 1 s)"
+    )
+    g.add_argument(
+        "--probe-timeout", type=float, default=2.0, metavar="S", help="HTTP probe timeout (default: 2 s)"
+    )
     o = parser.add_argument_group("output")
-    o.add_argument("--report-json", type=Path, metavar="FILE", help="write the report as JSON (schema hangwatch.report/1)")
+    o.add_argument(
+        "--report-json",
+        type=Path,
+        metavar="FILE",
+        help="write the report as JSON (schema hangwatch.report/1)",
+    )
+    o.add_argument(
+        "--report-html", type=Path, metavar="FILE", help="write a self-contained HTML report (works offline)"
+    )
+    o.add_argument(
+        "--report-md", type=Path, metavar="FILE", help="write a short Markdown summary for an issue tracker"
+    )
+    o.add_argument(
+        "--no-stacks", action="store_true", help="never take stacks (py-spy), even when the tree goes quiet"
+    )
     o.add_argument("--quiet", action="store_true", help="no echo of the server's output, no live view")
 
 
@@ -54,8 +76,10 @@ def watch_options(args: argparse.Namespace, stall_after: float | None = None) ->
         raise UsageError("--interval must be positive and no longer than --stall-after")
     if args.timeout is not None and args.timeout <= 0:
         raise UsageError("--timeout must be a positive number of seconds")
-    if args.report_json is not None and not args.report_json.parent.exists():
-        raise UsageError(f"--report-json: the folder {args.report_json.parent} does not exist")
+    for flag in ("report_json", "report_html", "report_md"):
+        path = getattr(args, flag, None)
+        if path is not None and not path.parent.exists():
+            raise UsageError(f"--{flag.replace('_', '-')}: the folder {path.parent} does not exist")
     return WatchOptions(
         engine=args.engine,
         ready_url=validate_probe_url(args.ready_url) if args.ready_url else None,
@@ -67,4 +91,7 @@ def watch_options(args: argparse.Namespace, stall_after: float | None = None) ->
         report_json=args.report_json,
         quiet=args.quiet,
         probe_timeout=args.probe_timeout,
+        report_html=getattr(args, "report_html", None),
+        report_md=getattr(args, "report_md", None),
+        stacks=not getattr(args, "no_stacks", False),
     )

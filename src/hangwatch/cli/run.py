@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from hangwatch.cli.options import add_watch_options
@@ -22,10 +23,23 @@ class RunCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         add_watch_options(parser)
-        parser.add_argument("--until-ready", action="store_true", help="stop the tree after the first verdict, ready included")
-        parser.add_argument("--run-dir", type=Path, help="where the log and reports go (default: ~/.local/state/hangwatch/runs/...)")
-        parser.add_argument("--grace", type=float, default=10.0, metavar="S", help="SIGTERM grace before SIGKILL at cleanup")
-        parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help="the command to supervise")
+        parser.add_argument(
+            "--until-ready", action="store_true", help="stop the tree after the first verdict, ready included"
+        )
+        parser.add_argument(
+            "--run-dir",
+            type=Path,
+            help="where the log and reports go (default: ~/.local/state/hangwatch/runs/...)",
+        )
+        parser.add_argument(
+            "--grace", type=float, default=10.0, metavar="S", help="SIGTERM grace before SIGKILL at cleanup"
+        )
+        parser.add_argument(
+            "--no-doctor", action="store_true", help="skip the fast preflight checks (see `hangwatch doctor`)"
+        )
+        parser.add_argument(
+            "cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help="the command to supervise"
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from hangwatch.supervise.session import RunOptions
@@ -36,7 +50,11 @@ class RunCommand:
         if command and command[0] == "--":
             command = command[1:]
         if not command:
-            raise UsageError("no command to run", "Put the command after `--`: hangwatch run -- CMD [ARGS...]")
+            raise UsageError(
+                "no command to run", "Put the command after `--`: hangwatch run -- CMD [ARGS...]"
+            )
+        if not args.no_doctor:
+            _preflight(tuple(command))
         options = RunOptions(
             watch=watch_options(args),
             command=tuple(command),
@@ -45,3 +63,14 @@ class RunCommand:
             grace=args.grace,
         )
         return run_supervised(options)
+
+
+def _preflight(command: tuple[str, ...]) -> None:
+    """Print what would make this launch hang or fail (wrong GPU architecture, port taken, ...), then go on:
+    the checks inform, the verdict decides."""
+    from hangwatch.render.doctor_text import preflight_text
+    from hangwatch.supervise.preflight import fast_preflight
+
+    text = preflight_text(fast_preflight(command, None))
+    if text:
+        print(text, file=sys.stderr, flush=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import http.client
-import socket
 import threading
 import time
 from collections import deque
@@ -71,7 +70,7 @@ def probe_once(
             )
         except (http.client.HTTPException, ConnectionError) as exc:
             return result(ProbeOutcome.ERROR, detail=f"not an HTTP answer: {type(exc).__name__}: {exc}")
-        except (OSError, socket.error) as exc:
+        except OSError as exc:
             return result(ProbeOutcome.ERROR, detail=f"{type(exc).__name__}: {exc}")
     finally:
         conn.close()

@@ -7,6 +7,7 @@ and a last line with no newline (emitted once the stream has been quiet for a ti
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable
@@ -78,7 +79,7 @@ class LineSplitter:
 def clean_text(raw: bytes) -> str:
     """Decode and drop control characters (terminal escapes from a log must not reach our terminal)."""
     text = raw.decode("utf-8", "replace")
-    return "".join(ch for ch in text if ch == "\t" or ch >= " " and ch != "\x7f")
+    return "".join(ch for ch in text if ch == "\t" or (ch >= " " and ch != "\x7f"))
 
 
 class PipeLog:
@@ -129,10 +130,8 @@ class PipeLog:
     def close(self, timeout: float = 2.0) -> None:
         """Wait briefly for the writers' last bytes (they are gone once the tree is), then close."""
         self.closed.wait(timeout)
-        try:
+        with contextlib.suppress(OSError):
             os.close(self._fd)
-        except OSError:
-            pass
         self._file.close()
 
 

@@ -9,6 +9,7 @@ exact code with a fake that has the same functions.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable
 from types import ModuleType
@@ -16,6 +17,9 @@ from typing import Any
 from typing import Protocol
 from typing import TypeVar
 
+from hangwatch.model.doctor import GpuFacts
+from hangwatch.model.doctor import GpuInventory
+from hangwatch.model.doctor import GpuProcessFacts
 from hangwatch.model.samples import GpuProcessMemory
 from hangwatch.model.samples import GpuReading
 from hangwatch.model.samples import GpuSample
@@ -42,14 +46,14 @@ class NvmlGpuSource:
             return
         try:
             self._nvml.nvmlInit()
-        except Exception as exc:  # noqa: BLE001 - pynvml raises NVMLError subclasses made at run time
+        except Exception as exc:
             self.unavailable = f"NVML could not start: {_nvml_reason(exc)}"
             return
         try:
             count = self._nvml.nvmlDeviceGetCount()
             self._handles = [self._nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
             self._names = [_text(self._nvml.nvmlDeviceGetName(h)) for h in self._handles]
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.unavailable = f"NVML could not list GPUs: {_nvml_reason(exc)}"
             return
         if not self._handles:
@@ -63,10 +67,10 @@ class NvmlGpuSource:
         processes: list[GpuProcessMemory] = []
         errors: list[str] = []
         for index, handle in enumerate(self._handles):
-            util = self._query(lambda h=handle: nvml.nvmlDeviceGetUtilizationRates(h), errors)
-            memory = self._query(lambda h=handle: nvml.nvmlDeviceGetMemoryInfo(h), errors)
-            power_mw = self._query(lambda h=handle: nvml.nvmlDeviceGetPowerUsage(h), errors)
-            clock = self._query(lambda h=handle: nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM), errors)
+            util = self._query(errors, nvml.nvmlDeviceGetUtilizationRates, handle)
+            memory = self._query(errors, nvml.nvmlDeviceGetMemoryInfo, handle)
+            power_mw = self._query(errors, nvml.nvmlDeviceGetPowerUsage, handle)
+            clock = self._query(errors, nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)
             readings.append(
                 GpuReading(
                     index=index,
@@ -79,20 +83,22 @@ class NvmlGpuSource:
                     sm_clock_mhz=int(clock) if clock is not None else None,
                 )
             )
-            running = self._query(lambda h=handle: nvml.nvmlDeviceGetComputeRunningProcesses(h), errors) or []
+            running = self._query(errors, nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []
             for proc in running:
                 used = getattr(proc, "usedGpuMemory", None)
-                processes.append(GpuProcessMemory(int(proc.pid), index, int(used) if used is not None else None))
+                processes.append(
+                    GpuProcessMemory(int(proc.pid), index, int(used) if used is not None else None)
+                )
         return GpuSample(
             gpus=tuple(readings),
             processes=tuple(processes),
             error="; ".join(sorted(set(errors))) or None,
         )
 
-    def _query(self, call: Callable[[], T], errors: list[str]) -> T | None:
+    def _query(self, errors: list[str], call: Callable[..., T], *args: Any) -> T | None:
         try:
-            return call()
-        except Exception as exc:  # noqa: BLE001
+            return call(*args)
+        except Exception as exc:
             reason = _nvml_reason(exc)
             if "Not Supported" not in reason:  # unsupported fields are simply absent (None)
                 errors.append(reason)
@@ -100,10 +106,8 @@ class NvmlGpuSource:
 
     def close(self) -> None:
         if self._nvml is not None and self.unavailable is None:
-            try:
+            with contextlib.suppress(Exception):  # shutting down; nothing to report
                 self._nvml.nvmlShutdown()
-            except Exception:  # noqa: BLE001, S110 - shutting down; nothing to report
-                pass
 
 
 def _text(value: str | bytes) -> str:
@@ -115,3 +119,101 @@ def _nvml_reason(exc: BaseException) -> str:
     if "Driver Not Loaded" in text or "LibraryNotFound" in type(exc).__name__ or "not found" in text.lower():
         return f"{text} (no NVIDIA driver on this machine?)"
     return text
+
+
+# NVML's topology levels (nvmlGpuTopologyLevel_t) in nvidia-smi topo's words; PHB and beyond
+# cross a PCIe host bridge or the CPU interconnect (where the F1 P2P hangs of failure-modes.md live).
+_TOPOLOGY = {0: "SELF", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+
+
+def read_inventory(nvml: ModuleType | Any | None = None, max_link_gpus: int = 8) -> GpuInventory:
+    """The machine's GPUs once, for doctor: capability, memory, driver and CUDA versions, processes, links.
+
+    Same error rules as :class:`NvmlGpuSource`: no library or driver gives ``unavailable``; a
+    query that fails is an entry of ``errors`` and an absent field.
+    """
+    try:
+        lib: Any = nvml if nvml is not None else importlib.import_module("pynvml")
+    except ImportError as exc:
+        return GpuInventory(
+            unavailable=f"the NVML bindings are not installed ({exc}); pip install nvidia-ml-py"
+        )
+    try:
+        lib.nvmlInit()
+    except Exception as exc:  # pynvml raises NVMLError subclasses made at run time
+        return GpuInventory(unavailable=f"NVML could not start: {_nvml_reason(exc)}")
+    errors: list[str] = []
+
+    def query(call: Callable[..., T], *args: Any) -> T | None:
+        try:
+            return call(*args)
+        except Exception as exc:  # any NVMLError: recorded, never raised
+            reason = _nvml_reason(exc)
+            if "Not Supported" not in reason:
+                errors.append(reason)
+            return None
+
+    try:
+        driver_raw = query(lib.nvmlSystemGetDriverVersion)
+        driver = _text(driver_raw) if driver_raw is not None else None
+        cuda = query(lib.nvmlSystemGetCudaDriverVersion_v2)
+        count = int(query(lib.nvmlDeviceGetCount) or 0)
+        gpus: list[GpuFacts] = []
+        processes: list[GpuProcessFacts] = []
+        handles = []
+        for index in range(count):
+            handle = query(lib.nvmlDeviceGetHandleByIndex, index)
+            if handle is None:
+                continue
+            handles.append((index, handle))
+            cap = query(lib.nvmlDeviceGetCudaComputeCapability, handle)
+            memory = query(lib.nvmlDeviceGetMemoryInfo, handle)
+            util = query(lib.nvmlDeviceGetUtilizationRates, handle)
+            name = query(lib.nvmlDeviceGetName, handle)
+            uuid = query(lib.nvmlDeviceGetUUID, handle)
+            gpus.append(
+                GpuFacts(
+                    index=index,
+                    name=_text(name) if name is not None else "?",
+                    capability=(int(cap[0]), int(cap[1])) if cap else None,
+                    mem_used_bytes=int(memory.used) if memory is not None else None,
+                    mem_total_bytes=int(memory.total) if memory is not None else None,
+                    util_pct=float(util.gpu) if util is not None else None,
+                    uuid=_text(uuid) if uuid is not None else None,
+                    nvlinks=_active_nvlinks(lib, handle),
+                )
+            )
+            for proc in query(lib.nvmlDeviceGetComputeRunningProcesses, handle) or []:
+                used = getattr(proc, "usedGpuMemory", None)
+                processes.append(
+                    GpuProcessFacts(int(proc.pid), index, int(used) if used is not None else None)
+                )
+        links = []
+        for a, (ia, ha) in enumerate(handles[:max_link_gpus]):
+            for ib, hb in handles[a + 1 : max_link_gpus]:
+                level = query(lib.nvmlDeviceGetTopologyCommonAncestor, ha, hb)
+                if level is not None:
+                    links.append((ia, ib, _TOPOLOGY.get(int(level), str(level))))
+    finally:
+        with contextlib.suppress(Exception):  # shutting down; nothing to report
+            lib.nvmlShutdown()
+    return GpuInventory(
+        driver_version=driver,
+        cuda_driver_version=divmod(int(cuda) // 10, 100) if cuda else None,
+        gpus=tuple(gpus),
+        processes=tuple(processes),
+        links=tuple(links),
+        errors=tuple(sorted(set(errors))),
+        unavailable=None if gpus else "NVML sees no GPU on this machine",
+    )
+
+
+def _active_nvlinks(lib: Any, handle: Any, max_links: int = 18) -> int:
+    """Active NVLinks of a GPU; 0 for PCIe-only cards (NVML answers Not Supported or an invalid link)."""
+    active = 0
+    for link in range(max_links):
+        try:
+            active += int(lib.nvmlDeviceGetNvLinkState(handle, link) == 1)
+        except Exception:  # the first link the GPU lacks ends the count
+            break
+    return active

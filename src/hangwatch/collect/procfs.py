@@ -240,15 +240,15 @@ def fd_targets(pid: int, root: Path = PROC) -> list[str] | Denied | None:
     """Where every open fd of a process points (``/dev/nvidia0``, ``socket:[123]``, ``/dev/shm/x``)."""
     fd_dir = root / str(pid) / "fd"
     try:
-        names = os.listdir(fd_dir)
+        links = list(fd_dir.iterdir())
     except PermissionError:
         return Denied(f"/proc/{pid}/fd is not readable by uid {os.geteuid()}")
     except OSError:
         return None
     targets = []
-    for name in names:
+    for link in links:
         try:
-            targets.append(os.readlink(fd_dir / name))
+            targets.append(str(link.readlink()))
         except OSError:
             continue
     return targets

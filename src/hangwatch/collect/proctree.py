@@ -78,6 +78,7 @@ class TreeSampler:
         adopter: int | None = None,
         exclude: Callable[[], set[int]] = set,
         reap: Callable[[Iterable[int]], dict[int, int]] | None = None,
+        reaped_status: Callable[[int], int | None] = lambda pid: None,
         root: Path = procfs.PROC,
         watch_deaths: bool = True,
     ) -> None:
@@ -86,6 +87,7 @@ class TreeSampler:
         self._adopter = adopter
         self._exclude = exclude
         self._reap = reap
+        self._reaped_status = reaped_status  # statuses reaped outside sample() (by the clean-up)
         self._root = root
         self._known: dict[int, _Known] = {}
         self._port_owner: dict[int, int] = {}  # socket inode -> pid
@@ -143,7 +145,9 @@ class TreeSampler:
             ours = [pid for pid in members if stats[pid].ppid == os.getpid() or pid in self._roots]
             reaped = self._reap(ours) if ours else {}
 
-        listening = sockdiag.listening_inodes() if self._root == procfs.PROC else procfs.read_listening(self._root)
+        listening = (
+            sockdiag.listening_inodes() if self._root == procfs.PROC else procfs.read_listening(self._root)
+        )
         self._attribute_ports(listening, members)
         samples: list[ProcessSample] = []
         for pid in sorted(members):
@@ -167,11 +171,17 @@ class TreeSampler:
         for pid, known in list(self._known.items()):
             if pid not in members or stats.get(pid) is None:
                 if not known.exit_recorded:
-                    status = self._deaths.status_of(known.identity) if self._deaths else None
-                    how = ExitHow.ZOMBIE_STAT if status is not None else ExitHow.VANISHED
-                    exits.append(self._exit_of(known, t, status, how))
+                    exits.append(self._vanished(known, t))
                 del self._known[pid]
         return TreeReading(tuple(samples), tuple(exits), tuple(errors))
+
+    def _vanished(self, known: _Known, t: float) -> ExitRecord:
+        """A member gone from /proc: its status from waitpid elsewhere, from its zombie, or unknown."""
+        status = self._reaped_status(known.identity[0])
+        if status is not None:
+            return self._exit_of(known, t, status, ExitHow.WAITPID)
+        status = self._deaths.status_of(known.identity) if self._deaths else None
+        return self._exit_of(known, t, status, ExitHow.ZOMBIE_STAT)
 
     def _members(self, stats: dict[int, procfs.Stat]) -> set[int]:
         children: dict[int, list[int]] = {}
@@ -232,7 +242,9 @@ class TreeSampler:
         cpu_delta = max(0.0, stat.cpu_s - known.cpu_s)  # 0 at first sight: known.cpu_s starts there
         known.cpu_s, known.rchar, known.wchar = stat.cpu_s, rchar, wchar
         known.name, known.role, known.rank = name, role, rank
-        ports = tuple(sorted({port for inode, port in listening.items() if self._port_owner.get(inode) == pid}))
+        ports = tuple(
+            sorted({port for inode, port in listening.items() if self._port_owner.get(inode) == pid})
+        )
         return ProcessSample(
             pid=pid,
             ppid=stat.ppid,

@@ -28,7 +28,9 @@ _MSG_SPORT = struct.Struct(">H")  # inet_diag_msg.id.idiag_sport, network byte o
 def _dump(family: int) -> dict[int, int]:
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG) as sock:
         body = _REQUEST.pack(family, socket.IPPROTO_TCP, 0, 1 << _TCP_LISTEN, b"\0" * 48)
-        header = _NLMSG_HEADER.pack(_NLMSG_HEADER.size + len(body), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST | _NLM_F_DUMP, 1, 0)
+        header = _NLMSG_HEADER.pack(
+            _NLMSG_HEADER.size + len(body), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST | _NLM_F_DUMP, 1, 0
+        )
         sock.sendall(header + body)
         found: dict[int, int] = {}
         while True:

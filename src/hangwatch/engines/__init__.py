@@ -1,4 +1,4 @@
-"""Engine profiles: what each engine prints per startup phase, when it is ready, how it names its processes."""
+"""Engine profiles: each engine's startup phase lines, its readiness rule, how it names its processes."""
 
 from __future__ import annotations
 

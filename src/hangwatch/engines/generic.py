@@ -1,11 +1,13 @@
-"""Any program: ready by ``--ready-url`` (2xx) or ``--ready-pattern``; ranks from the launcher's environment."""
+"""Any program: ready by --ready-url (2xx) or --ready-pattern; ranks from the launcher's environment."""
 
 from __future__ import annotations
 
 from hangwatch.engines.profile import Profile
 
 
-def generic_role(title: str, cmdline: tuple[str, ...], is_root: bool, env: dict[str, str]) -> tuple[str | None, str | None]:
+def generic_role(
+    title: str, cmdline: tuple[str, ...], is_root: bool, env: dict[str, str]
+) -> tuple[str | None, str | None]:
     """torchrun/SLURM/MPI ranks from the environment (RANK=3 -> rank 3); the launched command is ``main``."""
     for key in ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"):
         if key in env:

@@ -7,10 +7,14 @@ import re
 from hangwatch.engines.profile import Profile
 from hangwatch.engines.profile import rule
 
-_TITLE = re.compile(r"^sglang::(?P<role>[a-z_]+?)(?:_(?P<rank>(?:DP|PP|TP|EP|ATTN_CP|MOE_DP)\d+(?:_[A-Z_]+\d+)*))?$")
+_TITLE = re.compile(
+    r"^sglang::(?P<role>[a-z_]+?)(?:_(?P<rank>(?:DP|PP|TP|EP|ATTN_CP|MOE_DP)\d+(?:_[A-Z_]+\d+)*))?$"
+)
 
 
-def sglang_role(title: str, cmdline: tuple[str, ...], is_root: bool, env: dict[str, str]) -> tuple[str | None, str | None]:
+def sglang_role(
+    title: str, cmdline: tuple[str, ...], is_root: bool, env: dict[str, str]
+) -> tuple[str | None, str | None]:
     """``sglang::scheduler_TP0`` -> (scheduler, TP0); ``sglang::detokenizer`` -> (detokenizer, None)."""
     m = _TITLE.match(title)
     if m:
@@ -21,7 +25,8 @@ def sglang_role(title: str, cmdline: tuple[str, ...], is_root: bool, env: dict[s
 
 
 _CAPTURE_BEGIN = (
-    r"Capture (?:cuda graph|cpu graph|(?:target|draft) (?:decode|verify|prefill|extend) (?:CUDA|CPU|NPU) graph"
+    r"Capture (?:cuda graph|cpu graph"
+    r"|(?:target|draft) (?:decode|verify|prefill|extend) (?:CUDA|CPU|NPU) graph"
     r"|draft (?:extend )?cuda graph|piecewise CUDA graph) begin"
 )
 
@@ -33,8 +38,20 @@ SGLANG = Profile(
         rule("dist_init", "initialising distributed groups", r"Init (?:torch distributed|parallel) begin"),
         rule("weights", "loading weights", r"Load weight begin", again="draft_weights"),
         rule("weights_loaded", "weights loaded", r"Load weight end"),
-        rule("kv_alloc", "allocating the KV cache", r"KV Cache is allocated", r"Memory pool end", r"KV Cache VA upper bound"),
-        rule("cuda_graph", "capturing CUDA graphs", _CAPTURE_BEGIN, r"Capturing batches \(bs=", r"Capturing prefill shape"),
+        rule(
+            "kv_alloc",
+            "allocating the KV cache",
+            r"KV Cache is allocated",
+            r"Memory pool end",
+            r"KV Cache VA upper bound",
+        ),
+        rule(
+            "cuda_graph",
+            "capturing CUDA graphs",
+            _CAPTURE_BEGIN,
+            r"Capturing batches \(bs=",
+            r"Capturing prefill shape",
+        ),
         rule("scheduler_ready", "schedulers ready", r"max_total_num_tokens=", r"Engine startup timings"),
         rule("http_up", "HTTP server up, warming up", r"Uvicorn running on", r"Application startup complete"),
     ),

@@ -10,7 +10,9 @@ from hangwatch.engines.profile import rule
 _TITLE = re.compile(r"^VLLM::(?P<role>[A-Za-z]+)(?:_(?P<rank>[A-Z]+\d+(?:_[A-Z]+\d+)*))?$")
 
 
-def vllm_role(title: str, cmdline: tuple[str, ...], is_root: bool, env: dict[str, str]) -> tuple[str | None, str | None]:
+def vllm_role(
+    title: str, cmdline: tuple[str, ...], is_root: bool, env: dict[str, str]
+) -> tuple[str | None, str | None]:
     """``VLLM::Worker_TP1`` -> (Worker, TP1); ``VLLM::EngineCore`` -> (EngineCore, None)."""
     m = _TITLE.match(title)
     if m:
@@ -24,7 +26,12 @@ VLLM = Profile(
     name="vllm",
     command_markers=(re.compile(r"(?:^|[\s/])vllm(?:\s+serve\b|\.entrypoints|$|\s)"),),
     phases=(
-        rule("process_start", "starting the API server", r"vLLM (?:server|API server) version", r"^\s*version \d"),
+        rule(
+            "process_start",
+            "starting the API server",
+            r"vLLM (?:server|API server) version",
+            r"^\s*version \d",
+        ),
         rule("args", "resolving the configuration", r"non-default args:", r"Resolved architecture:"),
         rule("engine_core", "starting the engine core", r"Initializing a V1 LLM engine"),
         rule(
@@ -41,7 +48,12 @@ VLLM = Profile(
             r"Starting to load model",
             r"Loading (?:safetensors|pt) checkpoint shards",
         ),
-        rule("draft_weights", "loading the draft model", r"Loading drafter model", r"Using Eagle3 auxiliary layers"),
+        rule(
+            "draft_weights",
+            "loading the draft model",
+            r"Loading drafter model",
+            r"Using Eagle3 auxiliary layers",
+        ),
         rule("model_loaded", "weights loaded", r"Loading weights took", r"Model loading took"),
         rule(
             "compile",
@@ -53,7 +65,12 @@ VLLM = Profile(
             r"Directly load the compiled graph",
             r"Warming up model for the compilation",
         ),
-        rule("profile", "profiling and warm-up run", r"torch\.compile took", r"Initial profiling/warmup run took"),
+        rule(
+            "profile",
+            "profiling and warm-up run",
+            r"torch\.compile took",
+            r"Initial profiling/warmup run took",
+        ),
         rule(
             "kv_alloc",
             "allocating the KV cache",
@@ -61,9 +78,15 @@ VLLM = Profile(
             r"(?:GPU|CPU) KV cache size:",
             r"GiB for KV cache on node",
         ),
-        rule("cuda_graph", "capturing CUDA graphs", r"Capturing CUDA graphs", r"Capturing model for speculator"),
+        rule(
+            "cuda_graph", "capturing CUDA graphs", r"Capturing CUDA graphs", r"Capturing model for speculator"
+        ),
         rule("graph_done", "CUDA graphs captured", r"Graph capturing finished"),
-        rule("engine_ready", "engine initialised", r"init engine \(profile, create kv cache, warmup model\) took"),
+        rule(
+            "engine_ready",
+            "engine initialised",
+            r"init engine \(profile, create kv cache, warmup model\) took",
+        ),
         rule(
             "http_starting",
             "starting the HTTP server",

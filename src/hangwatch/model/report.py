@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import Tick
+from hangwatch.model.stacks import StackSample
+from hangwatch.model.stacks import StackTree
 from hangwatch.model.vocabulary import Cause
 from hangwatch.model.vocabulary import State
 
@@ -21,6 +23,7 @@ class Verdict:
     culprits: tuple[int, ...]
     evidence: tuple[str, ...]
     next_steps: tuple[str, ...] = ()
+    confidence: str | None = None  # "high", "medium", "low" when stacks named the cause
 
     @property
     def exit_code(self) -> int:
@@ -68,3 +71,5 @@ class Report:
     probes: tuple[ProbeResult, ...]
     timeline: tuple[Tick, ...]
     notes: tuple[str, ...] = ()  # degraded signals: "GPU: unavailable: no NVML library", ...
+    stacks: tuple[StackSample, ...] = ()  # capture rounds, per process and thread (empty while healthy)
+    stack_tree: StackTree | None = None  # the latest round merged across ranks

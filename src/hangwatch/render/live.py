@@ -94,7 +94,9 @@ class PlainView:
 def status_line(state: LiveState) -> str:
     cpu = sum(p.cpu_delta_s for p in state.processes) / max(state.interval_s, 1e-3)
     probe = state.probe.describe() if state.probe else "no probe"
-    stall = f"stall verdict in {state.time_to_stall_s:.0f} s" if state.time_to_stall_s is not None else "serving"
+    stall = (
+        f"stall verdict in {state.time_to_stall_s:.0f} s" if state.time_to_stall_s is not None else "serving"
+    )
     return (
         f"{state.t:6.1f}s phase {state.phase} ({state.in_phase_s:.0f} s) | {len(state.processes)} procs, "
         f"CPU {cpu:.0%} | probe {probe} | {stall} | last progress: {state.last_progress}"
@@ -127,7 +129,10 @@ class RichView:
         from rich.table import Table
 
         table = Table(
-            title=f"phase [bold]{state.phase}[/] ({state.phase_label}) for {state.in_phase_s:.0f} s — t={state.t:.0f} s",
+            title=(
+                f"phase [bold]{state.phase}[/] ({state.phase_label}) "
+                f"for {state.in_phase_s:.0f} s — t={state.t:.0f} s"
+            ),
             caption=self._caption(state),
             expand=False,
         )
@@ -153,7 +158,9 @@ class RichView:
     def _caption(state: LiveState) -> str:
         probe = state.probe.describe() if state.probe else "no probe"
         stall = (
-            f"stall verdict in {state.time_to_stall_s:.0f} s" if state.time_to_stall_s is not None else "serving"
+            f"stall verdict in {state.time_to_stall_s:.0f} s"
+            if state.time_to_stall_s is not None
+            else "serving"
         )
         return f"probe: {probe} | {stall} | last progress: {state.last_progress}"
 
@@ -168,4 +175,3 @@ def make_view(quiet: bool, out: TextIO = sys.stdout) -> View:
     if out.isatty():
         return RichView()
     return PlainView(out)
-

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hangwatch.model.report import Report
 from hangwatch.model.vocabulary import State
+from hangwatch.render.stacktext import tree_lines
 
 _HEADLINE = {
     State.READY: "READY",
@@ -17,7 +18,11 @@ _HEADLINE = {
 
 def verdict_text(report: Report) -> str:
     v = report.verdict
-    lines = [f"hangwatch verdict: {_HEADLINE[v.state]}" + (f" (cause: {v.cause.value})" if v.cause else "")]
+    confidence = f", {v.confidence} confidence" if v.confidence and v.cause else ""
+    lines = [
+        f"hangwatch verdict: {_HEADLINE[v.state]}"
+        + (f" (cause: {v.cause.value}{confidence})" if v.cause else "")
+    ]
     lines.append(f"  {v.summary}")
     if v.phase:
         lines.append(f"  phase: {v.phase}")
@@ -26,11 +31,15 @@ def verdict_text(report: Report) -> str:
         names = []
         for pid in v.culprits:
             p = by_pid.get(pid)
-            names.append(f"{p.name} [{pid}]" + (f" {p.role}/{p.rank}" if p and p.rank else "") if p else f"[{pid}]")
+            names.append(
+                f"{p.name} [{pid}]" + (f" {p.role}/{p.rank}" if p and p.rank else "") if p else f"[{pid}]"
+            )
         lines.append(f"  culprits: {', '.join(names)}")
     if v.evidence:
         lines.append("  evidence:")
         lines.extend(f"    - {e}" for e in v.evidence)
+    if report.stack_tree is not None:
+        lines.extend("  " + line for line in tree_lines(report.stack_tree, max_lines=16))
     if v.next_steps:
         lines.append("  next:")
         lines.extend(f"    - {s}" for s in v.next_steps)

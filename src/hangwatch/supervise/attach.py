@@ -1,7 +1,11 @@
-"""``hangwatch attach``: the same watch over a tree someone else started. Read-only: no signals, ever."""
+"""``hangwatch attach``: the same watch over a tree someone else started. Read-only: no signals, ever.
+
+The one exception is undoing our own side effect: stack dumps (py-spy, ptrace) pause a target for
+milliseconds, and a process a dump left stopped is resumed with SIGCONT (collect/stacks.py); a process
+that was stopped before is never dumped and never resumed.
+"""
 
 from __future__ import annotations
-
 
 from dataclasses import dataclass
 from dataclasses import replace
@@ -12,8 +16,8 @@ from hangwatch.collect.logtail import FileLog
 from hangwatch.collect.nvml import NvmlGpuSource
 from hangwatch.collect.oom import OomWitness
 from hangwatch.collect.proctree import TreeSampler
-from hangwatch.errors import NoSuchProcess
 from hangwatch.errors import PTRACE_HELP
+from hangwatch.errors import NoSuchProcess
 from hangwatch.model.report import Verdict
 from hangwatch.model.vocabulary import State
 from hangwatch.redact import redact_argv
@@ -27,6 +31,7 @@ from hangwatch.supervise.plan import plan_for
 from hangwatch.supervise.session import stop_on_signals
 from hangwatch.supervise.watch import Collectors
 from hangwatch.supervise.watch import Watch
+from hangwatch.supervise.watch import stack_kit
 
 
 @dataclass(frozen=True)
@@ -71,10 +76,16 @@ def run_attached(options: AttachOptions) -> int:
     sampler = TreeSampler([options.pid], plan.profile.role_of)
     prober = make_prober(plan, w, 0.0)
     oom = OomWitness([procfs.read_cgroup_path(options.pid)])
-    watch = Watch(Collectors(sampler, log, prober, gpu, oom), make_scanner(plan, w, prober), make_assessor(plan, w, {options.pid}), view, w.interval)
+    kit = stack_kit(w.stacks, gpu.unavailable is None)
+    notes.extend(kit.notes)
+    collectors = Collectors(sampler, log, prober, gpu, oom, kit.dumper, kit.gpm)
+    assessor = make_assessor(plan, w, {options.pid}, kit.history)
+    watch = Watch(collectors, make_scanner(plan, w, prober), assessor, view, w.interval, history=kit.history)
     if prober is not None:
-        prober._clock = watch.elapsed  # noqa: SLF001 - probe times share the watch's clock
-    view.event(f"attached to pid {options.pid} ({plan.profile.name}); watching up to {options.window:g} s; read-only")
+        prober._clock = watch.elapsed
+    view.event(
+        f"attached to pid {options.pid} ({plan.profile.name}); watching up to {options.window:g} s; read-only"
+    )
     try:
         with stop_on_signals(watch):
             verdict: Verdict = watch.run(lambda v: True)
@@ -82,6 +93,7 @@ def run_attached(options: AttachOptions) -> int:
         if prober is not None:
             prober.stop()
         sampler.close()
+        kit.close()
         gpu.close()
         view.close()
     if verdict.state is State.TIMEOUT:
@@ -89,6 +101,3 @@ def run_attached(options: AttachOptions) -> int:
     report = watch.report(verdict, plan.profile.name, "attach", redact_argv(cmdline), tuple(notes))
     emit(report, w)
     return verdict.exit_code
-
-
-

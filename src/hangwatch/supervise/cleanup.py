@@ -39,15 +39,32 @@ class CleanupResult:
         return "; ".join(parts)
 
 
-def alive_members(identities: Iterable[Identity], session: int | None) -> set[int]:
+def alive_members(
+    identities: Iterable[Identity], session: int | None, follow_children: bool = False
+) -> set[int]:
+    """Live (not zombie) members: known identities, the session's processes, and with ``follow_children``
+    the descendants of members (children forked after the tree was listed)."""
     wanted = set(identities)
     alive: set[int] = set()
+    stats = []
     for pid in procfs.list_pids():
         stat = procfs.read_stat(pid)
-        if stat is None or stat.state == "Z" or pid == os.getpid():
+        if stat is None or pid == os.getpid():
             continue
-        if stat.identity in wanted or (session is not None and stat.session == session):
+        stats.append(stat)
+        if stat.state != "Z" and (
+            stat.identity in wanted or (session is not None and stat.session == session)
+        ):
             alive.add(pid)
+    if follow_children:
+        # Only live members count as parents: the pid of a member that died may belong to a stranger now.
+        parents = set(alive)
+        grew = True
+        while grew:
+            new = {s.pid for s in stats if s.ppid in parents and s.pid not in parents}
+            grew = bool(new)
+            parents |= new
+            alive |= {s.pid for s in stats if s.pid in new and s.state != "Z"}
     return alive
 
 
@@ -65,9 +82,11 @@ def stop_tree(
     reap: Callable[[Iterable[int]], dict[int, int]],
     grace_s: float = 10.0,
     kill_wait_s: float = 5.0,
+    *,
+    follow_children: bool = False,
 ) -> CleanupResult:
     identities = set(identities)
-    first = alive_members(identities, session)
+    first = alive_members(identities, session, follow_children)
     if session is not None:
         try:
             os.killpg(session, signal.SIGTERM)  # the session leader's group: members not sampled yet too
@@ -75,13 +94,17 @@ def stop_tree(
             pass
     _signal_all(first, signal.SIGTERM)
     _signal_all(first, signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
-    left = _wait_gone(identities, session, reap, grace_s)
+    signalled = set(first)
+    follow = follow_children
+    newcomers = (signalled, signal.SIGTERM)
+    left = _wait_gone(identities, session, reap, grace_s, follow_children=follow, newcomers=newcomers)
     killed: set[int] = set()
     if left:
         killed = set(left)
         _signal_all(left, signal.SIGKILL)
         _signal_all(left, signal.SIGCONT)
-        left = _wait_gone(identities, session, reap, kill_wait_s)
+        newcomers = (set(left), signal.SIGKILL)
+        left = _wait_gone(identities, session, reap, kill_wait_s, follow_children=follow, newcomers=newcomers)
     reap(first | killed)
     return CleanupResult(
         terminated=tuple(sorted(first - killed)),
@@ -91,15 +114,28 @@ def stop_tree(
 
 
 def _wait_gone(
-    identities: set[Identity], session: int | None, reap: Callable[[Iterable[int]], dict[int, int]], timeout: float
+    identities: set[Identity],
+    session: int | None,
+    reap: Callable[[Iterable[int]], dict[int, int]],
+    timeout: float,
+    *,
+    follow_children: bool = False,
+    newcomers: tuple[set[int], int] | None = None,
 ) -> set[int]:
     deadline = time.monotonic() + timeout
     while True:
-        alive = alive_members(identities, session)
+        alive = alive_members(identities, session, follow_children)
         reap([pid for pid, _ in identities] + list(alive))
-        alive = alive_members(identities, session)
+        alive = alive_members(identities, session, follow_children)
         if not alive or time.monotonic() >= deadline:
             return alive
+        if follow_children and newcomers is not None:
+            # A member forked while dying: the new child is in the tree by parentage; signal it once.
+            signalled, sig = newcomers
+            new = alive - signalled
+            _signal_all(new, sig)
+            _signal_all(new, signal.SIGCONT)
+            signalled |= new
         time.sleep(0.1)
 
 
@@ -115,8 +151,14 @@ def wait_gpu_release(gpu: GpuSource, pids: set[int], timeout_s: float = 15.0) ->
     held = sample.memory_of(frozenset(pids))
     if held:
         return f"GPU memory still held by the tree after {timeout_s:.0f} s: {held / 2**20:.0f} MiB"
-    busy = [g for g in sample.gpus if (g.util_pct or 0) > 50 and not any(p.gpu_index == g.index for p in sample.processes)]
+    busy = [
+        g
+        for g in sample.gpus
+        if (g.util_pct or 0) > 50 and not any(p.gpu_index == g.index for p in sample.processes)
+    ]
     if busy:
         names = ", ".join(f"GPU {g.index} at {g.util_pct:.0f} %" for g in busy)
-        return f"{names} with no process: the GPU may be wedged and need a reset (hangwatch never resets GPUs)"
+        return (
+            f"{names} with no process: the GPU may be wedged and need a reset (hangwatch never resets GPUs)"
+        )
     return "GPU memory of the tree released"

@@ -53,9 +53,8 @@ def main(argv: list[str]) -> int:
     session = int(argv[1])
     identities: set[tuple[int, int]] = set()
     buffered = b""
-    stdin = sys.stdin.buffer
     while True:
-        chunk = stdin.read1(4096)
+        chunk = os.read(sys.stdin.fileno(), 4096)
         if not chunk:
             break
         buffered += chunk

@@ -66,7 +66,9 @@ class Launched:
 
 def launch(argv: list[str], cwd: Path | None = None) -> Launched:
     if not argv:
-        raise UsageError("no command to run", "Put the command after `--`: hangwatch run -- python -m vllm...")
+        raise UsageError(
+            "no command to run", "Put the command after `--`: hangwatch run -- python -m vllm..."
+        )
     read_fd, write_fd = os.pipe()
     devnull = os.open(os.devnull, os.O_RDONLY)
     try:
@@ -86,7 +88,9 @@ def launch(argv: list[str], cwd: Path | None = None) -> Launched:
         raise CommandNotFound(f"command not found: {argv[0]}") from None
     except PermissionError:
         os.close(read_fd)
-        raise CommandNotFound(f"command is not executable: {argv[0]}", "Check its permissions (chmod +x).") from None
+        raise CommandNotFound(
+            f"command is not executable: {argv[0]}", "Check its permissions (chmod +x)."
+        ) from None
     finally:
         os.close(write_fd)
         os.close(devnull)
@@ -101,14 +105,32 @@ def launch(argv: list[str], cwd: Path | None = None) -> Launched:
     return Launched(pid=pid, output_fd=read_fd, guardian=guardian)
 
 
-def reap(pids: Iterable[int]) -> dict[int, int]:
-    """waitpid(WNOHANG) each of our children among ``pids``: {pid: status} for those that ended."""
-    statuses: dict[int, int] = {}
-    for pid in pids:
-        try:
-            got, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            continue
-        if got == pid:
-            statuses[pid] = status
-    return statuses
+class Reaper:
+    """waitpid(WNOHANG) for our children, remembering every status it collected.
+
+    Clean-up reaps the tree too, after the last tick; the statuses it collects must still reach
+    the report (a killed worker is ``-9``, not "vanished"). waitpid is per process, so one
+    instance serves the whole process: ``reap`` below.
+    """
+
+    def __init__(self) -> None:
+        self._statuses: dict[int, int] = {}
+
+    def __call__(self, pids: Iterable[int]) -> dict[int, int]:
+        """{pid: status} for those of ``pids`` that are our children and have ended."""
+        statuses: dict[int, int] = {}
+        for pid in pids:
+            try:
+                got, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            if got == pid:
+                statuses[pid] = status
+        self._statuses.update(statuses)
+        return statuses
+
+    def status_of(self, pid: int) -> int | None:
+        return self._statuses.get(pid)
+
+
+reap = Reaper()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import time
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,10 +11,13 @@ from hangwatch import engines
 from hangwatch.analyse.assess import Assessor
 from hangwatch.analyse.assess import Policy
 from hangwatch.analyse.logscan import LogScanner
+from hangwatch.analyse.stackwatch import StackHistory
 from hangwatch.collect.http_probe import Prober
 from hangwatch.engines.profile import Profile
 from hangwatch.model.report import Report
+from hangwatch.render.html import write_html
 from hangwatch.render.json_report import write_report
+from hangwatch.render.markdown import write_markdown
 from hangwatch.render.text import verdict_text
 
 
@@ -30,6 +33,9 @@ class WatchOptions:
     report_json: Path | None
     quiet: bool
     probe_timeout: float
+    report_html: Path | None = None
+    report_md: Path | None = None
+    stacks: bool = True  # take stacks when the tree goes quiet (--no-stacks turns it off)
 
 
 @dataclass(frozen=True)
@@ -54,10 +60,22 @@ def make_scanner(plan: Plan, options: WatchOptions, prober: Prober | None) -> Lo
     return LogScanner(plan.profile, ready, options.waiting_patterns, echo)
 
 
-def make_assessor(plan: Plan, options: WatchOptions, root_pids: set[int]) -> Assessor:
+def make_assessor(
+    plan: Plan, options: WatchOptions, root_pids: set[int], stacks: StackHistory | None = None
+) -> Assessor:
     statuses = frozenset(range(200, 300)) if options.ready_url else plan.profile.ready_statuses
     policy = Policy(stall_after=options.stall_after, timeout=options.timeout, ready_statuses=statuses)
-    return Assessor(plan.profile, policy, root_pids)
+    if stacks is None:
+        return Assessor(plan.profile, policy, root_pids)
+    return Assessor(
+        plan.profile,
+        policy,
+        root_pids,
+        spinning=stacks.spinning,
+        classifiers=(stacks.diagnose,),
+        closed_wait=stacks.closed_wait,
+        moved=stacks.moved,
+    )
 
 
 def make_prober(plan: Plan, options: WatchOptions, clock_start: float) -> Prober | None:
@@ -76,4 +94,8 @@ def make_prober(plan: Plan, options: WatchOptions, clock_start: float) -> Prober
 def emit(report: Report, options: WatchOptions) -> None:
     if options.report_json is not None:
         write_report(report, options.report_json)
+    if options.report_html is not None:
+        write_html(report, options.report_html)
+    if options.report_md is not None:
+        write_markdown(report, options.report_md)
     print(verdict_text(report), flush=True)

@@ -32,8 +32,10 @@ from hangwatch.supervise.plan import make_assessor
 from hangwatch.supervise.plan import make_prober
 from hangwatch.supervise.plan import make_scanner
 from hangwatch.supervise.plan import plan_for
+from hangwatch.supervise.runrecord import write_run_record
 from hangwatch.supervise.watch import Collectors
 from hangwatch.supervise.watch import Watch
+from hangwatch.supervise.watch import stack_kit
 
 
 @dataclass(frozen=True)
@@ -79,18 +81,25 @@ def run_supervised(options: RunOptions) -> int:
     subreaper = become_subreaper()
     launched = launch(list(options.command))
     t0 = time.monotonic()
+    write_run_record(
+        options.run_dir, launched.pid, redact_argv(options.command)
+    )  # for `hangwatch cleanup --run`
     sampler = TreeSampler(
         [launched.pid],
         plan.profile.role_of,
         adopter=os.getpid() if subreaper else None,
         exclude=lambda: {launched.guardian.pid},
         reap=reap,
+        reaped_status=reap.status_of,
     )
     log = PipeLog(launched.output_fd, log_path, echo=view.echo)
     prober = make_prober(plan, w, t0)
     oom = OomWitness([procfs.read_cgroup_path(os.getpid())])
-    assessor = make_assessor(plan, w, {launched.pid})
-    watch = Watch(Collectors(sampler, log, prober, gpu, oom), make_scanner(plan, w, prober), assessor, view, w.interval)
+    kit = stack_kit(w.stacks, gpu.unavailable is None)
+    notes.extend(kit.notes)
+    assessor = make_assessor(plan, w, {launched.pid}, kit.history)
+    collectors = Collectors(sampler, log, prober, gpu, oom, kit.dumper, kit.gpm)
+    watch = Watch(collectors, make_scanner(plan, w, prober), assessor, view, w.interval, history=kit.history)
     watch.on_members = launched.tell_guardian
     view.event(
         f"supervising {plan.profile.name} command (pid {launched.pid}); log {log_path}; "
@@ -113,13 +122,18 @@ def run_supervised(options: RunOptions) -> int:
         if prober is not None:
             prober.stop()
         # Whatever happened (a verdict, Ctrl-C, an error of ours), the tree does not outlive us.
-        result = cleanup.stop_tree(sampler.identities() | launched.guardian_known, launched.pid, reap, options.grace)
-        gpu_note = cleanup.wait_gpu_release(gpu, {pid for pid, _ in launched.guardian_known} | sampler.known_pids())
+        result = cleanup.stop_tree(
+            sampler.identities() | launched.guardian_known, launched.pid, reap, options.grace
+        )
+        gpu_note = cleanup.wait_gpu_release(
+            gpu, {pid for pid, _ in launched.guardian_known} | sampler.known_pids()
+        )
         final_tick = watch.tick()  # record the exits of the cleanup
         watch.recorder.add(final_tick)
         log.close()
         launched.release_guardian()
         sampler.close()
+        kit.close()
         gpu.close()
         view.close()
     notes.append("cleanup: " + result.describe())

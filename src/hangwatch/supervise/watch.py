@@ -1,4 +1,9 @@
-"""The supervision loop shared by ``run`` and ``attach``: collect a tick, assess it, show it, record it."""
+"""The supervision loop shared by ``run`` and ``attach``: collect a tick, assess it, show it, record it.
+
+Stacks are captured in the loop itself, between ticks, when ``StackHistory`` says one is due (the
+tree has gone quiet): a capture round never overlaps a /proc sample, so the tracing stop py-spy
+causes for a few milliseconds is never mistaken for a stopped process.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +13,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
+from dataclasses import replace
 
 from hangwatch.analyse.assess import Assessor
 from hangwatch.analyse.logscan import LogScanner
+from hangwatch.analyse.stacktree import build_tree
+from hangwatch.analyse.stackwatch import StackHistory
+from hangwatch.collect.gpm import GpmSource
 from hangwatch.collect.http_probe import Prober
 from hangwatch.collect.logtail import FileLog
 from hangwatch.collect.logtail import LogChunk
@@ -18,6 +27,7 @@ from hangwatch.collect.logtail import PipeLog
 from hangwatch.collect.nvml import GpuSource
 from hangwatch.collect.oom import OomWitness
 from hangwatch.collect.proctree import TreeSampler
+from hangwatch.collect.stacks import StackDumper
 from hangwatch.model.report import REPORT_SCHEMA
 from hangwatch.model.report import ProcessRecord
 from hangwatch.model.report import Report
@@ -25,6 +35,7 @@ from hangwatch.model.report import Verdict
 from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import Tick
+from hangwatch.model.stacks import StackTree
 from hangwatch.model.vocabulary import State
 from hangwatch.render.live import LiveState
 from hangwatch.render.live import View
@@ -39,6 +50,32 @@ class Collectors:
     prober: Prober | None
     gpu: GpuSource
     oom: OomWitness | None = None
+    stacks: StackDumper | None = None
+    gpm: GpmSource | None = None
+
+
+@dataclass
+class StackKit:
+    """What stack capture needs during a watch, or None parts when it is off or impossible."""
+
+    dumper: StackDumper | None
+    gpm: GpmSource | None
+    history: StackHistory | None
+    notes: tuple[str, ...] = ()
+
+    def close(self) -> None:
+        if self.gpm is not None:
+            self.gpm.close()
+
+
+def stack_kit(enabled: bool, gpu_available: bool) -> StackKit:
+    if not enabled:
+        return StackKit(None, None, None, ("stacks: off (--no-stacks)",))
+    dumper = StackDumper()
+    if dumper.unavailable is not None:
+        return StackKit(None, None, None, (f"stacks: unavailable: {dumper.unavailable}",))
+    gpm = GpmSource() if gpu_available else None
+    return StackKit(dumper, gpm, StackHistory())
 
 
 @dataclass
@@ -98,7 +135,9 @@ class Watch:
         assessor: Assessor,
         view: View,
         interval_s: float = 1.0,
+        *,
         on_members: Callable[[set[tuple[int, int]]], None] | None = None,
+        history: StackHistory | None = None,
     ) -> None:
         self.c = collectors
         self.scanner = scanner
@@ -106,6 +145,8 @@ class Watch:
         self.view = view
         self.interval = interval_s
         self.on_members = on_members
+        self.history = history
+        self.resumed: list[str] = []  # processes a dump left stopped and we resumed (for the notes)
         self.recorder = Recorder()
         self.stop_requested = threading.Event()
         self.started_wall = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -125,10 +166,20 @@ class Watch:
         exits = reading.exits
         if self.c.oom is not None:
             exits = tuple(
-                ExitRecord(**{**e.__dict__, "oom_evidence": self.c.oom.evidence_for(e.pid)}) if e.signal == 9 else e
+                ExitRecord(**{**e.__dict__, "oom_evidence": self.c.oom.evidence_for(e.pid)})
+                if e.signal == 9
+                else e
                 for e in exits
             )
-        return Tick(t=t, processes=reading.processes, exits=exits, log=log, probes=probes, gpu=gpu, errors=reading.errors)
+        return Tick(
+            t=t,
+            processes=reading.processes,
+            exits=exits,
+            log=log,
+            probes=probes,
+            gpu=gpu,
+            errors=reading.errors,
+        )
 
     def run(self, until: Callable[[Verdict], bool]) -> Verdict:
         """Loop until ``until(verdict)`` says stop, or a stop is requested (Ctrl-C, SIGTERM)."""
@@ -140,6 +191,17 @@ class Watch:
             if self.on_members is not None:
                 self.on_members(self.c.tree.identities())
             self._show(tick)
+            history = self._stack_history()
+            if history is not None:
+                history.observe_gpu(tick.gpu)
+                if verdict is not None and verdict.state is State.STALLED and not history.spell:
+                    # The window ran out before any stack was taken: take one now, name the cause with it.
+                    self.capture_stacks(tick, history)
+                    verdict = self.assessor.stalled_now(tick)
+                elif verdict is None:
+                    a = self.assessor
+                    if history.due(tick.t, a.solid_clock.last_progress_t, a.clock.last_progress_t):
+                        self.capture_stacks(tick, history)
             if verdict is not None:
                 self.view.event(f"verdict {verdict.state.value}: {verdict.summary}")
                 if until(verdict):
@@ -151,6 +213,31 @@ class Watch:
                 delay = 0
             if self.stop_requested.wait(delay):
                 return self.interrupted()
+
+    def _stack_history(self) -> StackHistory | None:
+        if self.c.stacks is None or self.c.stacks.unavailable is not None:
+            return None
+        return self.history
+
+    def capture_stacks(self, tick: Tick, history: StackHistory) -> None:
+        """One capture round over the tree's live processes, with GPM metrics since the previous round."""
+        assert self.c.stacks is not None
+        # Stamped with the tick's time so that samples stay on the tick grid ("2 s apart" is 2 ticks).
+        sample = self.c.stacks.capture(tick.processes, tick.t, native=history.wants_native())
+        if self.c.gpm is not None:
+            sample = replace(sample, gpus=self.c.gpm.read(), gpm_unavailable=self.c.gpm.unavailable)
+        history.add(sample)
+        for p in sample.processes:
+            if p.resumed:
+                self.resumed.append(
+                    f"{p.name} [{p.pid}] was left stopped by a stack dump and resumed (SIGCONT)"
+                )
+                self.view.event(self.resumed[-1])
+        if len(history.spell) == 1:
+            tree = build_tree([sample])
+            self.view.event(
+                f"{tick.t:.1f}s quiet: took stacks ({sample.elapsed_s:.1f} s): {tree.summary[:300]}"
+            )
 
     def interrupted(self) -> Verdict:
         a = self.assessor
@@ -193,7 +280,9 @@ class Watch:
             )
         )
 
-    def report(self, verdict: Verdict, engine: str, mode: str, command: tuple[str, ...], notes: tuple[str, ...]) -> Report:
+    def report(
+        self, verdict: Verdict, engine: str, mode: str, command: tuple[str, ...], notes: tuple[str, ...]
+    ) -> Report:
         end = self.assessor.now
         return Report(
             schema=REPORT_SCHEMA,
@@ -208,5 +297,13 @@ class Watch:
             processes=tuple(sorted(self.recorder.processes.values(), key=lambda p: p.first_seen)),
             probes=tuple(self.recorder.probes),
             timeline=tuple(self.recorder.timeline),
-            notes=notes,
+            notes=notes + tuple(dict.fromkeys(self.resumed)),
+            stacks=tuple(self.history.kept) if self.history is not None else (),
+            stack_tree=self._stack_tree(verdict),
         )
+
+    def _stack_tree(self, verdict: Verdict) -> StackTree | None:
+        if self.history is None or not self.history.kept:
+            return None
+        samples = self.history.samples_for_analysis() or self.history.kept[-1:]
+        return build_tree(samples, highlight=verdict.culprits or None)

@@ -1,0 +1,466 @@
+"""Rules that name a cause from the stacks of every process plus the other signals.
+
+Each rule is a named function ``rule(ctx) -> Diagnosis | None``; ``classify`` tries them in order
+(state evidence first, then the most specific stack shapes) and the first that matches names the
+cause. A diagnosis is ``closed`` when nothing inside the tree can end the wait (ranks waiting on
+each other, a stopped or dead peer, a lock cycle): the assessor may then say "stalled" without
+waiting out the whole window. Waits on something outside the tree (ranks that never joined, the
+GPU, a file lock another host may hold) are never closed, and neither is anything seen in a single
+sample or with processes whose stacks could not be read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hangwatch.analyse.causes import Diagnosis
+from hangwatch.analyse.stacktree import compact_ranges
+from hangwatch.analyse.stackwaits import CPU_BUSY_CORES
+from hangwatch.analyse.stackwaits import ProcessView
+from hangwatch.analyse.stackwaits import ThreadView
+from hangwatch.analyse.stackwaits import Wait
+from hangwatch.analyse.stackwaits import process_views
+from hangwatch.model.samples import ExitRecord
+from hangwatch.model.samples import GpuSample
+from hangwatch.model.samples import Tick
+from hangwatch.model.stacks import DumpOutcome
+from hangwatch.model.stacks import GpuActivity
+from hangwatch.model.stacks import StackSample
+from hangwatch.model.vocabulary import Cause
+
+# gpu-signals.md (H200): a spinning kernel reads ~100 % utilisation with 0 % memory utilisation at
+# 120-142 W; real work moves memory utilisation to 23-100 % and power to 400-700 W. Without GPM
+# these are the fallback: utilisation high while memory utilisation stays under MEM_UTIL_WORK.
+GPU_BUSY_UTIL = 90.0
+MEM_UTIL_WORK = 10.0
+POWER_WORK_W = 300.0
+GPU_IDLE_UTIL = 5.0
+_UNREAD = frozenset({DumpOutcome.DENIED, DumpOutcome.TIMEOUT, DumpOutcome.FAILED, DumpOutcome.NO_DUMPER})
+
+
+@dataclass(frozen=True)
+class StackContext:
+    views: tuple[ProcessView, ...]
+    samples: int
+    span_s: float  # seconds between the first and the last sample
+    exits: tuple[ExitRecord, ...] = ()  # failed members of the tree seen in the window
+    states: tuple[tuple[int, str], ...] = ()  # latest /proc state per pid, from the ticks
+    d_state: tuple[int, ...] = ()  # pids in uninterruptible sleep most of the window
+    window_cpu: tuple[tuple[int, float], ...] = ()  # cores used per pid over the window, from the ticks
+    gpu: GpuSample | None = None
+    gpm: tuple[GpuActivity, ...] = ()
+
+    @property
+    def peers(self) -> tuple[ProcessView, ...]:
+        ranked = tuple(v for v in self.views if v.peer)
+        return ranked or self.views
+
+    def label(self, pids: Iterable[int]) -> str:
+        wanted = set(pids)
+        names = [v.label for v in self.views if v.pid in wanted]
+        seen = {v.pid for v in self.views}
+        names += [f"{e.name}[{e.pid}]" for e in self.exits if e.pid in wanted and e.pid not in seen]
+        return compact_ranges(names) or ",".join(str(p) for p in sorted(wanted))
+
+    @property
+    def over_time(self) -> bool:
+        return self.samples >= 2
+
+    def confidence(self, *pids: int) -> str:
+        if not self.over_time:
+            return "medium"
+        wanted = set(pids)
+        views = [v for v in self.views if v.pid in wanted] if wanted else list(self.views)
+        return "high" if all(v.unchanged or v.outcome is not DumpOutcome.OK for v in views) else "medium"
+
+    def all_blocked(self) -> bool:
+        """Every process of the tree waits: dumped and not moving, stopped, dead, or not Python and idle.
+
+        A process whose stacks could not be read (permission, timeout, py-spy failing) could be the one
+        doing something: then nothing is proven, and the full stall window applies.
+        """
+        if not self.over_time:
+            return False
+        cpu = dict(self.window_cpu)
+        for v in self.views:
+            if v.outcome is DumpOutcome.OK:
+                if not v.blocked:
+                    return False
+            elif v.outcome in (DumpOutcome.STOPPED, DumpOutcome.GONE) or v.state == "Z":
+                continue
+            elif v.outcome is not DumpOutcome.NOT_PYTHON:
+                return False
+            elif v.state in ("R", "D") or cpu.get(v.pid, 0.0) >= CPU_BUSY_CORES:
+                return False  # a shell wrapper is fine; a busy non-Python child (ninja, nvcc) is not
+        return True
+
+
+def stack_context(
+    samples: Sequence[StackSample], window: Sequence[Tick] = (), exits: Sequence[ExitRecord] = ()
+) -> StackContext:
+    views = process_views(samples)
+    span = samples[-1].t - samples[0].t if samples else 0.0
+    states: dict[int, str] = {}
+    cpu: dict[int, float] = {}
+    d_counts: dict[int, int] = {}
+    if window:
+        for tick in window:
+            for p in tick.processes:
+                cpu[p.pid] = cpu.get(p.pid, 0.0) + p.cpu_delta_s
+                if p.state == "D":
+                    d_counts[p.pid] = d_counts.get(p.pid, 0) + 1
+        states = {p.pid: p.state for p in window[-1].processes}
+        seconds = max(window[-1].t - window[0].t, 1.0)
+        cpu = {pid: c / seconds for pid, c in cpu.items()}
+    d_state = tuple(sorted(pid for pid, n in d_counts.items() if window and n >= 0.8 * len(window)))
+    gpu = next((t.gpu for t in reversed(window) if t.gpu is not None), None)
+    return StackContext(
+        views=views,
+        samples=len(samples),
+        span_s=span,
+        exits=tuple(e for e in exits if e.failed),
+        states=tuple(sorted(states.items())),
+        d_state=d_state,
+        window_cpu=tuple(sorted(cpu.items())),
+        gpu=gpu,
+        gpm=samples[-1].gpus if samples else (),
+    )
+
+
+def _where(v: ProcessView) -> str:
+    t = v.main
+    if t is None:
+        return "?"
+    return f"{t.where} ({t.location})" + (f": `{t.code}`" if t.code else "")
+
+
+def _waiting_in(ctx: StackContext, views: Sequence[ProcessView]) -> str:
+    """``rank0-6 waiting in all_reduce > c10d::Work::wait; main[812] waiting in Popen.poll``."""
+    groups: dict[str, list[int]] = {}
+    for v in views:
+        groups.setdefault(v.main.where if v.main else "?", []).append(v.pid)
+    return "; ".join(f"{ctx.label(pids)} waiting in {where}" for where, pids in groups.items())
+
+
+def _at_where(t: ThreadView) -> str:
+    """The deciding frame with its location, then what it waits in.
+
+    ``CudaGraphRunner.capture (cuda_graph_runner.py:28) > Event.wait``.
+    """
+    name = t.at.split(" (", 1)[0]
+    if t.where.startswith(name):
+        return t.at + t.where[len(name) :]
+    return f"{t.at} ... {t.where}"
+
+
+def _who(v: ProcessView) -> str:
+    return v.label if str(v.pid) in v.label else f"{v.label} ({v.name} [{v.pid}])"
+
+
+def rule_stopped(ctx: StackContext) -> Diagnosis | None:
+    """``stopped``: a process in state T (job control, SIGSTOP) or t (a debugger): it holds its peers up.
+
+    Nothing in the tree can resume it, so the wait is closed.
+    """
+    states = dict(ctx.states)
+    stopped = [
+        v.pid for v in ctx.views if v.outcome is DumpOutcome.STOPPED or states.get(v.pid) in ("T", "t")
+    ]
+    if not stopped:
+        return None
+    stopped_set = set(stopped)
+    others = [v for v in ctx.views if v.pid not in stopped_set and v.outcome is DumpOutcome.OK and v.blocked]
+    text = f"{ctx.label(stopped)} stopped (state T): not running, so its peers cannot progress"
+    if others:
+        text += f"; {_waiting_in(ctx, [v for v in others if v.peer] or others)}"
+    return Diagnosis(Cause.STOPPED, tuple(stopped), text, "high", closed=True)
+
+
+def rule_dead_peer(ctx: StackContext) -> Diagnosis | None:
+    """``dead-peer``: a member of the tree died (or is an unreaped zombie) while the rest wait.
+
+    A dead process never answers, so the survivors' wait is closed.
+    """
+    dead = [e.pid for e in ctx.exits] + [
+        v.pid for v in ctx.views if v.state == "Z" or (v.outcome is DumpOutcome.GONE)
+    ]
+    dead = list(dict.fromkeys(dead))
+    if not dead:
+        return None
+    dead_set = set(dead)
+    survivors = [v for v in ctx.views if v.pid not in dead_set and v.outcome is DumpOutcome.OK]
+    waiting = [v for v in survivors if v.blocked]
+    if survivors and not waiting:
+        return None
+    how = {e.pid: e.status_text for e in ctx.exits}
+    deaths = ", ".join(f"{ctx.label([pid])} {how.get(pid, 'died (zombie, not reaped)')}" for pid in dead)
+    text = (
+        f"{deaths}; {_waiting_in(ctx, [v for v in waiting if v.peer] or waiting) or 'the rest wait'} for it"
+    )
+    return Diagnosis(Cause.DEAD_PEER, tuple(dead), text, ctx.confidence(), closed=True)
+
+
+def rule_lock_deadlock(ctx: StackContext) -> Diagnosis | None:
+    """``lock-deadlock``: in one process two or more threads wait to acquire plain locks, none runs.
+
+    Each holds what another wants (the usual lock-order inversion); the culprit is the process, the
+    evidence names each thread and the line it waits at. Closed: no thread of it can let go.
+    """
+    for v in ctx.views:
+        locked = v.waits(Wait.LOCK)
+        if len(locked) < 2 or v.working or any(t.wait is Wait.RUNNING for t in v.threads):
+            continue
+        lines = [
+            f"{t.name or t.tid} waits at {t.location}" + (f" `{t.code}`" if t.code else "") for t in locked
+        ]
+        text = f"{_who(v)}: {len(locked)} threads each wait for a lock another holds ({'; '.join(lines)})"
+        return Diagnosis(
+            Cause.LOCK_DEADLOCK,
+            (v.pid,),
+            text,
+            ctx.confidence(v.pid),
+            closed=ctx.over_time and v.unchanged,
+            evidence=tuple(lines),
+        )
+    return None
+
+
+def rule_io_wait(ctx: StackContext) -> Diagnosis | None:
+    """``io-wait``: processes in uninterruptible sleep (D) for most of the window, with where they read."""
+    if not ctx.d_state:
+        return None
+    d_state = set(ctx.d_state)
+    views = [v for v in ctx.views if v.pid in d_state]
+    where = "; ".join(f"{v.label} in {_where(v)}" for v in views if v.main) or "no stack"
+    text = f"{ctx.label(ctx.d_state)} in uninterruptible I/O (state D): {where}"
+    return Diagnosis(Cause.IO_WAIT, ctx.d_state, text, "high")
+
+
+def rule_cuda_graph_capture(ctx: StackContext) -> Diagnosis | None:
+    """``cuda-graph-capture``: a rank is inside CUDA graph capture and does not move while peers wait.
+
+    Culprits: the ranks in capture when the others have moved on (to a barrier or collective). When
+    every rank is in capture, the ones waiting somewhere else than the rest (a different collective:
+    the rank-dependent branch that deadlocks capture), or all of them when they all wait alike.
+    Closed only when the capturing ranks are blocked in a wait of the process itself (not the GPU: a
+    capture waiting on the GPU is not closed).
+    """
+    capturing = [v for v in ctx.peers if v.waits(Wait.CAPTURE) and v.outcome is DumpOutcome.OK]
+    if not capturing or any(v.working for v in capturing):
+        return None
+    in_capture = {v.pid for v in capturing}
+    others = [v for v in ctx.peers if v.pid not in in_capture and v.outcome is DumpOutcome.OK]
+    pids = tuple(v.pid for v in capturing)
+    groups: dict[str, list[int]] = {}
+    for v in capturing:
+        groups.setdefault(_at_where(v.waits(Wait.CAPTURE)[0]), []).append(v.pid)
+    where = "; ".join(f"{ctx.label(members)} in {at}" for at, members in groups.items())
+    if others:
+        text = f"{ctx.label(pids)} stuck in CUDA graph capture ({where}) while {_waiting_in(ctx, others)}"
+    elif len(groups) > 1:
+        largest = max(len(m) for m in groups.values())
+        pids = tuple(pid for m in groups.values() if len(m) < largest for pid in m) or pids
+        text = (
+            f"every rank is stuck in CUDA graph capture, not all in the same wait ({where}): "
+            f"{ctx.label(pids)} took another path"
+        )
+    else:
+        text = f"every rank is stuck in CUDA graph capture ({where})"
+    on_gpu = any(t.wait is Wait.CUDA_SYNC for v in capturing for t in v.threads)
+    closed = ctx.all_blocked() and not on_gpu
+    return Diagnosis(Cause.CUDA_GRAPH_CAPTURE, pids, text, ctx.confidence(*pids), closed=closed)
+
+
+def rule_collective_wait(ctx: StackContext) -> Diagnosis | None:
+    """``collective-wait``: ranks blocked in a collective or barrier; the culprits are the ranks elsewhere.
+
+    When every rank is in a collective, the ones in a different collective (all_reduce vs barrier)
+    are the odd ones out; when all are in the same one, the collective itself does not complete
+    (transport, P2P, a spinning kernel). Closed when the whole group is in the tree (WORLD_SIZE unset
+    or not larger than the ranks here) and every process is blocked.
+    """
+    peers = [v for v in ctx.peers if v.outcome is DumpOutcome.OK]
+    waiting = [v for v in peers if v.main is not None and v.main.wait is Wait.COLLECTIVE]
+    if not waiting:
+        return None
+    in_collective = {v.pid for v in waiting}
+    elsewhere = [v for v in peers if v.pid not in in_collective]
+    unread = [v for v in ctx.peers if v.outcome in _UNREAD]
+    if unread and not elsewhere:
+        # The ranks we could not read are the only candidates for "elsewhere".
+        culprits = tuple(v.pid for v in unread)
+        reasons = "; ".join(f"{v.label}: {v.outcome.value}" for v in unread[:4])
+        text = (
+            f"{_waiting_in(ctx, waiting)}; the stacks of {ctx.label(culprits)} could not be read ({reasons})"
+        )
+    elif elsewhere:
+        culprits = tuple(v.pid for v in elsewhere)
+        where = "; ".join(f"{v.label} in {_where(v)}" for v in elsewhere[:4])
+        text = f"{_waiting_in(ctx, waiting)}; {ctx.label(culprits)} never entered it: {where}"
+    else:
+        ops: dict[str, list[ProcessView]] = {}
+        for v in waiting:
+            ops.setdefault(v.main.where if v.main else "?", []).append(v)
+        if len(ops) > 1:
+            largest = max(len(g) for g in ops.values())
+            odd = [v for g in ops.values() if len(g) < largest for v in g] or list(ops.values())[-1]
+            culprits = tuple(v.pid for v in odd)
+            text = f"the ranks are in different collectives: {_waiting_in(ctx, waiting)}"
+        else:
+            culprits = ()
+            text = (
+                f"every rank waits in the same collective ({_waiting_in(ctx, waiting)}): "
+                "the collective itself "
+                "does not complete (transport, P2P or a kernel spinning on a peer)" + _gpu_note(ctx)
+            )
+    sizes = [v.world_size for v in peers if v.world_size]
+    outside = bool(sizes) and max(sizes) > len(peers)
+    if outside:
+        text += f"; WORLD_SIZE={max(sizes)} but {len(peers)} ranks here: the others are outside the tree"
+    closed = not outside and ctx.all_blocked()
+    return Diagnosis(Cause.COLLECTIVE_WAIT, culprits, text, ctx.confidence(*culprits), closed=closed)
+
+
+def rule_rendezvous_wait(ctx: StackContext) -> Diagnosis | None:
+    """``rendezvous-wait``: ranks in init_process_group or a store wait for ranks that never came.
+
+    The missing ranks are not in the tree (never started, or on another node), so this is never
+    closed: the stall window applies.
+    """
+    waiting = [v for v in ctx.peers if v.main is not None and v.main.wait is Wait.RENDEZVOUS]
+    if not waiting or any(v.working for v in waiting):
+        return None
+    sizes = [v.world_size for v in waiting if v.world_size]
+    missing = (
+        f"world size {max(sizes)}, {len(ctx.peers)} ranks here"
+        if sizes
+        else "the other ranks never checked in"
+    )
+    text = f"{_waiting_in(ctx, waiting)}: rendezvous incomplete ({missing}; not started, or on another node)"
+    return Diagnosis(Cause.RENDEZVOUS_WAIT, (), text, ctx.confidence(*(v.pid for v in waiting)))
+
+
+def rule_compile_stall(ctx: StackContext) -> Diagnosis | None:
+    """``compile-stall``: threads inside torch.compile / Inductor / Triton / a JIT build, or waiting on a
+    file lock, that do not move and use no CPU. A compile that burns CPU is progress, not this."""
+    stuck = [v for v in ctx.views if v.waits(Wait.COMPILE, Wait.FILE_LOCK) and v.blocked]
+    if not stuck:
+        return None
+    pids = tuple(v.pid for v in stuck)
+    parts = []
+    for v in stuck[:4]:
+        t = v.waits(Wait.FILE_LOCK)[:1] or v.waits(Wait.COMPILE)[:1]
+        kind = "waits for a file lock" if t and t[0].wait is Wait.FILE_LOCK else "is stuck compiling"
+        parts.append(f"{_who(v)} {kind} in {_at_where(t[0])}" if t else _who(v))
+    return Diagnosis(Cause.COMPILE_STALL, pids, "; ".join(parts) + ", using no CPU", ctx.confidence(*pids))
+
+
+def rule_gpu_spin(ctx: StackContext) -> Diagnosis | None:
+    """``gpu-spin``: a host thread sits in a CUDA synchronize that never returns.
+
+    The GPU signals say why: a spinning kernel (utilisation ~100 % with tensor/DRAM/arithmetic pipes
+    idle in GPM, or memory utilisation ~0 % at low power) or an idle GPU whose stream waits for an
+    event that never fires. A GPU that works hard is not this.
+    """
+    syncing = [
+        v
+        for v in ctx.views
+        if v.waits(Wait.CUDA_SYNC) and v.outcome is DumpOutcome.OK and (v.unchanged or not ctx.over_time)
+    ]
+    if not syncing:
+        return None
+    verdict = gpu_state(ctx.gpu, ctx.gpm)
+    if verdict == "working":
+        return None
+    pids = tuple(v.pid for v in syncing)
+    where = "; ".join(f"{_who(v)} in {v.waits(Wait.CUDA_SYNC)[0].at}" for v in syncing[:4])
+    spin_cpu = [v for v in syncing if v.spinning]
+    text = f"{where}: the host waits for the GPU" + (", spinning at 100 % of a core" if spin_cpu else "")
+    text += {
+        "spinning": "; the GPU is busy doing nothing (a kernel spinning on a flag)",
+        "idle": "; the GPU is idle: a stream waits for an event or value that never comes",
+    }.get(verdict, "; no GPU reading says more")
+    return Diagnosis(Cause.GPU_SPIN, pids, text + _gpu_note(ctx), ctx.confidence(*pids))
+
+
+def gpu_state(gpu: GpuSample | None, gpm: Sequence[GpuActivity]) -> str:
+    """ "spinning", "idle", "working" or "unknown", from GPM pipes where the GPU has them, else util/power."""
+    for g in gpm:
+        if g.graphics_util is not None and g.graphics_util >= GPU_BUSY_UTIL:
+            return "spinning" if g.pipes_idle() else "working"
+    if gpm and all(g.graphics_util is not None and g.graphics_util < GPU_IDLE_UTIL for g in gpm):
+        return "idle"
+    if gpu is None or gpu.unavailable or not gpu.gpus:
+        return "unknown"
+    busy = [g for g in gpu.gpus if g.util_pct is not None and g.util_pct >= GPU_BUSY_UTIL]
+    if busy:
+        work = any((g.mem_util_pct or 0) >= MEM_UTIL_WORK or (g.power_w or 0) >= POWER_WORK_W for g in busy)
+        return "working" if work else "spinning"
+    if all(g.util_pct is not None and g.util_pct < GPU_IDLE_UTIL for g in gpu.gpus):
+        return "idle"
+    return "unknown"
+
+
+def _gpu_note(ctx: StackContext) -> str:
+    if ctx.gpm:
+        a = ctx.gpm[0]
+        return (
+            f" (GPU {a.index} GPM: graphics {a.graphics_util or 0:.0f} %, tensor {a.tensor_util or 0:.0f} %, "
+            f"DRAM {a.dram_bw_util or 0:.0f} %)"
+        )
+    if ctx.gpu is not None and ctx.gpu.gpus:
+        g = ctx.gpu.gpus[0]
+        if g.util_pct is not None:
+            memory, power = g.mem_util_pct or 0, g.power_w or 0
+            return f" (GPU {g.index}: {g.util_pct:.0f} % util, {memory:.0f} % memory util, {power:.0f} W)"
+    return ""
+
+
+def rule_unknown(ctx: StackContext) -> Diagnosis:
+    """Nothing matched: say where everyone is, so a person can take it from there."""
+    dumped = [v for v in ctx.views if v.outcome is DumpOutcome.OK]
+    if not dumped:
+        reasons = {v.detail or v.outcome.value for v in ctx.views}
+        return Diagnosis(
+            Cause.UNKNOWN, (), "no stack could be read: " + "; ".join(sorted(reasons))[:400], "low"
+        )
+    text = "no rule matched; " + "; ".join(f"{v.label} in {_where(v)}" for v in (ctx.peers or dumped)[:6])
+    return Diagnosis(Cause.UNKNOWN, (), text, "low")
+
+
+Rule = Callable[[StackContext], Diagnosis | None]
+
+# State evidence first (it is certain), then the most specific stack shapes.
+RULES: tuple[Rule, ...] = (
+    rule_stopped,
+    rule_dead_peer,
+    rule_lock_deadlock,
+    rule_io_wait,
+    rule_cuda_graph_capture,
+    rule_collective_wait,
+    rule_rendezvous_wait,
+    rule_compile_stall,
+    rule_gpu_spin,
+)
+
+
+def classify(ctx: StackContext) -> Diagnosis:
+    """The first rule that matches, or ``unknown`` with where everyone is."""
+    for rule in RULES:
+        found = rule(ctx)
+        if found is not None:
+            return found
+    return rule_unknown(ctx)
+
+
+def diagnose(
+    samples: Sequence[StackSample], window: Sequence[Tick] = (), exits: Sequence[ExitRecord] = ()
+) -> Diagnosis:
+    return classify(stack_context(samples, window, exits))
+
+
+def thread_lines(views: Sequence[ThreadView]) -> list[str]:
+    return [f"{t.name or t.tid}: {t.wait.value} in {t.where} ({t.location})" for t in views]

@@ -1,0 +1,359 @@
+"""What each thread waits in, read from its frames, and what each process is doing over the samples.
+
+A thread's ``Wait`` is decided from its frames alone (Python names, files, native names, and the
+source line of the innermost Python frame). A process's ``ProcessView`` adds time: did its stacks
+stay the same over the samples, did its CPU time rise, is it spinning (CPU rising inside a known
+spin-wait) or working. The stack rules and the progress model read these views, never raw frames.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from hangwatch.analyse.stacktree import peer_pids
+from hangwatch.analyse.stacktree import memo
+from hangwatch.analyse.stacktree import rank_label
+from hangwatch.analyse.stacktree import significant_frames
+from hangwatch.analyse.stacktree import unchanged_threads
+from hangwatch.analyse.stacktree import wait_point
+from hangwatch.model.stacks import DumpOutcome
+from hangwatch.model.stacks import Frame
+from hangwatch.model.stacks import ProcessStacks
+from hangwatch.model.stacks import StackSample
+from hangwatch.model.stacks import ThreadStack
+
+# A process using less than this share of a core between samples is not working (a waiting vLLM
+# worker's background thread used ~1 %; the progress model uses the same 10 %).
+CPU_BUSY_CORES = 0.10
+
+
+class Wait(StrEnum):
+    """Where a thread is, as far as hangs are concerned."""
+
+    CAPTURE = "cuda-graph-capture"  # inside a CUDA graph capture (whatever it waits on below)
+    COMPILE = "compile"  # torch.compile / Inductor / Triton / ninja / JIT extension build
+    FILE_LOCK = "file-lock"  # filelock / fcntl.flock: JIT and compile caches use them
+    COLLECTIVE = "collective"  # all_reduce, barrier, ...: c10d / gloo / NCCL / custom all-reduce
+    RENDEZVOUS = "rendezvous"  # init_process_group, a TCPStore wait
+    CUDA_SYNC = "cuda-sync"  # cudaStreamSynchronize & co: the host waits for the GPU
+    BUSY_POLL = "busy-poll"  # shm_broadcast dequeue, sched_yield loops
+    LOCK = "lock"  # a plain threading.Lock acquire (not a Condition/Event/Queue wait)
+    PEER = "peer"  # queue.get, pipe recv, join, Event/Condition wait: waits for another thread/process
+    SLEEP = "sleep"
+    IO = "io"  # reading weights or files
+    IDLE_LOOP = "idle-loop"  # an event loop or server waiting for requests
+    RUNNING = "running"  # on CPU outside any known wait
+    OTHER = "other"  # blocked somewhere not recognised
+
+
+SPIN_WAITS = frozenset({Wait.COLLECTIVE, Wait.RENDEZVOUS, Wait.CUDA_SYNC, Wait.BUSY_POLL, Wait.FILE_LOCK})
+
+
+def _rx(*parts: str) -> re.Pattern[str]:
+    return re.compile("|".join(parts))
+
+
+# Each pattern is matched against "name file" of a frame (native frames: "name lib").
+_CAPTURE = _rx(
+    r"cuda_graph_runner",
+    r"CudaGraphRunner",
+    r"\bcapture_model\b",
+    r"init_device_graphs",
+    r"CUDAGraph\.capture",
+    r"torch/cuda/graphs\.py",
+    r"cudaStreamBeginCapture",
+    r"cudaStreamEndCapture",
+    r"\bgraph_capture\b",
+    r"capture_begin",
+    r"CUDAGraphWrapper",
+    r"cudagraph_capture",
+)
+_COMPILE = _rx(
+    r"torch/_dynamo/",
+    r"torch/_inductor/",
+    r"triton/compiler",
+    r"triton/runtime/(?:jit|build|cache)",
+    r"torch/utils/cpp_extension",
+    r"flashinfer/jit",
+    r"deep_gemm/jit",
+    r"\bcompile_fx\b",
+    r"\bninja\b",
+    r"torch/_functorch/aot",
+    r"vllm/compilation/",
+)
+_FILE_LOCK = _rx(
+    r"filelock/", r"\bFileLock\b", r"\bfcntl_flock\b", r"\bflock\b", r"\blockf\b", r"SoftFileLock"
+)
+_COLLECTIVE_PY = re.compile(
+    r"^(?:all_reduce|all_gather\w*|reduce_scatter\w*|broadcast\w*|reduce|all_to_all\w*|barrier|monitored_barrier"
+    r"|send|recv|isend|irecv|gather\w*|scatter\w*|batch_isend_irecv|wait)$"
+)
+_COLLECTIVE_ANY = _rx(
+    r"c10d::Work::wait",
+    r"c10d::wait_tensor",
+    r"ProcessGroupNCCL",
+    r"ProcessGroupGloo",
+    r"\bgloo::",
+    r"\bnccl[A-Z]",
+    r"pynccl",
+    r"PyNcclCommunicator",
+    r"custom_all_reduce",
+    r"CustomAllreduce",
+    r"tensor_model_parallel_all_\w+",
+    r"GroupCoordinator\.(?:all_reduce|all_gather|broadcast\w*|barrier|send\w*|recv\w*)",
+    r"_functional_collectives",
+)
+_INIT = re.compile(
+    r"^(?:init_process_group|_new_process_group_helper|new_group|init_distributed_environment"
+    r"|initialize_model_parallel|rendezvous|_store_based_barrier|_create_c10d_store|_\w+_rendezvous_handler)$"
+)
+_RENDEZVOUS = _rx(
+    r"c10d::TCPStore", r"c10d::PrefixStore::wait", r"TCPClient", r"waitForWorkers", r"rendezvous"
+)
+_CUDA_SYNC = _rx(
+    r"cudaStreamSynchronize",
+    r"cudaDeviceSynchronize",
+    r"cudaEventSynchronize",
+    r"cuCtxSynchronize",
+    r"cuStreamSynchronize",
+    r"cuEventSynchronize",
+    r"cudaMemcpy(?!Async)\b",
+    r"cuMemcpyDtoH(?:_v2)?\b",
+    r"^synchronize (?:torch/cuda|cupy)",
+    r"^(?:Stream|Event|Device)\.synchronize ",
+    r"cuStreamWaitValue",
+)
+_BUSY_POLL = _rx(
+    r"shm_broadcast", r"\bsched_yield\b", r"MessageQueue\.(?:dequeue|acquire_read|acquire_write)"
+)
+_PEER = _rx(
+    r"^(?:Queue|SimpleQueue|JoinableQueue)\.(?:get|put|join) ",
+    r"^_?Connection\w*\.(?:recv\w*|_recv\w*|poll|_poll) ",
+    r"multiprocessing/(?:connection|queues|synchronize|popen_\w+|process)\.py",
+    r"^Popen\.(?:wait|poll|_wait|communicate) ",
+    r"^Thread\.join ",
+    r"^Thread\._wait_for_tstate_lock ",
+    r"^(?:Event|Condition|Barrier|Semaphore)\.\w+ threading\.py",
+    r"^BoundedSemaphore",
+    r"zmq/",
+    r"^Socket\.(?:recv\w*|poll) ",
+    r"^socket\.(?:recv\w*|accept) ",
+    r"resource_tracker",
+    r"concurrent/futures",
+    r"queue\.py$",
+    r"^(?:os_waitpid|wait4|waitpid) ",
+)
+_SLEEP = _rx(r"^(?:time_sleep|clock_nanosleep|nanosleep|usleep) ")
+_IO = _rx(
+    r"safetensors", r"safe_open", r"^load_file ", r"torch/serialization\.py", r"^(?:pread64|preadv\w*) "
+)
+_IDLE_LOOP = _rx(
+    r"^serve_forever ",
+    r"selectors\.py",
+    r"asyncio/",
+    r"uvicorn/",
+    r"^(?:epoll_wait|select_poll_poll_impl|select_epoll_poll) ",
+    r"socketserver\.py",
+)
+_LOCK_NATIVE = re.compile(r"^(?:lock_PyThread_acquire_lock|rlock_acquire|PyThread_acquire_lock\w*)$")
+_LOCK_CODE = re.compile(r"^with\b.*\block\w*\b|\.acquire\(|\block\w*\.__enter__")
+
+
+def _text(f: Frame) -> str:
+    return f"{f.name} {f.file}"
+
+
+def classify_thread(thread: ThreadStack) -> tuple[Wait, Frame | None]:
+    """One thread's wait, from the most telling frame anywhere in its stack down to its leaf.
+
+    Returns the wait and the frame that decided it (the capture, the collective call, ...), if one did.
+    """
+    kind = "wait-active" if thread.active else "wait-idle"
+    return memo(kind, thread.frames, lambda _: _classify(significant_frames(thread), thread.active))
+
+
+def _classify(frames: tuple[Frame, ...], active: bool) -> tuple[Wait, Frame | None]:
+    texts = [_text(f) for f in frames]
+
+    def first(pattern: re.Pattern[str]) -> Frame | None:
+        return next((f for f, t in zip(frames, texts, strict=True) if pattern.search(t)), None)
+
+    for wait, pattern in ((Wait.CAPTURE, _CAPTURE), (Wait.FILE_LOCK, _FILE_LOCK), (Wait.COMPILE, _COMPILE)):
+        found = first(pattern)
+        if found is not None:
+            return wait, found
+    python = [f for f in frames if not f.native]
+    # init_process_group may run a barrier of its own: still a rendezvous. A store wait under a
+    # collective (NCCL's lazy communicator set-up) is part of the collective.
+    init = next((f for f in python if _INIT.match(f.name)), None)
+    if init is not None:
+        return Wait.RENDEZVOUS, init
+    call = next((f for f in python if _COLLECTIVE_PY.match(f.name) and "torch/distributed" in f.file), None)
+    call = call or first(_COLLECTIVE_ANY)
+    if call is not None:
+        return Wait.COLLECTIVE, call
+    for wait, pattern in (
+        (Wait.RENDEZVOUS, _RENDEZVOUS),
+        (Wait.CUDA_SYNC, _CUDA_SYNC),
+        (Wait.BUSY_POLL, _BUSY_POLL),
+    ):
+        found = first(pattern)
+        if found is not None:
+            return wait, found
+    leaf_py = python[-1] if python else None
+    below = frames[frames.index(leaf_py) + 1 :] if leaf_py is not None else list(frames)
+    if _is_lock_wait(leaf_py, below):
+        return Wait.LOCK, leaf_py
+    # What it waits in is decided at the leaf: the innermost Python frame and the native calls below.
+    leaf = [_text(f) for f in ([leaf_py] if leaf_py is not None else []) + list(below)]
+    if any(_IO.search(t) for t in texts[-4:]):
+        return Wait.IO, leaf_py
+    if any(_SLEEP.search(t) for t in leaf) or (
+        leaf_py is not None and leaf_py.code and "sleep(" in leaf_py.code
+    ):
+        return Wait.SLEEP, leaf_py
+    if any(_PEER.search(t) for t in leaf):
+        return Wait.PEER, leaf_py
+    if any(_IDLE_LOOP.search(t) for t in texts[-6:]):
+        return Wait.IDLE_LOOP, leaf_py
+    return (Wait.RUNNING if active else Wait.OTHER), leaf_py
+
+
+def _is_lock_wait(leaf_py: Frame | None, below: Sequence[Frame]) -> bool:
+    """A plain lock acquire: the native lock call right under user code, or ``with x_lock:`` as the line."""
+    if (
+        leaf_py is None
+        or leaf_py.file.endswith(("threading.py", "queue.py"))
+        or "multiprocessing/" in leaf_py.file
+    ):
+        return False
+    if below and _LOCK_NATIVE.match(below[0].name):
+        return True
+    return not below and leaf_py.code is not None and _LOCK_CODE.search(leaf_py.code) is not None
+
+
+@dataclass(frozen=True)
+class ThreadView:
+    tid: int
+    name: str | None
+    wait: Wait
+    active: bool
+    where: str  # "all_reduce > c10d::Work::wait"
+    code: str | None  # the innermost source line, when known
+    location: str  # "gloo_missing_collective.py:26"
+    at: str  # the frame that decided the wait: "CudaGraphRunner.capture (cuda_graph_runner.py:28)"
+
+
+@dataclass(frozen=True)
+class ProcessView:
+    """One process over the samples: its threads' waits and whether it moved."""
+
+    pid: int
+    label: str  # "rank1", "TP3", "main[812]"
+    name: str
+    peer: bool
+    outcome: DumpOutcome
+    state: str
+    threads: tuple[ThreadView, ...]
+    main: ThreadView | None
+    unchanged: bool  # every thread had the same stack in every sample (needs >= 2 samples)
+    cpu_cores: float | None  # CPU use between the first and last sample, in cores (None with one sample)
+    world_size: int | None
+    detail: str | None
+
+    @property
+    def spinning(self) -> bool:
+        """CPU rises while the stacks stay put inside a known spin-wait: not progress."""
+        active = [t for t in self.threads if t.active]
+        return (
+            self.unchanged
+            and bool(active)
+            and all(t.wait in SPIN_WAITS for t in active)
+            and (self.cpu_cores is None or self.cpu_cores >= CPU_BUSY_CORES)
+        )
+
+    @property
+    def working(self) -> bool:
+        """Doing something: CPU rising outside a spin-wait, or a thread on CPU in unknown code."""
+        if self.outcome is not DumpOutcome.OK:
+            return False
+        if self.cpu_cores is not None:
+            return self.cpu_cores >= CPU_BUSY_CORES and not self.spinning
+        return any(t.wait is Wait.RUNNING for t in self.threads) or (
+            any(t.active and t.wait not in SPIN_WAITS for t in self.threads)
+        )
+
+    @property
+    def blocked(self) -> bool:
+        """Dumped, not working, and (with several samples) not moving: waiting on something."""
+        return (
+            self.outcome is DumpOutcome.OK and not self.working and (self.unchanged or self.cpu_cores is None)
+        )
+
+    def waits(self, *kinds: Wait) -> tuple[ThreadView, ...]:
+        return tuple(t for t in self.threads if t.wait in kinds)
+
+
+def process_views(samples: Sequence[StackSample]) -> tuple[ProcessView, ...]:
+    """A view per process of the latest sample (dumped or not)."""
+    if not samples:
+        return ()
+    latest = samples[-1]
+    peers = peer_pids(latest.processes)
+    still = unchanged_threads(samples)
+    first_cpu: dict[int, tuple[float, float]] = {}
+    for sample in samples:
+        for p in sample.processes:
+            if p.cpu_s is not None and p.pid not in first_cpu:
+                first_cpu[p.pid] = (sample.t, p.cpu_s)
+    views = []
+    for p in latest.processes:
+        threads = tuple(_thread_view(t) for t in p.threads)
+        cpu = None
+        if p.cpu_s is not None and p.pid in first_cpu and latest.t - first_cpu[p.pid][0] > 0.5:
+            t0, c0 = first_cpu[p.pid]
+            cpu = max(0.0, p.cpu_s - c0) / (latest.t - t0)
+        unchanged = bool(p.threads) and all((p.pid, t.tid) in still for t in p.threads)
+        views.append(
+            ProcessView(
+                pid=p.pid,
+                label=rank_label(p),
+                name=p.name,
+                peer=p.pid in peers,
+                outcome=p.outcome,
+                state=p.state,
+                threads=threads,
+                main=_main_view(p, threads),
+                unchanged=unchanged,
+                cpu_cores=cpu,
+                world_size=p.world_size,
+                detail=p.detail,
+            )
+        )
+    return tuple(views)
+
+
+def _thread_view(t: ThreadStack) -> ThreadView:
+    wait, frame = classify_thread(t)
+    code, location, at = memo("view", t.frames, lambda frames: _leaf_facts(frames, frame, wait_point(t)))
+    return ThreadView(t.tid, t.name, wait, t.active, wait_point(t), code, location, at)
+
+
+def _leaf_facts(
+    frames: tuple[Frame, ...], decided_by: Frame | None, where: str
+) -> tuple[str | None, str, str]:
+    """The innermost Python frame's source line and location, and the frame that decided the wait."""
+    leaf = next((f for f in reversed(frames) if not f.native), None)
+    location = f"{leaf.file}:{leaf.line}" if leaf is not None else "?"
+    at = decided_by.describe() if decided_by is not None else where
+    return (leaf.code if leaf is not None else None), location, at
+
+
+def _main_view(p: ProcessStacks, threads: tuple[ThreadView, ...]) -> ThreadView | None:
+    main = p.main_thread
+    if main is None:
+        return None
+    return next((v for v in threads if v.tid == main.tid), None)

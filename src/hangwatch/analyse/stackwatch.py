@@ -1,0 +1,204 @@
+"""When to take stacks during supervision, and what the samples of the current quiet spell say.
+
+No stacks are taken while the tree visibly progresses (log lines, I/O, ports, probes, new processes):
+a healthy boot costs nothing. Once nothing but CPU time has moved for ``quiet_before_s``, a burst of
+``samples`` captures ``gap_s`` apart starts; while only CPU keeps moving (a silent compile) the
+captures slow to one every ``relaxed_gap_s``; when everything goes quiet a new burst starts, so a
+tree that stops after a long compile is judged on fresh samples.
+
+Defaults (3 s, 3 samples, 2 s apart): three samples spanning 4 s are enough to tell a stack that
+stays put from one that moves (two could agree by chance in a loop), they fit inside the 15 s
+budget for a closed wait with room for a slow native dump, and a Python-only py-spy dump pauses a
+target for milliseconds, so the cost is nil. Only the first capture of a burst asks for native
+frames (0.1-1.4 s of py-spy's CPU per torch process, mostly symbol loading); later ones are
+Python-only and borrow the native frames of an earlier capture whose Python stack is identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import replace
+
+from hangwatch.analyse.causes import Diagnosis
+from hangwatch.analyse.stackrules import classify
+from hangwatch.analyse.stackrules import gpu_state
+from hangwatch.analyse.stackrules import stack_context
+from hangwatch.analyse.stacktree import signature
+from hangwatch.analyse.stackwaits import ProcessView
+from hangwatch.analyse.stackwaits import Wait
+from hangwatch.analyse.stackwaits import classify_thread
+from hangwatch.analyse.stackwaits import process_views
+from hangwatch.model.samples import GpuSample
+from hangwatch.model.samples import Tick
+from hangwatch.model.stacks import Frame
+from hangwatch.model.stacks import ProcessStacks
+from hangwatch.model.stacks import StackSample
+from hangwatch.model.stacks import ThreadStack
+from hangwatch.model.stacks import intern_frames
+
+QUIET_BEFORE_S = 3.0
+SAMPLES = 3
+GAP_S = 2.0
+RELAXED_GAP_S = 10.0
+MIN_SPAN_S = 3.5  # a closed verdict needs samples spanning at least this (3 samples, 2 s apart, minus jitter)
+KEEP = 12  # samples kept for the report
+_WORK = frozenset({Wait.RUNNING, Wait.COMPILE, Wait.CAPTURE, Wait.IO, Wait.OTHER})
+
+
+@dataclass(frozen=True)
+class StackPolicy:
+    quiet_before_s: float = QUIET_BEFORE_S
+    samples: int = SAMPLES
+    gap_s: float = GAP_S
+    relaxed_gap_s: float = RELAXED_GAP_S
+    min_span_s: float = MIN_SPAN_S
+
+
+class StackHistory:
+    """The samples taken so far, the current spell's, and the judgements the assessor asks for.
+
+    Two windows of samples: the *spell* (since everything went quiet, or since only CPU moves) is what
+    a verdict is judged on; the *solid* window (since anything but CPU last moved) is what the spin
+    veto is judged on, so that a new burst starting does not briefly lift the veto it caused.
+    """
+
+    def __init__(self, policy: StackPolicy = StackPolicy()) -> None:
+        self.policy = policy
+        self.kept: list[StackSample] = []
+        self._spell: list[StackSample] = []
+        self._solid: list[StackSample] = []
+        self._anchor: float | None = None
+        self._spin_views: tuple[ProcessView, ...] | None = None
+        self._gpu: GpuSample | None = None
+        self._moved_seen: StackSample | None = None
+
+    @property
+    def spell(self) -> list[StackSample]:
+        return list(self._spell)
+
+    def due(self, now: float, solid_since: float, quiet_since: float) -> bool:
+        """Time for a capture? ``solid_since``: last progress other than CPU; ``quiet_since``: last of any."""
+        p = self.policy
+        if now - solid_since < p.quiet_before_s:
+            self._anchor = None
+            self._spell = []
+            self._solid = []
+            self._spin_views = None
+            return False
+        anchor = quiet_since if now - quiet_since >= p.quiet_before_s else solid_since
+        if anchor != self._anchor:
+            self._anchor = anchor
+            self._spell = []
+        if not self._spell:
+            return True
+        gap = p.gap_s if len(self._spell) < p.samples else p.relaxed_gap_s
+        return now - self._spell[-1].t >= gap
+
+    def wants_native(self) -> bool:
+        """Native frames for the first capture of a burst only (they cost symbol loading every time)."""
+        return not self._spell
+
+    def add(self, sample: StackSample) -> None:
+        self._spell = [*self._spell, sample][-self.policy.samples :]
+        self._solid = [*self._solid, sample][-self.policy.samples :]
+        self.kept = [*self.kept, sample][-KEEP:]
+        self._spin_views = None
+
+    def observe_gpu(self, gpu: GpuSample | None) -> None:
+        if gpu is not None:
+            self._gpu = gpu
+
+    def samples_for_analysis(self) -> list[StackSample]:
+        """The spell's samples, the latest one enriched with native frames of an earlier identical stack."""
+        return _enriched(self._spell)
+
+    def moved(self) -> tuple[int, ...]:
+        """Pids with a thread on CPU, outside any wait, whose stack changed since the previous capture.
+
+        Reported once per new capture. The progress model counts them like CPU time: a burner starved
+        under 10 % of a core by a loaded machine still shows it is executing code.
+        """
+        if len(self._solid) < 2 or self._moved_seen is self._solid[-1]:
+            return ()
+        self._moved_seen = self._solid[-1]
+        before = {(p.pid, t.tid): signature(t) for p in self._solid[-2].dumped for t in p.threads}
+        out = []
+        for p in self._solid[-1].dumped:
+            for t in p.threads:
+                old = before.get((p.pid, t.tid))
+                if t.active and old is not None and old != signature(t) and classify_thread(t)[0] in _WORK:
+                    out.append(p.pid)
+                    break
+        return tuple(out)
+
+    def spinning(self, pid: int) -> bool:
+        """CPU rising while the stacks stay put inside a known spin-wait: the progress model's veto."""
+        if len(self._solid) < 2:
+            return False
+        if self._spin_views is None:
+            self._spin_views = process_views(_enriched(self._solid))
+        view = next((v for v in self._spin_views if v.pid == pid), None)
+        if view is None or not view.spinning:
+            return False
+        # A host thread in a CUDA synchronize while the GPU works hard is waiting for real work.
+        syncing = any(t.wait is Wait.CUDA_SYNC and t.active for t in view.threads)
+        return not (syncing and gpu_state(self._gpu, self._solid[-1].gpus) == "working")
+
+    def diagnose(self, window: Sequence[Tick]) -> Diagnosis | None:
+        """The stack rules over the spell's samples (None when no stack was taken in this spell)."""
+        samples = self.samples_for_analysis()
+        if not samples or not any(p.threads for p in samples[-1].processes):
+            return None
+        exits = tuple(e for t in window for e in t.exits)
+        return classify(stack_context(samples, window, exits))
+
+    def closed_wait(self, window: Sequence[Tick]) -> Diagnosis | None:
+        """A diagnosis the assessor may act on early: closed, over enough samples and time."""
+        p = self.policy
+        if len(self._spell) < p.samples or self._spell[-1].t - self._spell[0].t < p.min_span_s:
+            return None
+        found = self.diagnose(window)
+        return found if found is not None and found.closed else None
+
+
+def _enriched(samples: Sequence[StackSample]) -> list[StackSample]:
+    return [*samples[:-1], with_native_detail(samples)] if samples else []
+
+
+def with_native_detail(samples: Sequence[StackSample]) -> StackSample:
+    """The latest sample, where each Python-only thread borrows the native frames of the most recent
+    earlier dump of the same thread whose Python stack (lines included) is identical."""
+    latest = samples[-1]
+    donors: dict[tuple[int, int], ThreadStack] = {}
+    for sample in samples[:-1]:
+        for p in sample.dumped:
+            if p.native:
+                for t in p.threads:
+                    donors[(p.pid, t.tid)] = t
+    if not donors:
+        return latest
+    processes: list[ProcessStacks] = []
+    for p in latest.processes:
+        if p.native or not p.threads:
+            processes.append(p)
+            continue
+        threads = []
+        for t in p.threads:
+            donor = donors.get((p.pid, t.tid))
+            if donor is not None and donor.signature() == t.signature():
+                threads.append(replace(t, frames=intern_frames(_merge_code(donor.frames, t))))
+            else:
+                threads.append(t)
+        processes.append(replace(p, threads=tuple(threads)))
+    return replace(latest, processes=tuple(processes))
+
+
+def _merge_code(frames: tuple[Frame, ...], thread: ThreadStack) -> tuple[Frame, ...]:
+    """Keep the source line the newer dump read (the donor may have none)."""
+    codes = {(f.name, f.file, f.line): f.code for f in thread.frames if f.code}
+    if not codes:
+        return frames
+    return tuple(
+        replace(f, code=codes.get((f.name, f.file, f.line), f.code)) if not f.native else f for f in frames
+    )

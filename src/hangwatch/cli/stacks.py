@@ -1,0 +1,59 @@
+"""The ``stacks`` command."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from hangwatch.engines import PROFILES
+from hangwatch.errors import UsageError
+
+
+class StacksCommand:
+    """Take the stacks of every process of a running tree now, merged across ranks, with a cause.
+
+    Read-only: processes in state T are not dumped (they are reported as stopped), and a process a
+    dump leaves stopped is resumed. Needs the same permission as a debugger (py-spy uses ptrace).
+    """
+
+    name = "stacks"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--pid", type=int, required=True, help="PID of the tree's root (the launcher)")
+        parser.add_argument("--engine", choices=sorted(PROFILES), help="engine profile (default: detected)")
+        parser.add_argument(
+            "--samples",
+            type=int,
+            default=1,
+            metavar="N",
+            help="capture rounds, to see what moves (default: 1)",
+        )
+        parser.add_argument(
+            "--every", type=float, default=2.0, metavar="S", help="seconds between rounds (default: 2)"
+        )
+        parser.add_argument(
+            "--no-native", action="store_true", help="Python frames only (no --native unwinding)"
+        )
+        parser.add_argument(
+            "--report-json", type=Path, metavar="FILE", help="write the samples and the merged tree"
+        )
+
+    def run(self, args: argparse.Namespace) -> int:
+        from hangwatch.supervise.snapshot import SnapshotOptions  # noqa: PLC0415 - lazy, like every command
+        from hangwatch.supervise.snapshot import take_snapshot  # noqa: PLC0415
+
+        if args.samples < 1 or args.samples > 100:
+            raise UsageError("--samples must be between 1 and 100")
+        if args.every <= 0:
+            raise UsageError("--every must be a positive number of seconds")
+        if args.report_json is not None and not args.report_json.parent.exists():
+            raise UsageError(f"--report-json: the folder {args.report_json.parent} does not exist")
+        options = SnapshotOptions(
+            pid=args.pid,
+            engine=args.engine,
+            samples=args.samples,
+            every_s=args.every,
+            native=not args.no_native,
+            report_json=args.report_json,
+        )
+        return take_snapshot(options)

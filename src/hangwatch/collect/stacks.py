@@ -1,0 +1,365 @@
+"""The py-spy boundary: stacks of every process of the tree, taken concurrently, never leaving one stopped.
+
+One ``py-spy dump --json [--native]`` per process, all at once, each with its own deadline. Each
+dumper runs in a session of its own, so a dumper stuck on a wedged target is killed with its whole
+group instead of being waited on. Native frames are tried first (they name the wait inside a C++
+extension: ``c10d::Work::wait`` under ``OpOverload.__call__``, ``cudaStreamSynchronize``) and a
+process where they fail is dumped Python-only, now and from then on.
+
+Stopped processes (state T or t) are not dumped: py-spy would ptrace-stop and resume them, and a
+stopped rank is the evidence we are looking for. After each dump the state is read again and a
+process the dump left stopped (py-spy #390, #416) is resumed with SIGCONT: the only signal hangwatch
+ever sends in attach mode, and only to undo its own side effect.
+
+Every failure becomes a ``DumpOutcome`` in the sample (permission, not Python, timeout, gone); py-spy's
+exit codes and messages never leave this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from hangwatch.collect import procfs
+from hangwatch.errors import PTRACE_HELP
+from hangwatch.model.samples import ProcessSample
+from hangwatch.model.stacks import DumpOutcome
+from hangwatch.model.stacks import Frame
+from hangwatch.model.stacks import ProcessStacks
+from hangwatch.model.stacks import StackSample
+from hangwatch.model.stacks import ThreadStack
+from hangwatch.model.stacks import intern_frames
+
+# SGLang gives a scheduler's dump 8 s with --native and 4 s without (failure-modes.md §0). A native
+# dump of a torch process takes 0.4-1.2 s here (symbol loading), Python-only 0.03 s: 5 s and 3 s keep
+# a wedged dumper from holding a verdict back while leaving a loaded machine room.
+NATIVE_DEADLINE_S = 5.0
+PYTHON_DEADLINE_S = 3.0
+DUMPER_NICE = -10
+MAX_PARALLEL = 32  # one dumper per process, bounded so a huge tree cannot fork-bomb the host
+STOPPED_STATES = ("T", "t")
+
+_HEX = re.compile(r"^0x[0-9a-f]+$")
+_NATIVE_TRIM = re.compile(r"<[^<>]*>|\([^()]*\)")
+_MISSING_PYTHON = ("Failed to find python version", "Failed to find a python interpreter", "not a python")
+_GONE = ("No such file or directory", "No such process", "Check that the process is running")
+
+
+@dataclass(frozen=True)
+class DumpRun:
+    """What one py-spy run gave: exit code, output, or a missed deadline."""
+
+    rc: int | None  # None when it was killed at the deadline
+    stdout: str
+    stderr: str
+    elapsed_s: float
+
+
+Runner = Callable[[list[str], float], DumpRun]
+
+
+def find_py_spy() -> str | None:
+    """$HANGWATCH_PY_SPY, else py-spy beside hangwatch's Python (its wheel ships the binary), else PATH."""
+    chosen = os.environ.get("HANGWATCH_PY_SPY")
+    if chosen:
+        return chosen if os.access(chosen, os.X_OK) else None
+    beside = Path(sys.executable).parent / "py-spy"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("py-spy")
+
+
+def run_dumper(argv: list[str], deadline_s: float) -> DumpRun:
+    """Run one dumper in a session of its own; SIGKILL its whole group at the deadline."""
+    env = {**os.environ, "RUST_BACKTRACE": "0", "RUST_LIB_BACKTRACE": "0"}
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env=env,
+        text=True,
+        errors="replace",
+    )
+    with contextlib.suppress(OSError):
+        # py-spy holds its target stopped while it reads (and, with --native, unwinds) it: a dumper
+        # starved by a loaded machine stretches that pause from ~30 ms to seconds (docs/stacks.md).
+        # Raise its priority where we may (root, CAP_SYS_NICE); otherwise it keeps the default.
+        os.setpriority(os.PRIO_PROCESS, proc.pid, DUMPER_NICE)
+    try:
+        out, err = proc.communicate(timeout=deadline_s)
+        return DumpRun(proc.returncode, out, err, time.monotonic() - started)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return DumpRun(None, out or "", err or "", time.monotonic() - started)
+
+
+class StackDumper:
+    """Captures one ``StackSample`` of a set of processes. ``runner`` and ``root`` are injectable."""
+
+    def __init__(
+        self,
+        py_spy: str | None = None,
+        *,
+        native: bool = True,
+        native_deadline_s: float = NATIVE_DEADLINE_S,
+        python_deadline_s: float = PYTHON_DEADLINE_S,
+        runner: Runner = run_dumper,
+        root: Path = procfs.PROC,
+        resume: Callable[[int], None] | None = None,
+    ) -> None:
+        self.path = py_spy if py_spy is not None else find_py_spy()
+        self.native = native
+        self._native_deadline = native_deadline_s
+        self._python_deadline = python_deadline_s
+        self._runner = runner
+        self._root = root
+        self._resume = resume or _sigcont
+        self._python_only: set[tuple[int, int]] = set()  # identities where --native failed once
+        self._sources: dict[str, list[str] | None] = {}
+
+    @property
+    def unavailable(self) -> str | None:
+        if self.path is None:
+            return "py-spy is not installed (pip install py-spy): stacks cannot be taken"
+        return None
+
+    def capture(
+        self, processes: Sequence[ProcessSample], t: float, native: bool | None = None
+    ) -> StackSample:
+        """Dump every process at once; the round takes about as long as its slowest dump."""
+        want_native = self.native if native is None else native
+        started = time.monotonic()
+        if not processes:
+            return StackSample(t, (), 0.0)
+        # Native unwinding keeps the target stopped while it runs and is CPU-bound: more native dumpers
+        # than CPUs only starve each other and stretch every target's pause (measured: 30 ms per target
+        # unstarved, 230 ms median with 16 dumpers on 2 CPUs; docs/stacks.md). Python-only dumps pause a
+        # target for milliseconds, so they all run at once.
+        parallel = MAX_PARALLEL if not want_native else max(1, os.cpu_count() or 1)
+        with ThreadPoolExecutor(max_workers=min(len(processes), parallel)) as pool:
+            results = list(pool.map(lambda p: self.dump(p, want_native), processes))
+        return StackSample(t, tuple(results), round(time.monotonic() - started, 4))
+
+    def dump(self, p: ProcessSample, native: bool) -> ProcessStacks:
+        """One process: skip it when stopped, dump it, and make sure it is not left stopped."""
+        base = ProcessStacks(p.pid, p.name, p.role, p.rank, DumpOutcome.OK)
+        before = procfs.read_stat(p.pid, self._root)
+        if before is None or before.state in ("Z", "X"):
+            return replace(base, outcome=DumpOutcome.GONE, state=before.state if before else "gone")
+        if before.state in STOPPED_STATES:
+            return replace(
+                base,
+                outcome=DumpOutcome.STOPPED,
+                state=before.state,
+                cpu_s=before.cpu_s,
+                detail=f"stopped (state {before.state}): not dumped; a stopped process is evidence, "
+                "not an error",
+            )
+        if self.path is None:
+            return replace(base, outcome=DumpOutcome.NO_DUMPER, state=before.state, detail=self.unavailable)
+        env = procfs.read_environ(p.pid, frozenset({"WORLD_SIZE"}), self._root)
+        world = int(env["WORLD_SIZE"]) if env.get("WORLD_SIZE", "").isdigit() else None
+        use_native = native and before.identity not in self._python_only
+        result = self._dump_once(base, use_native)
+        if use_native and result.outcome in (DumpOutcome.FAILED, DumpOutcome.TIMEOUT):
+            # Native unwinding is what fails on odd builds and stripped libraries: retry without it.
+            self._python_only.add(before.identity)
+            fallback = self._dump_once(base, False)
+            note = f"--native failed ({_first_line(result.detail)}); Python frames only"
+            result = replace(
+                fallback,
+                detail=note if fallback.outcome is DumpOutcome.OK else fallback.detail,
+                elapsed_s=result.elapsed_s + fallback.elapsed_s,
+            )
+        after = procfs.read_stat(p.pid, self._root)
+        resumed = False
+        if after is not None and after.state == "T":
+            # The dump left it stopped (a killed dumper, or py-spy's own bugs): undo our side effect.
+            self._resume(p.pid)
+            resumed = True
+        cpu = after.cpu_s if after is not None else before.cpu_s
+        return replace(result, state=before.state, cpu_s=cpu, world_size=world, resumed=resumed)
+
+    def _dump_once(self, base: ProcessStacks, native: bool) -> ProcessStacks:
+        assert self.path is not None
+        argv = [self.path, "dump", "--pid", str(base.pid), "--json"] + (["--native"] if native else [])
+        deadline = self._native_deadline if native else self._python_deadline
+        run = self._runner(argv, deadline)
+        base = replace(base, elapsed_s=round(run.elapsed_s, 4))
+        if run.rc is None:
+            return replace(
+                base, outcome=DumpOutcome.TIMEOUT, detail=f"py-spy did not answer in {deadline:g} s"
+            )
+        if run.rc != 0:
+            outcome, detail = classify_failure(run.stderr, run.stdout)
+            if outcome is DumpOutcome.GONE and procfs.read_stat(base.pid, self._root) is not None:
+                outcome = DumpOutcome.FAILED
+            return replace(base, outcome=outcome, detail=detail)
+        try:
+            threads = parse_dump(run.stdout, self._source_line(base.pid))
+        except ValueError as exc:
+            return replace(base, outcome=DumpOutcome.FAILED, detail=f"unreadable py-spy output: {exc}")
+        return replace(base, outcome=DumpOutcome.OK, threads=threads, native=native)
+
+    def _source_line(self, pid: int) -> Callable[[str, int], str | None]:
+        """Source lines as the target sees them (through /proc/PID/root, for containers)."""
+
+        def line_of(path: str, line: int) -> str | None:
+            if not path.startswith("/") or line <= 0:
+                return None
+            key = f"{pid}:{path}"
+            if key not in self._sources:
+                self._sources[key] = _read_lines(
+                    self._root / str(pid) / "root" / path.lstrip("/")
+                ) or _read_lines(Path(path))
+            lines = self._sources[key]
+            if lines is None or line > len(lines):
+                return None
+            return lines[line - 1].strip()[:200] or None
+
+        return line_of
+
+
+def parse_dump(
+    text: str, source_line: Callable[[str, int], str | None] | None = None
+) -> tuple[ThreadStack, ...]:
+    """py-spy's ``--json`` output (threads, frames leaf first) to threads with frames outermost first."""
+    try:
+        data: Any = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(str(exc)) from None
+    if not isinstance(data, list):
+        raise ValueError("expected a list of threads")
+    threads = []
+    for item in data:
+        frames = [_frame(f) for f in reversed(item.get("frames") or [])]
+        frames = _collapse_unknown(frames)
+        if source_line is not None:
+            frames = _with_source(frames, item.get("frames") or [], source_line)
+        threads.append(
+            ThreadStack(
+                tid=int(item.get("os_thread_id") or item.get("thread_id") or 0),
+                name=item.get("thread_name"),
+                active=bool(item.get("active")),
+                owns_gil=bool(item.get("owns_gil")),
+                frames=intern_frames(frames),
+            )
+        )
+    return tuple(threads)
+
+
+def _frame(raw: dict[str, Any]) -> Frame:
+    native = (
+        raw.get("module") is not None
+        or str(raw.get("filename", "")).endswith((".so", ".so.6"))
+        or ".so." in str(raw.get("short_filename", ""))
+    )
+    name = str(raw.get("name") or "??")
+    short = str(raw.get("short_filename") or raw.get("filename") or "")
+    if native:
+        short = Path(short).name
+        name = "??" if _HEX.match(name) else short_native_name(name)
+        return Frame(name, short, 0, True)
+    return Frame(name, short, int(raw.get("line") or 0), False)
+
+
+def short_native_name(name: str) -> str:
+    """``f<T, U>(int)::{lambda(x)#1}::_FUN`` -> ``f::{lambda#1}::_FUN``: templates and arguments dropped."""
+    previous = None
+    while previous != name:
+        previous = name
+        name = _NATIVE_TRIM.sub("", name)
+    return name[:160]
+
+
+def _collapse_unknown(frames: list[Frame]) -> list[Frame]:
+    """Unsymbolised addresses differ per process (ASLR): keep one ``??`` per library run."""
+    out: list[Frame] = []
+    for f in frames:
+        if (
+            f.native
+            and f.name == "??"
+            and out
+            and out[-1].native
+            and out[-1].name == "??"
+            and out[-1].file == f.file
+        ):
+            continue
+        out.append(f)
+    return out
+
+
+def _with_source(
+    frames: list[Frame], raw: list[dict[str, Any]], source_line: Callable[[str, int], str | None]
+) -> list[Frame]:
+    """Attach the source line to the innermost Python frame: ``with lock_b:`` says what it waits for."""
+    for i in range(len(frames) - 1, -1, -1):
+        f = frames[i]
+        if f.native:
+            continue
+        path = next(
+            (
+                str(r.get("filename"))
+                for r in raw
+                if r.get("name") == f.name and int(r.get("line") or 0) == f.line
+            ),
+            "",
+        )
+        code = source_line(path, f.line)
+        if code is not None:
+            frames[i] = Frame(f.name, f.file, f.line, False, code)
+        break
+    return frames
+
+
+def classify_failure(stderr: str, stdout: str = "") -> tuple[DumpOutcome, str]:
+    """py-spy's error text to an outcome and a reason a person can act on."""
+    text = (stderr or stdout).strip()
+    first = _first_line(text) or "py-spy failed without a message"
+    if "Permission" in text or "permission" in text or "Operation not permitted" in text:
+        return DumpOutcome.DENIED, f"permission denied ({first}). {PTRACE_HELP}"
+    if any(m in text for m in _MISSING_PYTHON):
+        return DumpOutcome.NOT_PYTHON, "not a Python process (py-spy found no interpreter in it)"
+    if any(m in text for m in _GONE):
+        return DumpOutcome.GONE, "the process ended during the dump"
+    return DumpOutcome.FAILED, first
+
+
+def _first_line(text: str | None) -> str:
+    for raw in (text or "").splitlines():
+        line = raw.strip()
+        if line and not line.startswith("Stack backtrace"):
+            return line[:300]
+    return ""
+
+
+def _read_lines(path: Path) -> list[str] | None:
+    try:
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            return fh.read(2_000_000).splitlines()
+    except OSError:
+        return None
+
+
+def _sigcont(pid: int) -> None:
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGCONT)

@@ -1,0 +1,207 @@
+"""Stacks of the tree's processes, as py-spy dumped them, and the merged tree built from them.
+
+One ``StackSample`` is one capture round over the whole tree (every process dumped concurrently).
+A dump that could not be taken is still a ``ProcessStacks``, with the ``outcome`` saying why: a
+stopped process that was skipped is evidence, a permission failure carries the fix.
+
+Frames are stored outermost first (``<module>`` ... leaf), the order a prefix tree is built in;
+py-spy prints them leaf first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class DumpOutcome(StrEnum):
+    OK = "ok"
+    STOPPED = (
+        "stopped"  # state T/t: not dumped on purpose (a dump could leave it stopped, and it is evidence)
+    )
+    DENIED = "denied"  # no ptrace permission: ``detail`` carries the fix
+    NOT_PYTHON = "not-python"  # py-spy found no Python interpreter in it (a shell, ninja, a C++ server)
+    TIMEOUT = "timeout"  # the dumper missed its deadline and was killed
+    GONE = "gone"  # the process ended before or during the dump
+    NO_DUMPER = "no-dumper"  # py-spy is not installed
+    FAILED = "failed"  # anything else py-spy reported (``detail``)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One frame. Native frames (``--native``) come from shared libraries and have no line."""
+
+    name: str  # "all_reduce", "Condition.wait", "c10d::Work::wait"
+    file: str  # short filename: "torch/distributed/distributed_c10d.py", "libtorch_cpu.so"
+    line: int = 0
+    native: bool = False
+    code: str | None = None  # the source line, for the innermost Python frame ("with lock_b:")
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What two frames are merged on: the function, not the line (lines go into the node)."""
+        return (self.name, self.file)
+
+    def describe(self, line: bool = True) -> str:
+        if self.native:
+            return self.name
+        return (
+            f"{self.name} ({self.file}:{self.line})" if line and self.line else f"{self.name} ({self.file})"
+        )
+
+
+_INTERNED: dict[tuple[tuple[str, str, int, bool, str | None], ...], tuple[Frame, ...]] = {}
+_INTERN_LIMIT = 50_000
+
+
+def intern_frames(frames: Sequence[Frame]) -> tuple[Frame, ...]:
+    """One tuple object for every equal stack, across processes and captures.
+
+    Ranks waiting in the same collective have equal stacks; sharing the object lets the analysis
+    compute each distinct stack once (10,000 ranks, a handful of distinct stacks). Bounded.
+    """
+    key = tuple((f.name, f.file, f.line, f.native, f.code) for f in frames)
+    found = _INTERNED.get(key)
+    if found is None:
+        if len(_INTERNED) >= _INTERN_LIMIT:
+            _INTERNED.clear()
+        found = _INTERNED.setdefault(key, tuple(frames))
+    return found
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    tid: int  # the OS thread id (equals the pid for the main thread)
+    name: str | None  # Python's thread name: "MainThread", "worker-A"
+    active: bool  # py-spy's judgement: on CPU, not idle in a wait
+    owns_gil: bool
+    frames: tuple[Frame, ...]  # outermost first
+
+    @property
+    def leaf(self) -> Frame | None:
+        return self.frames[-1] if self.frames else None
+
+    @property
+    def python_frames(self) -> tuple[Frame, ...]:
+        return tuple(f for f in self.frames if not f.native)
+
+    def signature(self) -> tuple[tuple[str, str, int], ...]:
+        """Identity over time: the Python frames with their lines (native frames vary with --native)."""
+        return tuple((f.name, f.file, f.line) for f in self.frames if not f.native)
+
+
+@dataclass(frozen=True)
+class ProcessStacks:
+    """One process in one capture round."""
+
+    pid: int
+    name: str
+    role: str | None
+    rank: str | None
+    outcome: DumpOutcome
+    threads: tuple[ThreadStack, ...] = ()
+    state: str = ""  # /proc state letter when the dump was taken (or skipped)
+    cpu_s: float | None = None  # CPU seconds at the dump: a stack that stays put while this rises spins
+    native: bool = False  # the frames include native ones (--native worked)
+    world_size: int | None = None  # WORLD_SIZE from its environment, when set
+    elapsed_s: float = 0.0  # how long the dumper ran for this process
+    detail: str | None = None  # why it failed, and how to fix it
+    resumed: bool = False  # the dump left it stopped, and hangwatch sent SIGCONT
+
+    @property
+    def main_thread(self) -> ThreadStack | None:
+        """The thread that stands for the process: the main thread, else the first one dumped."""
+        for thread in self.threads:
+            if thread.tid == self.pid:
+                return thread
+        named = [t for t in self.threads if t.name == "MainThread"]
+        return named[0] if named else (self.threads[0] if self.threads else None)
+
+
+@dataclass(frozen=True)
+class GpuActivity:
+    """NVML GPM metrics of one GPU between two capture rounds (Hopper and newer), percentages."""
+
+    index: int
+    interval_s: float
+    graphics_util: float | None
+    sm_util: float | None
+    tensor_util: float | None
+    dram_bw_util: float | None
+    integer_util: float | None
+    fp32_util: float | None
+    fp16_util: float | None
+
+    def pipes_idle(self, limit: float = 5.0) -> bool:
+        """Tensor, DRAM and arithmetic pipes all near 0: nothing is being computed or moved."""
+        pipes = [self.tensor_util, self.dram_bw_util, self.integer_util, self.fp32_util, self.fp16_util]
+        known = [p for p in pipes if p is not None]
+        return bool(known) and max(known) < limit
+
+
+@dataclass(frozen=True)
+class StackSample:
+    """One capture round over the tree."""
+
+    t: float
+    processes: tuple[ProcessStacks, ...]
+    elapsed_s: float  # wall time of the whole round
+    gpus: tuple[GpuActivity, ...] = ()
+    gpm_unavailable: str | None = None
+
+    def process(self, pid: int) -> ProcessStacks | None:
+        for p in self.processes:
+            if p.pid == pid:
+                return p
+        return None
+
+    @property
+    def dumped(self) -> tuple[ProcessStacks, ...]:
+        return tuple(p for p in self.processes if p.outcome is DumpOutcome.OK)
+
+
+@dataclass(frozen=True)
+class StackNode:
+    """A frame of the merged tree and every thread that passes through it."""
+
+    name: str
+    file: str
+    native: bool
+    lines: tuple[int, ...]  # the lines seen at this frame, across threads
+    threads: int  # how many threads pass through
+    pids: tuple[int, ...]
+    label: str  # the processes as compact rank ranges: "TP0-6", "rank0-1,launcher[812]"
+    children: tuple[StackNode, ...] = ()
+    ends: int = 0  # threads whose innermost frame is this one
+    unchanged: int = 0  # of those, how many had the same stack in every sample
+    minority: bool = False  # on the path of the odd ones out
+
+    def describe(self, short: bool = False) -> str:
+        """``all_reduce (torch/distributed/distributed_c10d.py:3252)``; ``short``: the file's base name."""
+        if self.native:
+            return self.name
+        lines = ",".join(str(n) for n in self.lines[:3]) + ("..." if len(self.lines) > 3 else "")
+        file = self.file.rsplit("/", 1)[-1] if short else self.file
+        return f"{self.name} ({file}:{lines})" if lines else f"{self.name} ({file})"
+
+
+@dataclass(frozen=True)
+class StackClass:
+    """Processes whose main threads have the same stack (an equivalence class)."""
+
+    label: str  # "rank0-2"
+    pids: tuple[int, ...]
+    where: str  # the innermost frames, short: "all_reduce > c10d::Work::wait"
+    minority: bool  # smaller than the largest class of its peers: the odd ones out
+
+
+@dataclass(frozen=True)
+class StackTree:
+    roots: tuple[StackNode, ...]
+    classes: tuple[StackClass, ...]
+    samples: int
+    processes: int
+    threads: int
+    summary: str  # "rank0-1 in all_reduce; rank2 in rank_busy_elsewhere"
+    problems: tuple[str, ...] = ()  # processes not dumped and why

@@ -1,0 +1,105 @@
+"""The report as one self-contained HTML page: verdict, evidence, timeline, merged stack tree.
+
+Nothing is fetched (no script, font or stylesheet from anywhere): the page works offline and can be
+attached to an issue. Jinja2 autoescaping escapes every value; free text that came from the server
+(log lines in the evidence, source lines in frames, notes) is redacted again here as well.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment
+from jinja2 import PackageLoader
+from jinja2 import select_autoescape
+from markupsafe import Markup
+from markupsafe import escape
+
+from hangwatch import __version__
+from hangwatch.model.report import Report
+from hangwatch.model.stacks import StackNode
+from hangwatch.redact import redact_text
+from hangwatch.render.stacktext import chain_text
+from hangwatch.render.stacktext import fold
+from hangwatch.render.timeline_svg import timeline_svg
+
+_BACKTICKS = re.compile(r"`([^`]+)`")
+MAX_TREE_NODES = 400  # deeper or wider trees are cut, with a note; the JSON report has everything
+
+
+def get_environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("hangwatch", "render/templates"),
+        autoescape=select_autoescape(["html", "j2"], default_for_string=True, default=True),
+        keep_trailing_newline=True,
+    )
+    env.filters["code_spans"] = code_spans
+    return env
+
+
+def code_spans(text: str) -> Markup:
+    """Escape ``text``, then show its `backticked` parts as code (our tags around escaped text only)."""
+    escaped = str(escape(text))
+    return Markup(_BACKTICKS.sub(r"<code>\1</code>", escaped))  # noqa: S704 - the text was escaped first
+
+
+def _tree(node: StackNode, samples: int, budget: list[int]) -> dict[str, Any]:
+    """A node for the template, single-member chains folded into one row as in the terminal."""
+    budget[0] -= 1
+    chain = fold(node)
+    last = chain[-1]
+    moved = None
+    if last.ends and samples >= 2:
+        moved = "unchanged" if last.unchanged == last.ends else f"moved ({last.ends - last.unchanged})"
+    children = [_tree(c, samples, budget) for c in last.children if budget[0] > 0]
+    return {
+        "label": last.label,
+        "text": redact_text(chain_text(chain, keep=4)),
+        "frames": [redact_text(n.describe()) for n in chain],
+        "threads": last.threads,
+        "minority": last.minority,
+        "moved": moved,
+        "children": children,
+        "cut": len(last.children) - len(children),
+    }
+
+
+def html_report(report: Report) -> str:
+    v = report.verdict
+    by_pid = {p.pid: p for p in report.processes}
+    culprits = []
+    for pid in v.culprits:
+        p = by_pid.get(pid)
+        culprits.append(f"{p.name} [{pid}]" + (f" rank {p.rank}" if p.rank else "") if p else f"[{pid}]")
+    tree = report.stack_tree
+    budget = [MAX_TREE_NODES]
+    roots = [_tree(r, tree.samples, budget) for r in tree.roots] if tree is not None else []
+    context = {
+        "version": __version__,
+        "report": report,
+        "verdict": v,
+        "summary": redact_text(v.summary),
+        "culprits": culprits,
+        "evidence": [redact_text(e) for e in v.evidence],
+        "notes": [redact_text(n) for n in report.notes],
+        "command": redact_text(" ".join(report.command)),
+        "timeline": Markup(timeline_svg(report)),  # noqa: S704 - built from escaped parts in timeline_svg
+        "tree": tree,
+        "tree_summary": redact_text(tree.summary) if tree is not None else "",
+        "roots": roots,
+        "tree_cut": budget[0] <= 0,
+        "processes": report.processes,
+        "captures": [
+            {"t": s.t, "elapsed": s.elapsed_s, "processes": len(s.processes), "dumped": len(s.dumped)}
+            for s in report.stacks
+        ],
+    }
+    return get_environment().get_template("report.html.j2").render(**context)
+
+
+def write_html(report: Report, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(html_report(report), encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,77 @@
+"""A short Markdown summary a person can paste into an engine's issue tracker.
+
+Everything that came from the server (log lines, command lines, frames, source lines) goes into
+fenced code blocks, redacted again, with any backtick run that could close the fence broken up; the
+only Markdown outside the blocks is ours.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hangwatch.model.report import Report
+from hangwatch.redact import redact_text
+from hangwatch.render.stacktext import tree_lines
+
+
+def _safe(text: str) -> str:
+    return redact_text(text).replace("```", "`\u200b``")
+
+
+def _inline(text: str) -> str:
+    """For text outside code blocks: no Markdown or HTML from the server gets interpreted."""
+    out = redact_text(text)
+    for ch in ("\\", "`", "*", "_", "[", "]", "<", ">", "#", "|"):
+        out = out.replace(ch, "\\" + ch)
+    return out
+
+
+def markdown_report(report: Report) -> str:
+    v = report.verdict
+    cause = f" — cause `{v.cause.value}`" if v.cause else ""
+    confidence = f" ({v.confidence} confidence)" if v.confidence and v.cause else ""
+    lines = [f"### hangwatch: **{v.state.value.upper()}**{cause}{confidence}", ""]
+    lines.append(_inline(v.summary))
+    lines.append("")
+    facts = [
+        f"- engine profile: `{report.engine}`, mode `{report.mode}`, watched {report.duration_s:.0f} s "
+        f"(started {report.started_at})",
+    ]
+    if v.phase:
+        facts.append(f"- phase: {_inline(v.phase)}")
+    if v.culprits:
+        by_pid = {p.pid: p for p in report.processes}
+        names = []
+        for pid in v.culprits:
+            p = by_pid.get(pid)
+            names.append(
+                f"{_inline(p.name)} [{pid}]" + (f" rank {_inline(p.rank)}" if p and p.rank else "")
+                if p
+                else f"[{pid}]"
+            )
+        facts.append(f"- culprits: {', '.join(names)}")
+    command = " ".join(report.command).replace("\n", " ").replace("`", "")  # one code span, unbreakable
+    facts.append(f"- command: `{_safe(command)[:300]}`")
+    lines.extend(facts)
+    if report.stack_tree is not None:
+        lines += ["", "<details><summary>Stacks merged across ranks</summary>", "", "```text"]
+        lines.extend(_safe(line) for line in tree_lines(report.stack_tree, max_lines=40, width=200))
+        lines += ["```", "", "</details>"]
+    if v.evidence:
+        lines += ["", "Evidence:", "", "```text"]
+        lines.extend(_safe(e) for e in v.evidence)
+        lines.append("```")
+    if v.next_steps:
+        lines += ["", "Next steps:", ""]
+        lines.extend(f"- {s}" for s in v.next_steps)  # our own text, with its `commands`
+    if report.notes:
+        lines += ["", "Notes:", ""]
+        lines.extend(f"- {_inline(n)}" for n in report.notes)
+    lines += ["", "_Report written by hangwatch._", ""]
+    return "\n".join(lines)
+
+
+def write_markdown(report: Report, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(markdown_report(report))
+    tmp.replace(path)

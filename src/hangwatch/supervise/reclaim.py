@@ -1,0 +1,275 @@
+"""``hangwatch cleanup``: find the one process tree a user names, stop it, and prove what was freed.
+
+The tree is named, never guessed: a pid (that process, its descendants, and its session when it
+leads one), the tree listening on a port (the topmost process holding the listening socket), or
+a hangwatch run directory (its ``run.json``: root pid + start time + session). Processes are
+identified by (pid, start time), so a pid reused by a stranger is never signalled, and nothing is
+ever matched by name (TensorRT-LLM PR #16404 is what tree-kill by name does: it took down its
+own host process). hangwatch itself and its ancestors are never part of a tree it stops.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from hangwatch.collect import procfs
+from hangwatch.collect.host import listeners
+from hangwatch.collect.host import process_label
+from hangwatch.collect.nvml import GpuSource
+from hangwatch.collect.nvml import NvmlGpuSource
+from hangwatch.errors import NoSuchProcess
+from hangwatch.errors import UsageError
+from hangwatch.model.cleanup import CleanupOutcome
+from hangwatch.model.cleanup import CleanupPlan
+from hangwatch.model.cleanup import GpuFreed
+from hangwatch.model.cleanup import GpuHeld
+from hangwatch.model.cleanup import Member
+from hangwatch.model.samples import GpuSample
+from hangwatch.supervise import cleanup
+from hangwatch.supervise import shm
+from hangwatch.supervise.runrecord import read_run_record
+
+ZOMBIE_WAIT_S = 2.0
+
+
+def _snapshot() -> dict[int, procfs.Stat]:
+    stats = {}
+    for pid in procfs.list_pids():
+        stat = procfs.read_stat(pid)
+        if stat is not None:
+            stats[pid] = stat
+    return stats
+
+
+def _ancestors(pid: int, stats: dict[int, procfs.Stat]) -> set[int]:
+    seen: set[int] = set()
+    while pid in stats and pid not in seen and pid > 0:
+        seen.add(pid)
+        pid = stats[pid].ppid
+    return seen
+
+
+def tree_pids(root: int | None, session: int | None, stats: dict[int, procfs.Stat]) -> set[int]:
+    """``root`` and its descendants (by parentage, from one snapshot), plus the members of ``session``."""
+    found: set[int] = set()
+    if root is not None and root in stats:
+        found.add(root)
+        children: dict[int, list[int]] = {}
+        for s in stats.values():
+            children.setdefault(s.ppid, []).append(s.pid)
+        todo = [root]
+        while todo:
+            for child in children.get(todo.pop(), []):
+                if child not in found:
+                    found.add(child)
+                    todo.append(child)
+    if session is not None:
+        found |= {s.pid for s in stats.values() if s.session == session}
+    return found
+
+
+def _members(pids: Iterable[int], stats: dict[int, procfs.Stat]) -> tuple[Member, ...]:
+    return tuple(
+        Member(s.pid, s.starttime_ticks, s.ppid, s.session, s.state, process_label(s.pid))
+        for s in sorted((stats[p] for p in pids if p in stats), key=lambda s: s.pid)
+    )
+
+
+def _guard(pids: set[int], stats: dict[int, procfs.Stat], target: str) -> None:
+    mine = _ancestors(os.getpid(), stats)
+    if 1 in pids:
+        raise UsageError(f"{target}: refusing to stop a tree that contains pid 1 (init)")
+    if pids & mine:
+        raise UsageError(
+            f"{target}: the tree contains hangwatch itself or its parent shell (pid "
+            f"{', '.join(map(str, sorted(pids & mine)))}); run cleanup from outside it"
+        )
+
+
+def _gpu_held(sample: GpuSample, pids: set[int]) -> tuple[tuple[GpuHeld, ...], str | None]:
+    if sample.unavailable:
+        return (), f"GPU memory not checked: {sample.unavailable}"
+    held = []
+    for g in sample.gpus:
+        tree = sum(p.used_bytes or 0 for p in sample.processes if p.gpu_index == g.index and p.pid in pids)
+        held.append(GpuHeld(g.index, tree, g.mem_used_bytes))
+    note = None
+    if not any(h.tree_bytes for h in held) and not any(p.pid in pids for p in sample.processes):
+        note = (
+            "NVML lists no process of the tree (none on a GPU, or NVML sees another PID namespace): "
+            "whole-GPU memory shown"
+        )
+    return tuple(held), note
+
+
+def _plan(
+    target: str,
+    *,
+    root: int | None,
+    session: int | None,
+    stats: dict[int, procfs.Stat],
+    gpu: GpuSource,
+    notes: tuple[str, ...] = (),
+) -> CleanupPlan:
+    pids = tree_pids(root, session, stats)
+    if not pids:
+        raise NoSuchProcess(f"{target}: no process of that tree is left")
+    _guard(pids, stats, target)
+    members = _members(pids, stats)
+    held, note = _gpu_held(gpu.read(), pids)
+    return CleanupPlan(
+        target,
+        root if root in stats else None,
+        session,
+        members,
+        tuple(shm.segments_of(pids)),
+        held,
+        note,
+        notes,
+    )
+
+
+def plan_for_pid(pid: int, gpu: GpuSource) -> CleanupPlan:
+    stats = _snapshot()
+    if pid not in stats:
+        raise NoSuchProcess(f"no process with PID {pid}")
+    if stats[pid].state == "Z":
+        raise NoSuchProcess(
+            f"PID {pid} has already exited (a zombie waiting for its parent {stats[pid].ppid})"
+        )
+    session = pid if stats[pid].session == pid else None
+    return _plan(f"pid {pid}", root=pid, session=session, stats=stats, gpu=gpu)
+
+
+def plan_for_port(port: int, gpu: GpuSource) -> CleanupPlan:
+    holders = {pid for pid, _ in listeners(port)}
+    if not holders:
+        raise NoSuchProcess(
+            f"no process (that hangwatch may look into) listens on port {port}",
+            "Check with `ss -ltnp`; as another user, run hangwatch as root.",
+        )
+    stats = _snapshot()
+    # The topmost holder: a server's workers may have inherited the listening socket.
+    tops = sorted(p for p in holders if p in stats and not (_ancestors(stats[p].ppid, stats) & holders))
+    if len(tops) != 1:
+        raise UsageError(
+            f"several process trees listen on port {port} (pids {', '.join(map(str, tops))})",
+            "Name one with --pid.",
+        )
+    root = tops[0]
+    session = root if stats[root].session == root else None
+    notes = (f"pid {root} listens on port {port}",)
+    return _plan(f"port {port}", root=root, session=session, stats=stats, gpu=gpu, notes=notes)
+
+
+def plan_for_run(run_dir: Path, gpu: GpuSource) -> CleanupPlan:
+    try:
+        record = read_run_record(run_dir)
+    except ValueError as exc:
+        raise UsageError(f"--run {run_dir}: {exc}", "Name the tree with --pid or --port instead.") from None
+    stats = _snapshot()
+    root_stat = stats.get(record.pid)
+    alive = root_stat is not None and root_stat.starttime_ticks == record.start_ticks
+    notes = []
+    if not alive:
+        notes.append(
+            f"the run's root (pid {record.pid}) is gone: stopping what is left of its session "
+            f"{record.session}"
+        )
+    supervisor = stats.get(record.supervisor_pid)
+    if supervisor is not None:
+        notes.append(f"pid {record.supervisor_pid} may still be the hangwatch run supervising it")
+    root = record.pid if alive else None
+    return _plan(
+        f"run {run_dir}", root=root, session=record.session, stats=stats, gpu=gpu, notes=tuple(notes)
+    )
+
+
+def execute(
+    plan: CleanupPlan,
+    gpu: GpuSource,
+    grace_s: float = 10.0,
+    kill_wait_s: float = 5.0,
+    gpu_wait_s: float = 15.0,
+) -> CleanupOutcome:
+    """Stop the planned tree (SIGTERM, grace, SIGKILL; stopped ones too), then verify and free the rest."""
+    started = time.monotonic()
+    identities = {m.identity for m in plan.members if m.state != "Z"}
+    # Its own children are no business of ours to reap: the tree's parents (or init) do that.
+    result = cleanup.stop_tree(
+        identities, plan.session, lambda _pids: {}, grace_s, kill_wait_s, follow_children=True
+    )
+    pids = {m.pid for m in plan.members}
+    zombies = _wait_zombies({m.identity for m in plan.members}, ZOMBIE_WAIT_S)
+    freed, note = _wait_gpu(plan, gpu, pids, gpu_wait_s)
+    segments = shm.release(plan.segments, tree_start=min((m.start_ticks for m in plan.members), default=0))
+    return CleanupOutcome(
+        plan=plan,
+        terminated=result.terminated,
+        killed=result.killed,
+        remaining=result.remaining,
+        zombies=zombies,
+        gpu=freed,
+        gpu_note=note,
+        segments=tuple(segments),
+        seconds=time.monotonic() - started,
+    )
+
+
+def _wait_zombies(identities: set[tuple[int, int]], timeout_s: float) -> tuple[tuple[int, int], ...]:
+    """Members that exited but are not reaped yet, after giving their parents ``timeout_s`` to do it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        zombies = []
+        for pid, start in identities:
+            stat = procfs.read_stat(pid)
+            if stat is not None and stat.starttime_ticks == start and stat.state == "Z":
+                zombies.append((pid, stat.ppid))
+        if not zombies or time.monotonic() >= deadline:
+            return tuple(sorted(zombies))
+        time.sleep(0.1)
+
+
+def _wait_gpu(
+    plan: CleanupPlan, gpu: GpuSource, pids: set[int], timeout_s: float
+) -> tuple[tuple[GpuFreed, ...], str | None]:
+    if not plan.gpu:
+        return (), plan.gpu_note
+    deadline = time.monotonic() + timeout_s
+    sample = gpu.read()
+    while sample.memory_of(frozenset(pids)) > 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        sample = gpu.read()
+    after = {h.gpu_index: h for h in _gpu_held(sample, pids)[0]}
+    freed = tuple(
+        GpuFreed(
+            h.gpu_index,
+            h.tree_bytes,
+            after[h.gpu_index].tree_bytes if h.gpu_index in after else 0,
+            h.used_bytes,
+            after[h.gpu_index].used_bytes if h.gpu_index in after else None,
+        )
+        for h in plan.gpu
+    )
+    note = plan.gpu_note
+    if any(f.tree_after for f in freed):
+        note = f"GPU memory still held by the tree's pids after {timeout_s:.0f} s"
+    busy = [
+        g
+        for g in sample.gpus
+        if (g.util_pct or 0) > 50 and not any(p.gpu_index == g.index for p in sample.processes)
+    ]
+    if busy:
+        note = (
+            ((note + "; ") if note else "")
+            + ", ".join(f"GPU {g.index} at {g.util_pct:.0f} %" for g in busy)
+            + " with no process: wedged? it needs a reset (hangwatch never resets GPUs)"
+        )
+    return freed, note
+
+
+def make_gpu_source() -> NvmlGpuSource:
+    return NvmlGpuSource()

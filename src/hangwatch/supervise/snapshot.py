@@ -1,0 +1,106 @@
+"""``hangwatch stacks``: one merged snapshot of a running tree's stacks now, read-only.
+
+The same machinery as a watch: the tree is found from /proc, every process is dumped concurrently
+(never a stopped one; a dump that leaves a process stopped is undone), the stacks are merged across
+ranks and the stack rules name a cause. With ``--samples N`` it takes N rounds ``--every`` seconds
+apart, which tells a stack that does not move from one that does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hangwatch import engines
+from hangwatch.analyse import causes
+from hangwatch.analyse.stackrules import classify
+from hangwatch.analyse.stackrules import stack_context
+from hangwatch.analyse.stacktree import build_tree
+from hangwatch.analyse.stackwatch import with_native_detail
+from hangwatch.collect import procfs
+from hangwatch.collect.proctree import TreeSampler
+from hangwatch.collect.stacks import StackDumper
+from hangwatch.errors import HangwatchError
+from hangwatch.errors import NoSuchProcess
+from hangwatch.model.samples import Tick
+from hangwatch.model.stacks import StackSample
+from hangwatch.render.json_report import _plain
+from hangwatch.render.stacktext import tree_lines
+
+SNAPSHOT_SCHEMA = "hangwatch.stacks/1"
+
+
+class StacksUnavailableError(HangwatchError):
+    exit_code = 1
+    help_text = "Install py-spy in hangwatch's environment: pip install py-spy"
+
+
+@dataclass(frozen=True)
+class SnapshotOptions:
+    pid: int
+    engine: str | None
+    samples: int
+    every_s: float
+    native: bool
+    report_json: Path | None
+
+
+def take_snapshot(options: SnapshotOptions) -> int:
+    stat = procfs.read_stat(options.pid)
+    if stat is None:
+        raise NoSuchProcess(f"no process with PID {options.pid}")
+    cmdline = procfs.read_cmdline(options.pid) or (stat.comm,)
+    profile = engines.by_name(options.engine) if options.engine else engines.detect(cmdline)
+    dumper = StackDumper(native=options.native)
+    if dumper.unavailable is not None:
+        raise StacksUnavailableError(dumper.unavailable)
+    sampler = TreeSampler([options.pid], profile.role_of, watch_deaths=False)
+    started = time.monotonic()
+    samples: list[StackSample] = []
+    ticks: list[Tick] = []
+    try:
+        for i in range(options.samples):
+            if i:
+                time.sleep(options.every_s)
+            t = round(time.monotonic() - started, 3)
+            reading = sampler.sample(t)
+            ticks.append(Tick(t=t, processes=reading.processes, exits=reading.exits, errors=reading.errors))
+            # Native frames for the first round only; later rounds borrow them where the stack is the same.
+            samples.append(dumper.capture(reading.processes, t, native=options.native and i == 0))
+    finally:
+        sampler.close()
+    analysed = [*samples[:-1], with_native_detail(samples)]
+    exits = tuple(e for tick in ticks for e in tick.exits)
+    diagnosis = classify(stack_context(analysed, ticks, exits))
+    tree = build_tree(analysed, highlight=diagnosis.culprits or None)
+    print("\n".join(snapshot_text(options.pid, tree_lines(tree, max_lines=60), diagnosis)), flush=True)
+    if options.report_json is not None:
+        data: dict[str, Any] = {
+            "schema": SNAPSHOT_SCHEMA,
+            "pid": options.pid,
+            "engine": profile.name,
+            "diagnosis": _plain(dataclasses.asdict(diagnosis)),
+            "next_steps": list(causes.NEXT_STEPS.get(diagnosis.cause, ())),
+            "stacks": _plain([dataclasses.asdict(s) for s in samples]),
+            "stack_tree": _plain(dataclasses.asdict(tree)),
+        }
+        options.report_json.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    return 0
+
+
+def snapshot_text(pid: int, lines: list[str], diagnosis: causes.Diagnosis) -> list[str]:
+    out = [f"hangwatch stacks of the tree of pid {pid}:", *lines, ""]
+    confidence = f", {diagnosis.confidence} confidence" if diagnosis.confidence else ""
+    out.append(f"cause: {diagnosis.cause.value}{confidence}")
+    out.append(f"  {diagnosis.explanation}")
+    if diagnosis.culprits:
+        out.append(f"  culprits: {', '.join(str(p) for p in diagnosis.culprits)}")
+    steps = causes.NEXT_STEPS.get(diagnosis.cause, ())
+    if steps:
+        out.append("next:")
+        out.extend(f"  - {s}" for s in steps)
+    return out

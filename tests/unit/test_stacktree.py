@@ -1,0 +1,158 @@
+"""Merging real captured stacks across ranks: prefix tree, rank ranges, equivalence classes, odd ones out."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+
+from fixtures.stacks import loader
+from hangwatch.analyse.stacktree import build_tree
+from hangwatch.analyse.stacktree import compact_ranges
+from hangwatch.analyse.stacktree import equivalence_classes
+from hangwatch.analyse.stacktree import rank_label
+from hangwatch.analyse.stacktree import significant_frames
+from hangwatch.analyse.stacktree import unchanged_threads
+from hangwatch.analyse.stacktree import wait_point
+from hangwatch.model.stacks import DumpOutcome
+from hangwatch.model.stacks import ProcessStacks
+from hangwatch.model.stacks import StackNode
+from hangwatch.model.stacks import StackSample
+from hangwatch.render.stacktext import tree_lines
+
+
+@pytest.mark.parametrize(
+    ("labels", "text"),
+    [
+        (["TP0", "TP1", "TP2", "TP3", "TP4", "TP5", "TP6"], "TP0-6"),
+        (["TP7", "TP0", "TP1", "TP2", "TP4"], "TP0-2,TP4,TP7"),
+        (["rank1", "main[812]", "rank0", "rank3"], "rank0-1,rank3,main[812]"),
+        (["DP0_TP1", "DP0_TP0"], "DP0_TP0-1"),
+        (["TP1", "TP1"], "TP1"),
+        ([], ""),
+    ],
+)
+def test_compact_ranges(labels, text):
+    assert compact_ranges(labels) == text
+
+
+def _proc(pid: int, name: str, rank: str | None = None, role: str | None = None) -> ProcessStacks:
+    return ProcessStacks(pid, name, role, rank, DumpOutcome.OK)
+
+
+def test_rank_labels_from_profile_title_or_role():
+    assert rank_label(_proc(1, "VLLM::Worker_TP3", "TP3", "Worker")) == "TP3"
+    assert rank_label(_proc(2, "python", "5", "rank")) == "rank5"  # RANK=5 from the environment
+    assert rank_label(_proc(3, "gloo_rank2")) == "rank2"  # only the title says it
+    assert rank_label(_proc(4, "dead_peer:r1")) == "rank1"
+    assert rank_label(_proc(5, "python", None, "main")) == "main[5]"
+    assert rank_label(_proc(6, "compile_worker_")) == "compile_worker_[6]"
+
+
+def test_missing_collective_tree_marks_the_rank_elsewhere():
+    tree = build_tree(loader.samples("missing_collective"))
+    culprit = loader.pid_of("missing_collective", "gloo_rank2")
+    assert tree.samples == 2 and tree.processes == 5 and tree.threads == 8
+    assert tree.summary.startswith("rank0-1 in all_reduce > c10d::Work::wait; rank2 in rank_busy_elsewhere")
+    odd = [c for c in tree.classes if c.minority]
+    assert [c.pids for c in odd] == [(culprit,)]
+    leaves = _leaves(tree.roots)
+    reduce_leaf = next(n for n in leaves if "pthread_cond_wait" in n.name)
+    assert reduce_leaf.label == "rank0-1" and reduce_leaf.unchanged == reduce_leaf.ends == 2
+    marked = [n for n in _nodes(tree.roots) if n.minority]
+    assert marked and all(n.pids == (culprit,) for n in marked)
+    # Frames merge on the function: both rank_main lines (36 elsewhere, 39 all_reduce) in one node.
+    rank_main = next(n for n in _nodes(tree.roots) if n.name == "rank_main")
+    assert rank_main.lines == (36, 39) and rank_main.label == "rank0-2"
+
+
+def test_graph_capture_minority_is_the_capturing_rank():
+    classes = equivalence_classes(loader.samples("graph_capture")[-1].dumped)
+    odd = [c for c in classes if c.minority]
+    assert len(odd) == 1 and odd[0].label == "rank1"
+    assert odd[0].where == "CudaGraphRunner.capture > Event.wait"
+    big = classes[0]
+    assert big.label == "rank0,rank2" and big.where == "barrier > c10d::Work::wait"
+
+
+def test_python_only_dump_merges_the_same_way():
+    tree = build_tree(loader.samples("missing_collective", "python"))
+    assert tree.summary.startswith("rank0-1 in all_reduce; rank2 in rank_busy_elsewhere")
+
+
+def test_glue_frames_are_dropped_native_waits_kept():
+    sample = loader.samples("missing_collective")[0]
+    main = next(p for p in sample.dumped if p.name == "gloo_rank0").main_thread
+    assert main is not None
+    names = [f.name for f in significant_frames(main)]
+    assert names[0] == "<module>" and "??" not in names
+    assert not any(n.startswith("pybind11") for n in names)
+    assert names[-3:] == ["c10d::Work::wait", "std::condition_variable::wait", "pthread_cond_wait"]
+    assert wait_point(main) == "all_reduce > c10d::Work::wait"
+
+
+def test_unchanged_needs_two_samples_and_same_lines():
+    samples = loader.samples("silent_compile")
+    still = unchanged_threads(samples)
+    burner = loader.pid_of("silent_compile", "compile_worker_")
+    assert unchanged_threads(samples[:1]) == set()
+    # The native dumps caught the burner's main thread at different lines: it moved.
+    assert (burner, burner) not in still
+    launcher = loader.load("silent_compile")["samples"][0]["processes"][0]["pid"]
+    assert (launcher, launcher) in still  # the launcher sat in join() both times
+
+
+def test_dead_and_stopped_processes_are_listed_not_merged():
+    tree = build_tree(loader.samples("self_stop"))
+    assert any("stopped" in p for p in tree.problems)
+    tree = build_tree(loader.samples("dead_peer"))
+    assert any("gone" in p for p in tree.problems)
+
+
+def test_rendered_tree_is_compact_and_marks_the_odd_one():
+    lines = tree_lines(build_tree(loader.samples("missing_collective")), width=200)
+    text = "\n".join(lines)
+    assert "[rank2] rank_busy_elsewhere (gloo_missing_collective.py:26)" in text
+    assert "<< odd one out" in text and "[unchanged]" in text
+    assert len(lines) <= 12
+
+
+def test_highlight_names_the_rule_culprits_unless_everyone_is_one():
+    samples = loader.samples("missing_collective")
+    rank2 = loader.pid_of("missing_collective", "gloo_rank2")
+    tree = build_tree(samples, highlight=[rank2])
+    marked = [n for n in _nodes(tree.roots) if n.minority]
+    assert marked and {n.pids for n in marked} == {(rank2,)}
+    everyone = [loader.pid_of("missing_collective", f"gloo_rank{r}") for r in range(3)]
+    assert not any(n.minority for n in _nodes(build_tree(samples, highlight=everyone).roots))
+
+
+def test_ten_thousand_rank_stacks_merge_fast():
+    """The benchmark's figure, as a loose guard: 10,000 ranks from real stacks merge well under 1 s."""
+    sample = loader.samples("missing_collective")[0]
+    ranks = [p for p in sample.dumped if p.name.startswith("gloo_rank")]
+    processes = []
+    for i in range(10_000):
+        src = ranks[2] if i % 97 == 5 else ranks[i % 2]
+        processes.append(replace(src, pid=100_000 + i, name=f"gloo_rank{i}"))
+    big = StackSample(0.0, tuple(processes), 0.0)
+    started = time.perf_counter()
+    tree = build_tree([big, big])
+    elapsed = time.perf_counter() - started
+    assert tree.processes == 10_000
+    odd = [c for c in tree.classes if c.minority]
+    assert len(odd) == 1 and len(odd[0].pids) == 104
+    assert elapsed < 3.0  # the benchmark measures ~0.2 s; this only catches a quadratic regression
+
+
+def _nodes(nodes: tuple[StackNode, ...]) -> list[StackNode]:
+    out: list[StackNode] = []
+    for n in nodes:
+        out.append(n)
+        out.extend(_nodes(n.children))
+    return out
+
+
+def _leaves(nodes: tuple[StackNode, ...]) -> list[StackNode]:
+    return [n for n in _nodes(nodes) if n.ends]

@@ -1,0 +1,195 @@
+"""When stacks are taken, the spin veto in the progress model, and the early verdict for closed waits.
+
+The assessor is fed ticks one second apart, as the watch loop does, and the real captured samples of a
+fixture whenever ``StackHistory.due`` says a capture is due: no process, no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from fixtures.stacks import loader
+from hangwatch import engines
+from hangwatch.analyse.assess import Assessor
+from hangwatch.analyse.assess import Policy
+from hangwatch.analyse.stackwatch import StackHistory
+from hangwatch.analyse.stackwatch import with_native_detail
+from hangwatch.model.report import Verdict
+from hangwatch.model.samples import LogSample
+from hangwatch.model.samples import Tick
+from hangwatch.model.stacks import StackSample
+from hangwatch.model.vocabulary import Cause
+from hangwatch.model.vocabulary import State
+
+
+def test_no_capture_while_anything_but_cpu_moves():
+    h = StackHistory()
+    assert not h.due(now=10.0, solid_since=9.0, quiet_since=9.0)
+    assert not h.due(now=10.0, solid_since=7.5, quiet_since=10.0)
+    assert h.due(now=10.0, solid_since=7.0, quiet_since=10.0)  # only CPU moved for 3 s: look
+
+
+def test_burst_then_relaxed_then_new_burst_when_everything_stops():
+    h = StackHistory()
+    sample = loader.samples("missing_collective")[0]
+    t = 3.0
+    times = []
+    while t < 40:
+        quiet_since = t if t < 30 else 30.0  # CPU moves until 30 s (a silent compile), then nothing does
+        if h.due(t, solid_since=0.0, quiet_since=quiet_since):
+            times.append(t)
+            assert h.wants_native() == (not h.spell)
+            h.add(replace(sample, t=t))
+        t += 1.0
+    # 3 samples 2 s apart, then one every 10 s while only CPU moves, then a fresh burst after 33 s.
+    assert times[:4] == [3.0, 5.0, 7.0, 17.0]
+    assert 27.0 in times and 33.0 in times and 35.0 in times and 37.0 in times
+
+
+def test_progress_ends_the_spell():
+    h = StackHistory()
+    h.due(5.0, 0.0, 0.0)
+    h.add(replace(loader.samples("missing_collective")[0], t=5.0))
+    assert h.spell
+    assert not h.due(6.0, solid_since=5.5, quiet_since=5.5)
+    assert not h.spell and h.kept  # kept for the report, not for judging the new spell
+
+
+def test_python_only_samples_borrow_native_frames():
+    native = loader.samples("missing_collective", "native")[0]
+    python = replace(loader.samples("missing_collective", "python")[1], t=native.t + 2)
+    merged = with_native_detail([native, python])
+    rank0 = next(p for p in merged.dumped if p.name == "gloo_rank0").main_thread
+    assert rank0 is not None and rank0.frames[-1].native
+    assert any(f.name == "c10d::Work::wait" for f in rank0.frames)
+
+
+def _spinning_samples() -> list[StackSample]:
+    """The real H200 capture of a host spinning in cudaDeviceSynchronize (gpu_spin), CPU +1 core/s."""
+    native, python = loader.samples("gpu_spin", "native")[0], loader.samples("gpu_spin", "python")[1]
+    proc = native.processes[0]
+    return (
+        [
+            replace(src, t=t, processes=(replace(src.processes[0], cpu_s=10.0 + t),))
+            for src, t in ((native, 3.0), (python, 5.0), (python, 7.0))
+        ]
+        if proc.threads
+        else []
+    )
+
+
+def test_spin_veto_only_for_known_spin_waits():
+    h = StackHistory()
+    samples = _spinning_samples()
+    pid = samples[0].processes[0].pid
+    h.add(samples[0])
+    assert not h.spinning(pid)  # one sample proves nothing
+    h.add(samples[1])
+    assert h.spinning(pid)
+    burner = StackHistory()
+    for s in loader.samples("silent_compile"):
+        burner.add(s)
+    for p in loader.samples("silent_compile")[-1].processes:
+        assert not burner.spinning(p.pid)  # a pure-Python loop burning CPU is work
+
+
+def _ticks_for(
+    name: str, until: float, history: StackHistory, assessor: Assessor, rounds: list[int]
+) -> Verdict | None:
+    """Feed 1 s ticks of the fixture's processes (no CPU, no I/O); add a fixture sample when one is due."""
+    template = loader.ticks(name)[0]
+    source = loader.samples(name)
+    t = 0.0
+    used = 0
+    while t <= until:
+        log = LogSample(new_lines=3) if t == 0.0 else LogSample()
+        verdict = assessor.observe(Tick(t=t, processes=template.processes, log=log))
+        if verdict is not None:
+            return verdict
+        if history.due(t, assessor.solid_clock.last_progress_t, assessor.clock.last_progress_t):
+            history.add(replace(source[rounds[min(used, len(rounds) - 1)]], t=t))
+            used += 1
+        t += 1.0
+    return None
+
+
+def _assessor(history: StackHistory, stall_after: float) -> Assessor:
+    return Assessor(
+        engines.by_name("generic"),
+        Policy(stall_after=stall_after),
+        root_pids={0},
+        spinning=history.spinning,
+        classifiers=(history.diagnose,),
+        closed_wait=history.closed_wait,
+    )
+
+
+def test_closed_wait_is_stalled_within_15_s_whatever_the_window():
+    h = StackHistory()
+    v = _ticks_for("missing_collective", 200, h, _assessor(h, stall_after=300), [0, 1, 1])
+    assert v is not None and v.state is State.STALLED and v.cause is Cause.COLLECTIVE_WAIT
+    assert v.confidence == "high" and "not waiting out --stall-after 300 s" in v.summary
+    assert float(v.summary.split("for ")[1].split(" s")[0]) <= 15
+
+
+def test_open_wait_waits_out_the_window():
+    h = StackHistory()
+    v = _ticks_for("missing_rank", 200, h, _assessor(h, stall_after=40), [0, 1, 1])
+    assert v is not None and v.cause is Cause.RENDEZVOUS_WAIT
+    assert "for 40 s" in v.summary
+
+
+def test_lock_cycle_and_dead_peer_are_closed_too():
+    for name, cause in (("lock_deadlock", Cause.LOCK_DEADLOCK), ("graph_capture", Cause.CUDA_GRAPH_CAPTURE)):
+        h = StackHistory()
+        v = _ticks_for(name, 200, h, _assessor(h, stall_after=120), [0, 1, 1])
+        assert v is not None and v.cause is cause, name
+        assert "not waiting out" in v.summary
+
+
+def test_without_stacks_the_window_applies():
+    h = StackHistory()
+    assessor = _assessor(h, stall_after=25)
+    template = loader.ticks("missing_collective")[0]
+    verdict = None
+    t = 0.0
+    while verdict is None:
+        verdict = assessor.observe(Tick(t=t, processes=template.processes))
+        t += 1.0
+    assert verdict.state is State.STALLED and "for 25 s" in verdict.summary
+
+
+def test_spinning_rank_is_stalled_after_the_window_not_kept_alive_by_its_cpu():
+    """A host thread spinning in cudaDeviceSynchronize at 100 % CPU: the CPU is vetoed, the window runs."""
+    h = StackHistory()
+    assessor = _assessor(h, stall_after=20)
+    spin = _spinning_samples()[0]
+    proc = spin.processes[0]
+    tick_proc = replace(loader.ticks("gpu_spin")[0].processes[0], cpu_delta_s=1.0, state="R")
+    verdict = None
+    t = 0.0
+    while verdict is None and t < 120:
+        verdict = assessor.observe(
+            Tick(t=t, processes=(tick_proc,), log=LogSample(new_lines=1) if t == 0 else LogSample())
+        )
+        if verdict is None and h.due(t, assessor.solid_clock.last_progress_t, assessor.clock.last_progress_t):
+            h.add(replace(spin, t=t, processes=(replace(proc, cpu_s=10.0 + t),)))
+        t += 1.0
+    assert verdict is not None and verdict.state is State.STALLED, "CPU of a spin-wait kept the tree alive"
+    assert verdict.cause is Cause.GPU_SPIN
+    assert t < 35  # sampling from 3 s, veto from the second sample (5 s), then the 20 s window
+
+
+def test_a_burner_whose_stack_moves_counts_as_progress_even_when_starved():
+    """CPU under 10 % of a core on a loaded machine; the stack moved between captures while on CPU."""
+    h = StackHistory()
+    for s in loader.samples("silent_compile", "native"):
+        h.add(s)
+    burner = loader.pid_of("silent_compile", "compile_worker_")
+    assert burner in h.moved()
+    assert h.moved() == ()  # once per capture
+    for name in ("missing_collective", "gpu_spin", "lock_deadlock"):
+        still = StackHistory()
+        for s in loader.samples(name):
+            still.add(s)
+        assert still.moved() == (), name
