@@ -48,6 +48,12 @@ def kill_all(session: int, identities: set[tuple[int, int]]) -> None:
 
 
 def main(argv: list[str]) -> int:
+    try:
+        import setproctitle
+
+        setproctitle.setproctitle(f"hangwatch::guardian {argv[1]}")
+    except ImportError:  # a cosmetic: ps shows python instead
+        pass
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     session = int(argv[1])
