@@ -206,7 +206,7 @@ def merge_figures(ranks: int, rounds: int) -> dict[str, object]:
 
 
 def _ok():  # type: ignore[no-untyped-def]
-    from hangwatch.model.stacks import DumpOutcome  # noqa: PLC0415
+    from hangwatch.model.stacks import DumpOutcome
 
     return DumpOutcome.OK
 

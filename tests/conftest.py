@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from hwrun import Outcome
 from hwrun import run_hangwatch
 

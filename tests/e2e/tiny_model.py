@@ -80,12 +80,12 @@ def training_corpus(seed: int, lines: int = 4000) -> list[str]:
 def build_tokenizer(outdir: Path) -> None:
     # Heavy imports stay local (here and in build_model) so the "already complete" path returns in ~30 ms
     # instead of ~5 s of importing torch and transformers.
-    from tokenizers import Tokenizer  # noqa: PLC0415
-    from tokenizers import decoders  # noqa: PLC0415
-    from tokenizers import models  # noqa: PLC0415
-    from tokenizers import pre_tokenizers  # noqa: PLC0415
-    from tokenizers import trainers  # noqa: PLC0415
-    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
+    from tokenizers import Tokenizer
+    from tokenizers import decoders
+    from tokenizers import models
+    from tokenizers import pre_tokenizers
+    from tokenizers import trainers
+    from transformers import PreTrainedTokenizerFast
 
     # Byte-level BPE: every byte is in the base alphabet, so any prompt encodes without <unk>.
     tok = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
@@ -114,9 +114,9 @@ def build_tokenizer(outdir: Path) -> None:
 
 
 def build_model(outdir: Path) -> None:
-    import torch  # noqa: PLC0415
-    from transformers import LlamaConfig  # noqa: PLC0415
-    from transformers import LlamaForCausalLM  # noqa: PLC0415
+    import torch
+    from transformers import LlamaConfig
+    from transformers import LlamaForCausalLM
 
     torch.manual_seed(RECIPE["seed"])
     config = LlamaConfig(

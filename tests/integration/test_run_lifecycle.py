@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -123,10 +124,8 @@ def test_sigkill_of_hangwatch_takes_the_tree_with_it(tmp_path):
         )
     finally:
         for pid in tree:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
 
 
 def test_log_with_binary_junk_huge_line_and_no_final_newline(hw):

@@ -53,7 +53,7 @@ def set_title(title: str) -> None:
     changed, through prctl(PR_SET_NAME).
     """
     try:
-        import setproctitle  # noqa: PLC0415  (optional dependency)
+        import setproctitle
     except ImportError:
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         libc.prctl(_PR_SET_NAME, ctypes.c_char_p(title.encode()[:15]), 0, 0, 0)
@@ -138,7 +138,7 @@ def burn_cpu(seconds: float) -> int:
 def require_torch() -> Any:
     """Import torch.distributed or exit 2 with a message (the gloo programs need torch, CPU is enough)."""
     try:
-        import torch.distributed as dist  # noqa: PLC0415
+        import torch.distributed as dist
     except ImportError as exc:
         print(f"this program needs torch (pip install torch==2.13.0): {exc}", file=sys.stderr, flush=True)
         sys.exit(2)

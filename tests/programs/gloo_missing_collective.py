@@ -29,7 +29,7 @@ def rank_busy_elsewhere() -> None:
 def rank_main(ctx: RankContext) -> None:
     """Join the group, then either enter all_reduce or go elsewhere (the culprit)."""
     dist = ctx.init_process_group()
-    import torch  # noqa: PLC0415  (imported by init_process_group already; only here for the tensor)
+    import torch
 
     if ctx.rank == ctx.options["culprit"]:
         ctx.announce("rank_busy_elsewhere")

@@ -30,7 +30,7 @@ from _util import log
 def rank_main(ctx: RankContext) -> None:
     """Join, warm up, then wait in all_reduce (peers) or stop (the victim, which joins after SIGCONT)."""
     dist = ctx.init_process_group()
-    import torch  # noqa: PLC0415
+    import torch
 
     tensor = torch.ones(1024)
     dist.all_reduce(tensor)  # warm-up: every pair connection is up and used

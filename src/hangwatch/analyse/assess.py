@@ -15,6 +15,7 @@ import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field
 from dataclasses import replace
 
 from hangwatch.analyse import causes
@@ -45,7 +46,7 @@ class Policy:
     stall_after: float = 60.0
     timeout: float | None = None
     ready_statuses: frozenset[int] = frozenset({200})
-    thresholds: Thresholds = Thresholds()
+    thresholds: Thresholds = field(default_factory=Thresholds)
 
 
 StallClassifier = Callable[[list[Tick]], causes.Diagnosis | None]
@@ -212,7 +213,9 @@ class Assessor:
 
     def _exited(self, tick: Tick, root_exit: ExitRecord) -> Verdict:
         if root_exit.exit_code is None and root_exit.signal is None:
-            summary = "the command ended (exit status unknown: it was not our child and was reaped before we looked)"
+            summary = (
+                "the command ended (exit status unknown: it was not our child and was reaped before we looked)"
+            )
         else:
             summary = f"the command exited cleanly ({root_exit.status_text})"
         return self._verdict(

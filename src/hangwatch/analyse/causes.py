@@ -81,7 +81,8 @@ NEXT_STEPS: dict[Cause, tuple[str, ...]] = {
         "`NCCL_P2P_DISABLE=1`; a GPU left at 100 % after the process died needs a reset.",
     ),
     Cause.UNKNOWN: (
-        "Take stacks of every rank (`hangwatch stacks --pid PID`, or `py-spy dump --pid PID` for each) to see "
+        "Take stacks of every rank (`hangwatch stacks --pid PID`, or `py-spy dump --pid PID` for each) "
+        "to see "
         "where each process waits.",
     ),
 }

@@ -20,7 +20,8 @@ def window_evidence(
     waiting = sum(t.log.waiting_lines for t in window)
     if waiting and waiting_line:
         out.append(
-            f"log: only 'still waiting' lines for {quiet_s:.0f} s ({waiting}x: {redact_text(waiting_line)[:160]})"
+            f"log: only 'still waiting' lines for {quiet_s:.0f} s "
+            f"({waiting}x: {redact_text(waiting_line)[:160]})"
         )
     else:
         out.append(f"log silent {quiet_s:.0f} s")

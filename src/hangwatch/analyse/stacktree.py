@@ -233,7 +233,9 @@ def build_tree(samples: Sequence[StackSample], highlight: Iterable[int] | None =
     for frames, members in paths.values():
         _insert(root, frames, members)
     classes = _classes(procs)
-    marked = set(highlight) if highlight is not None else {pid for c in classes if c.minority for pid in c.pids}
+    marked = (
+        set(highlight) if highlight is not None else {pid for c in classes if c.minority for pid in c.pids}
+    )
     candidates = peer_pids(p.stacks for p in procs) or {p.stacks.pid for p in procs}
     if len(marked & candidates) * 2 > len(candidates):
         marked = set()  # most of them are "culprits" (everyone stuck): there is no odd one out to show

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from hangwatch.analyse.stacktree import peer_pids
 from hangwatch.analyse.stacktree import memo
+from hangwatch.analyse.stacktree import peer_pids
 from hangwatch.analyse.stacktree import rank_label
 from hangwatch.analyse.stacktree import significant_frames
 from hangwatch.analyse.stacktree import unchanged_threads

@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="hangwatch",
         description="Is my inference server still warming up, or is it wedged, and why?",
         epilog=(
-            "Exit codes (run, attach): 0 ready or clean exit, 2 usage error, 3 stalled, 4 crashed, 5 timeout, "
+            "Exit codes (run, attach): 0 ready or clean exit, 2 usage error, 3 stalled, 4 crashed, "
+            "5 timeout, "
             "130 interrupted. doctor: 0 pass, 1 warnings, 3 failures."
         ),
     )

@@ -39,8 +39,8 @@ class StacksCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        from hangwatch.supervise.snapshot import SnapshotOptions  # noqa: PLC0415 - lazy, like every command
-        from hangwatch.supervise.snapshot import take_snapshot  # noqa: PLC0415
+        from hangwatch.supervise.snapshot import SnapshotOptions
+        from hangwatch.supervise.snapshot import take_snapshot
 
         if args.samples < 1 or args.samples > 100:
             raise UsageError("--samples must be between 1 and 100")

@@ -30,7 +30,8 @@ def read_oom_kill_count(cgroup_path: str | None, cgroup_root: Path = CGROUP_ROOT
 def kernel_oom_lines(pid: int, kmsg: Path = Path("/dev/kmsg")) -> list[str]:
     """Kernel log records that say the OOM killer killed ``pid`` (empty when unreadable)."""
     pattern = re.compile(
-        rf"(?:Killed process {pid}\b|oom-kill:.*\bpid={pid}\b|Memory cgroup out of memory: Killed process {pid}\b)"
+        rf"(?:Killed process {pid}\b|oom-kill:.*\bpid={pid}\b"
+        rf"|Memory cgroup out of memory: Killed process {pid}\b)"
     )
     try:
         fd = os.open(kmsg, os.O_RDONLY | os.O_NONBLOCK)

@@ -8,6 +8,7 @@ never anything found by name.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -70,10 +71,8 @@ def alive_members(
 
 def _signal_all(pids: Iterable[int], sig: int) -> None:
     for pid in pids:
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, sig)
-        except OSError:
-            pass
 
 
 def stop_tree(
@@ -88,10 +87,8 @@ def stop_tree(
     identities = set(identities)
     first = alive_members(identities, session, follow_children)
     if session is not None:
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(session, signal.SIGTERM)  # the session leader's group: members not sampled yet too
-        except OSError:
-            pass
     _signal_all(first, signal.SIGTERM)
     _signal_all(first, signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
     signalled = set(first)
@@ -140,7 +137,8 @@ def _wait_gone(
 
 
 def wait_gpu_release(gpu: GpuSource, pids: set[int], timeout_s: float = 15.0) -> str | None:
-    """Wait (bounded) until no GPU memory is held by ``pids``; say what is left, or a GPU busy with no process."""
+    """Wait (bounded) until no GPU memory is held by ``pids``; say what is left, or a GPU busy with no
+    process."""
     sample = gpu.read()
     if sample.unavailable:
         return None

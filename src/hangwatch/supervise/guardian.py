@@ -11,6 +11,7 @@ Run as ``python -m hangwatch.supervise.guardian SESSION_ID`` with the pipe as st
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -41,10 +42,8 @@ def kill_all(session: int, identities: set[tuple[int, int]]) -> None:
             return
         for pid in pids:
             for sig in (signal.SIGKILL, signal.SIGCONT):
-                try:
+                with contextlib.suppress(OSError):
                     os.kill(pid, sig)
-                except OSError:
-                    pass
 
 
 def main(argv: list[str]) -> int:

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from hangwatch.analyse.assess import Assessor
 from hangwatch.collect import procfs
+from hangwatch.collect.http_probe import Prober
 from hangwatch.collect.logtail import PipeLog
 from hangwatch.collect.nvml import NvmlGpuSource
 from hangwatch.collect.oom import OomWitness
@@ -21,11 +23,14 @@ from hangwatch.collect.proctree import TreeSampler
 from hangwatch.model.report import Verdict
 from hangwatch.model.vocabulary import State
 from hangwatch.redact import redact_argv
+from hangwatch.render.live import View
 from hangwatch.render.live import make_view
 from hangwatch.supervise import cleanup
+from hangwatch.supervise.launcher import Launched
 from hangwatch.supervise.launcher import become_subreaper
 from hangwatch.supervise.launcher import launch
 from hangwatch.supervise.launcher import reap
+from hangwatch.supervise.plan import Plan
 from hangwatch.supervise.plan import WatchOptions
 from hangwatch.supervise.plan import emit
 from hangwatch.supervise.plan import make_assessor
@@ -34,6 +39,7 @@ from hangwatch.supervise.plan import make_scanner
 from hangwatch.supervise.plan import plan_for
 from hangwatch.supervise.runrecord import write_run_record
 from hangwatch.supervise.watch import Collectors
+from hangwatch.supervise.watch import StackKit
 from hangwatch.supervise.watch import Watch
 from hangwatch.supervise.watch import stack_kit
 
@@ -68,22 +74,40 @@ def stop_on_signals(watch: Watch) -> Iterator[None]:
             signal.signal(s, h)
 
 
-def run_supervised(options: RunOptions) -> int:
+@dataclass
+class _Supervision:
+    """Everything one supervised launch holds, so that tear-down can release it in order."""
+
+    launched: Launched
+    sampler: TreeSampler
+    log: PipeLog
+    prober: Prober | None
+    kit: StackKit
+    assessor: Assessor
+    watch: Watch
+
+    def tear_down(self, gpu: NvmlGpuSource, grace: float) -> tuple[cleanup.CleanupResult, str | None]:
+        """Whatever happened (a verdict, Ctrl-C, an error of ours), the tree does not outlive us."""
+        if self.prober is not None:
+            self.prober.stop()
+        known = self.sampler.identities() | self.launched.guardian_known
+        result = cleanup.stop_tree(known, self.launched.pid, reap, grace)
+        pids = {pid for pid, _ in self.launched.guardian_known} | self.sampler.known_pids()
+        gpu_note = cleanup.wait_gpu_release(gpu, pids)
+        self.watch.recorder.add(self.watch.tick())  # record the exits the clean-up caused
+        self.log.close()
+        self.launched.release_guardian()
+        self.sampler.close()
+        self.kit.close()
+        return result, gpu_note
+
+
+def _start(options: RunOptions, plan: Plan, view: View, gpu: NvmlGpuSource, notes: list[str]) -> _Supervision:
     w = options.watch
-    plan = plan_for(w, options.command)
-    options.run_dir.mkdir(parents=True, exist_ok=True)
-    log_path = options.run_dir / "output.log"
-    view = make_view(w.quiet)
-    gpu = NvmlGpuSource()
-    notes = list(plan.notes)
-    if gpu.unavailable:
-        notes.append(f"GPU: unavailable: {gpu.unavailable}")
     subreaper = become_subreaper()
     launched = launch(list(options.command))
     t0 = time.monotonic()
-    write_run_record(
-        options.run_dir, launched.pid, redact_argv(options.command)
-    )  # for `hangwatch cleanup --run`
+    write_run_record(options.run_dir, launched.pid, redact_argv(options.command))  # for `cleanup --run`
     sampler = TreeSampler(
         [launched.pid],
         plan.profile.role_of,
@@ -92,7 +116,7 @@ def run_supervised(options: RunOptions) -> int:
         reap=reap,
         reaped_status=reap.status_of,
     )
-    log = PipeLog(launched.output_fd, log_path, echo=view.echo)
+    log = PipeLog(launched.output_fd, options.run_dir / "output.log", echo=view.echo)
     prober = make_prober(plan, w, t0)
     oom = OomWitness([procfs.read_cgroup_path(os.getpid())])
     kit = stack_kit(w.stacks, gpu.unavailable is None)
@@ -102,48 +126,47 @@ def run_supervised(options: RunOptions) -> int:
     watch = Watch(collectors, make_scanner(plan, w, prober), assessor, view, w.interval, history=kit.history)
     watch.on_members = launched.tell_guardian
     view.event(
-        f"supervising {plan.profile.name} command (pid {launched.pid}); log {log_path}; "
+        f"supervising {plan.profile.name} command (pid {launched.pid}); log {log.path}; "
         f"probe {plan.probe_url or 'none'}; stall after {w.stall_after:g} s"
     )
+    return _Supervision(launched, sampler, log, prober, kit, assessor, watch)
+
+
+def run_supervised(options: RunOptions) -> int:
+    w = options.watch
+    plan = plan_for(w, options.command)
+    options.run_dir.mkdir(parents=True, exist_ok=True)
+    view = make_view(w.quiet)
+    gpu = NvmlGpuSource()
+    notes = list(plan.notes)
+    if gpu.unavailable:
+        notes.append(f"GPU: unavailable: {gpu.unavailable}")
     verdict: Verdict | None = None
-    ready_seen: Verdict | None = None
+    ready_seen = False
+
+    def until(v: Verdict) -> bool:
+        nonlocal ready_seen
+        if v.state is State.READY and not options.until_ready:
+            ready_seen = True  # keep serving (and watching) until it exits or we are stopped
+            return False
+        return True
+
     try:
-        with stop_on_signals(watch):
-
-            def until(v: Verdict) -> bool:
-                nonlocal ready_seen
-                if v.state is State.READY and not options.until_ready:
-                    ready_seen = v
-                    return False
-                return True
-
-            verdict = watch.run(until)
+        run = _start(options, plan, view, gpu, notes)
+        try:
+            with stop_on_signals(run.watch):
+                verdict = run.watch.run(until)
+        finally:
+            result, gpu_note = run.tear_down(gpu, options.grace)
     finally:
-        if prober is not None:
-            prober.stop()
-        # Whatever happened (a verdict, Ctrl-C, an error of ours), the tree does not outlive us.
-        result = cleanup.stop_tree(
-            sampler.identities() | launched.guardian_known, launched.pid, reap, options.grace
-        )
-        gpu_note = cleanup.wait_gpu_release(
-            gpu, {pid for pid, _ in launched.guardian_known} | sampler.known_pids()
-        )
-        final_tick = watch.tick()  # record the exits of the cleanup
-        watch.recorder.add(final_tick)
-        log.close()
-        launched.release_guardian()
-        sampler.close()
-        kit.close()
         gpu.close()
         view.close()
     notes.append("cleanup: " + result.describe())
     if gpu_note:
         notes.append(gpu_note)
-    if verdict is None:
-        return 1
-    if verdict.state is State.INTERRUPTED and ready_seen is not None:
-        notes.append(f"was ready at {assessor.ready_at:.1f} s before the interruption")
-    report = watch.report(verdict, plan.profile.name, "run", redact_argv(options.command), tuple(notes))
+    if verdict.state is State.INTERRUPTED and ready_seen and run.assessor.ready_at is not None:
+        notes.append(f"was ready at {run.assessor.ready_at:.1f} s before the interruption")
+    report = run.watch.report(verdict, plan.profile.name, "run", redact_argv(options.command), tuple(notes))
     emit(report, w)
     if result.remaining:
         print(f"hangwatch: warning: processes of the tree remain: {result.remaining}", file=sys.stderr)
