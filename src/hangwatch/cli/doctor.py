@@ -8,7 +8,7 @@ from pathlib import Path
 from hangwatch.analyse.archcompat import parse_capability
 from hangwatch.errors import UsageError
 from hangwatch.render.doctor_text import doctor_text
-from hangwatch.render.doctor_text import write_report
+from hangwatch.render.json_report import write_report
 from hangwatch.supervise.preflight import DoctorOptions
 from hangwatch.supervise.preflight import fast_report
 from hangwatch.supervise.preflight import run_doctor

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import textwrap
-from enum import Enum
-from pathlib import Path
-from typing import Any
 
 from hangwatch.model.doctor import Check
 from hangwatch.model.doctor import Coverage
@@ -95,22 +90,3 @@ def preflight_text(checks: list[Check]) -> str:
     return "\n".join(["hangwatch preflight:", *checks_table(bad), *details(bad)])
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
-
-
-def report_to_dict(report: DoctorReport) -> dict[str, Any]:
-    data: dict[str, Any] = _plain(dataclasses.asdict(report))
-    return data
-
-
-def write_report(report: DoctorReport, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(report_to_dict(report), indent=1, ensure_ascii=False) + "\n")
-    tmp.replace(path)

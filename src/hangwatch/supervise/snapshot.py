@@ -28,7 +28,7 @@ from hangwatch.errors import HangwatchError
 from hangwatch.errors import NoSuchProcess
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import StackSample
-from hangwatch.render.json_report import _plain
+from hangwatch.render.json_report import plain
 from hangwatch.render.stacktext import tree_lines
 
 SNAPSHOT_SCHEMA = "hangwatch.stacks/1"
@@ -83,10 +83,10 @@ def take_snapshot(options: SnapshotOptions) -> int:
             "schema": SNAPSHOT_SCHEMA,
             "pid": options.pid,
             "engine": profile.name,
-            "diagnosis": _plain(dataclasses.asdict(diagnosis)),
+            "diagnosis": plain(dataclasses.asdict(diagnosis)),
             "next_steps": list(causes.NEXT_STEPS.get(diagnosis.cause, ())),
-            "stacks": _plain([dataclasses.asdict(s) for s in samples]),
-            "stack_tree": _plain(dataclasses.asdict(tree)),
+            "stacks": plain([dataclasses.asdict(s) for s in samples]),
+            "stack_tree": plain(dataclasses.asdict(tree)),
         }
         options.report_json.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     return 0
