@@ -214,7 +214,8 @@ class Assessor:
     def _exited(self, tick: Tick, root_exit: ExitRecord) -> Verdict:
         if root_exit.exit_code is None and root_exit.signal is None:
             summary = (
-                "the command ended (exit status unknown: it was not our child and was reaped before we looked)"
+                "the command ended (exit status unknown: it was not our child, "
+                "and was reaped before we looked)"
             )
         else:
             summary = f"the command exited cleanly ({root_exit.status_text})"
