@@ -25,6 +25,8 @@ from hangwatch.analyse.progress import ProgressClock
 from hangwatch.analyse.progress import ProgressSignal
 from hangwatch.analyse.progress import Thresholds
 from hangwatch.analyse.progress import progress_signals
+from hangwatch.analyse.serving import ServingClock
+from hangwatch.analyse.serving import ServingStall
 from hangwatch.engines.profile import Profile
 from hangwatch.model.report import Verdict
 from hangwatch.model.samples import ExitRecord
@@ -86,6 +88,7 @@ class Assessor:
         self.ready_at: float | None = None
         self.now = 0.0
         self.last_signals: tuple[ProgressSignal, ...] = ()
+        self.serving_clock = ServingClock()
 
     @property
     def serving(self) -> bool:
@@ -115,6 +118,8 @@ class Assessor:
         self.findings.extend(tick.log.findings)
         if tick.probes:
             self.last_probe = tick.probes[-1]
+        if tick.serving is not None:
+            self.serving_clock.observe(tick.serving)
         self.exits.extend(tick.exits)
         for e in tick.exits:
             if causes.is_significant_failure(e, e.pid in self._root_pids):
@@ -150,6 +155,10 @@ class Assessor:
             )
             if closed is not None:
                 return self._stalled(tick, quiet, closed)
+        if self.serving:
+            wedged = self.serving_clock.stall(tick.t, self.policy.stall_after)
+            if wedged is not None:
+                return self._serving_stalled(tick, wedged)
         if self.policy.timeout is not None and tick.t >= self.policy.timeout and not self.serving:
             return self._verdict(
                 State.TIMEOUT,
@@ -171,6 +180,17 @@ class Assessor:
     def window(self) -> list[Tick]:
         start = self.clock.last_progress_t
         return [t for t in self._history if t.t >= start] or list(self._history)[-1:]
+
+    def _serving_stalled(self, tick: Tick, wedged: ServingStall) -> Verdict:
+        """F6: ready, probes green, requests waiting, no token produced for the whole window."""
+        verdict = self._stalled(tick, self.clock.quiet_for(tick.t))
+        last = self.last_probe
+        probe = f" while {last.url} answers {last.describe()}" if last is not None else ""
+        summary = (
+            f"stalled while serving: requests are waiting and no token was produced for "
+            f"{wedged.frozen_for_s:.0f} s{probe}"
+        )
+        return replace(verdict, summary=summary, evidence=(*wedged.evidence, *verdict.evidence))
 
     def stalled_now(self, tick: Tick) -> Verdict:
         """The stall verdict again, for when more evidence (a stack capture) came after it was reached."""

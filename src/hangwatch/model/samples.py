@@ -187,6 +187,22 @@ class GpuSample:
 
 
 @dataclass(frozen=True)
+class ServingSample:
+    """The server-side view while serving, from its Prometheus /metrics (failure mode F6: every probe
+    stays green while requests queue and no token is produced)."""
+
+    t: float
+    running: float | None = None
+    waiting: float | None = None
+    generated_tokens: float | None = None  # the engine's generation-token counter
+    error: str | None = None  # the scrape failed: why
+
+    @property
+    def busy(self) -> bool:
+        return (self.running or 0) + (self.waiting or 0) > 0
+
+
+@dataclass(frozen=True)
 class Tick:
     """Everything collected at one moment."""
 
@@ -196,6 +212,7 @@ class Tick:
     log: LogSample = field(default_factory=LogSample)
     probes: tuple[ProbeResult, ...] = ()
     gpu: GpuSample | None = None
+    serving: ServingSample | None = None
     errors: tuple[str, ...] = ()
     late_s: float = 0.0  # how far behind schedule this tick was taken
 

@@ -6,13 +6,18 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
+from urllib.parse import urlunsplit
 
 from hangwatch import engines
+from hangwatch.analyse.acceptance import ENGINES
 from hangwatch.analyse.assess import Assessor
 from hangwatch.analyse.assess import Policy
 from hangwatch.analyse.logscan import LogScanner
 from hangwatch.analyse.stackwatch import StackHistory
 from hangwatch.collect.http_probe import Prober
+from hangwatch.collect.serving_metrics import ServingNames
+from hangwatch.collect.serving_metrics import ServingPoller
 from hangwatch.engines.profile import Profile
 from hangwatch.model.report import Report
 from hangwatch.render.html import write_html
@@ -99,3 +104,18 @@ def emit(report: Report, options: WatchOptions) -> None:
     if options.report_md is not None:
         write_markdown(report, options.report_md)
     print(verdict_text(report), flush=True)
+
+
+def make_serving_poller(plan: Plan, clock_start: float) -> ServingPoller | None:
+    """Scrape the engine's /metrics (beside its health URL) to see a server wedged while serving."""
+    names = next((n for n in ENGINES if n.engine == plan.profile.name), None)
+    if names is None or plan.probe_url is None:
+        return None
+    parts = urlsplit(plan.probe_url)
+    poller = ServingPoller(
+        urlunsplit((parts.scheme, parts.netloc, "/metrics", "", "")),
+        ServingNames(names.running, names.waiting, names.generation_tokens),
+        clock=lambda: time.monotonic() - clock_start,
+    )
+    poller.start()
+    return poller

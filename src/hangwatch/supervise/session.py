@@ -36,6 +36,7 @@ from hangwatch.supervise.plan import emit
 from hangwatch.supervise.plan import make_assessor
 from hangwatch.supervise.plan import make_prober
 from hangwatch.supervise.plan import make_scanner
+from hangwatch.supervise.plan import make_serving_poller
 from hangwatch.supervise.plan import plan_for
 from hangwatch.supervise.runrecord import write_run_record
 from hangwatch.supervise.watch import Collectors
@@ -90,6 +91,8 @@ class _Supervision:
         """Whatever happened (a verdict, Ctrl-C, an error of ours), the tree does not outlive us."""
         if self.prober is not None:
             self.prober.stop()
+        if self.watch.c.serving is not None:
+            self.watch.c.serving.stop()
         known = self.sampler.identities() | self.launched.guardian_known
         result = cleanup.stop_tree(known, self.launched.pid, reap, grace)
         pids = {pid for pid, _ in self.launched.guardian_known} | self.sampler.known_pids()
@@ -118,11 +121,12 @@ def _start(options: RunOptions, plan: Plan, view: View, gpu: NvmlGpuSource, note
     )
     log = PipeLog(launched.output_fd, options.run_dir / "output.log", echo=view.echo)
     prober = make_prober(plan, w, t0)
+    serving = None if options.until_ready else make_serving_poller(plan, t0)
     oom = OomWitness([procfs.read_cgroup_path(os.getpid())])
     kit = stack_kit(w.stacks, gpu.unavailable is None)
     notes.extend(kit.notes)
     assessor = make_assessor(plan, w, {launched.pid}, kit.history)
-    collectors = Collectors(sampler, log, prober, gpu, oom, kit.dumper, kit.gpm)
+    collectors = Collectors(sampler, log, prober, gpu, oom, kit.dumper, kit.gpm, serving)
     watch = Watch(collectors, make_scanner(plan, w, prober), assessor, view, w.interval, history=kit.history)
     watch.on_members = launched.tell_guardian
     view.event(

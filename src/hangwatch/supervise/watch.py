@@ -27,6 +27,7 @@ from hangwatch.collect.logtail import PipeLog
 from hangwatch.collect.nvml import GpuSource
 from hangwatch.collect.oom import OomWitness
 from hangwatch.collect.proctree import TreeSampler
+from hangwatch.collect.serving_metrics import ServingPoller
 from hangwatch.collect.stacks import StackDumper
 from hangwatch.model.report import REPORT_SCHEMA
 from hangwatch.model.report import ProcessRecord
@@ -52,6 +53,7 @@ class Collectors:
     oom: OomWitness | None = None
     stacks: StackDumper | None = None
     gpm: GpmSource | None = None
+    serving: ServingPoller | None = None  # /metrics while serving (F6), run mode without --until-ready
 
 
 @dataclass
@@ -178,6 +180,7 @@ class Watch:
             log=log,
             probes=probes,
             gpu=gpu,
+            serving=self.c.serving.take() if self.c.serving is not None else None,
             errors=reading.errors,
         )
 
