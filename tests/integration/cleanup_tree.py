@@ -76,7 +76,9 @@ def main() -> None:
     def mapper() -> None:
         mm = map_segment(base + "-shared")
         gc = child(sleep_forever)
-        grandchild_file.write_text(str(gc))
+        # Atomic: the parent polls for the file and must never read it half-written.
+        Path(f"{grandchild_file}.tmp").write_text(str(gc))
+        Path(f"{grandchild_file}.tmp").replace(grandchild_file)
         _ = mm
         sleep_forever()
 
