@@ -34,6 +34,7 @@ from hangwatch.model.bench import Workload
 from hangwatch.model.metrics import MetricsSnapshot
 from hangwatch.model.metrics import ScrapeError
 from hangwatch.model.metrics import ScrapeFailure
+from hangwatch.render.bench_progress import QuietProgress
 
 SCRAPE_TIMEOUT_S = 5.0
 SCRAPE_EVERY_S = 1.0  # during a share: the most requests running / waiting the server reports
@@ -116,22 +117,6 @@ async def _sample(client: httpx.AsyncClient, url: str, into: list[RawScrape]) ->
             into.append(raw)
 
 
-class _Silent:
-    def share_started(
-        self, label: str, round_: int, rounds: int, requests: int | None, duration_s: float | None
-    ) -> None:
-        return None
-
-    def request_done(self, record: RequestRecord) -> None:
-        return None
-
-    def share_finished(self, label: str, run: LoadRun) -> None:
-        return None
-
-    def note(self, text: str) -> None:
-        return None
-
-
 @dataclass(frozen=True)
 class _Side:
     """One server as the runner drives it: its label and trouble check, its HTTP client, what to request."""
@@ -200,7 +185,7 @@ async def run_bench(
     listener: Listener | None = None,
 ) -> dict[str, list[RoundMeasurement]]:
     """Warm every server up, then run ``workload.rounds`` interleaved rounds; the measurements by label."""
-    show = listener or _Silent()
+    show = listener or QuietProgress()
     out: dict[str, list[RoundMeasurement]] = {s.label: [] for s in servers}
     async with contextlib.AsyncExitStack() as stack:
         sides = {}
