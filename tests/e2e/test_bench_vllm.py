@@ -18,7 +18,6 @@ import os
 import random
 import re
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -27,8 +26,8 @@ from typing import Any
 
 import pytest
 
+from hwrun import run_hangwatch
 from proc_helpers import free_port
-from proc_helpers import kill_tree
 from proc_helpers import spawn
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -42,13 +41,6 @@ OFFLINE_ENV = {
     "DO_NOT_TRACK": "1",
 }
 REQUESTS, MAX_TOKENS, ROUNDS = 10, 32, 2
-MAIN = """
-import hangwatch.cli as cli
-from hangwatch.cli.bench import BenchCommand
-if not any(c.name == "bench" for c in cli.COMMANDS):
-    cli.COMMANDS = (*cli.COMMANDS, BenchCommand())
-cli.console_main()
-"""
 
 
 def _server_argv(python: Path, model: Path, port: int, *extra: str) -> list[str]:
@@ -130,27 +122,21 @@ def metrics(url: str) -> dict[str, float]:
 
 
 def run_bench(tmp_path: Path, plain: str, ngram: str, prompts: Path, temperature: str) -> dict[str, Any]:
-    report = tmp_path / "bench.json"
-    argv = [
-        sys.executable, "-c", MAIN, "bench", "--url", plain, "--compare", ngram, "--rounds", str(ROUNDS),
-        "--requests", str(REQUESTS), "--max-tokens", str(MAX_TOKENS), "--concurrency", "4", "--warmup", "0",
-        "--ignore-eos", "--temperature", temperature, "--prompts", str(prompts), "--quiet",
-        "--report-json", str(report), "--report-html", str(tmp_path / "bench.html"),
-    ]  # fmt: skip
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    outcome = run_hangwatch(
+        [
+            "bench", "--url", plain, "--compare", ngram, "--rounds", str(ROUNDS),
+            "--requests", str(REQUESTS), "--max-tokens", str(MAX_TOKENS), "--concurrency", "4", "--warmup", "0",
+            "--ignore-eos", "--temperature", temperature, "--prompts", str(prompts), "--quiet",
+            "--report-html", str(tmp_path / "bench.html"),
+        ],
+        tmp_path,
+        timeout=300,
+    )  # fmt: skip
+    assert outcome.rc == 0 and outcome.report is not None, (
+        f"rc {outcome.rc}\n{outcome.stdout}\n{outcome.stderr}"
     )
-    try:
-        out, err = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc)
-        out, err = proc.communicate()
-        pytest.fail(f"hangwatch bench still running after 300 s\n{out[-3000:]}\n{err[-3000:]}", pytrace=False)
-    finally:
-        kill_tree(proc)
-    assert proc.returncode == 0, f"rc {proc.returncode}\n{out}\n{err}"
-    data: dict[str, Any] = json.loads(report.read_text())
-    data["_stdout"] = out
+    data = outcome.report
+    data["_stdout"] = outcome.stdout
     return data
 
 

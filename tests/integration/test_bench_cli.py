@@ -23,8 +23,11 @@ from typing import Any
 import psutil
 import pytest
 
+from hangwatch.redact import redact_argv
+from hangwatch.supervise.runrecord import read_run_record
 from hwrun import PROGRAMS
 from hwrun import program
+from hwrun import run_hangwatch
 from proc_helpers import free_port
 from proc_helpers import kill_tree
 from proc_helpers import spawn
@@ -35,19 +38,9 @@ pytestmark = pytest.mark.timeout(120)
 
 STUB = str(PROGRAMS / "stub_openai.py")
 
-# The real ``hangwatch.cli`` main (parser, error handling, exit codes), with ``bench`` added to the command
-# registry when cli/__init__.py does not list it yet; once it does, this is ``python -m hangwatch``.
-MAIN = """
-import hangwatch.cli as cli
-from hangwatch.cli.bench import BenchCommand
-if not any(c.name == "bench" for c in cli.COMMANDS):
-    cli.COMMANDS = (*cli.COMMANDS, BenchCommand())
-cli.console_main()
-"""
-
 
 def hangwatch_bench(*args: str) -> list[str]:
-    return [sys.executable, "-c", MAIN, "bench", *args]
+    return [sys.executable, "-m", "hangwatch", "bench", *args]
 
 
 @contextlib.contextmanager
@@ -63,24 +56,9 @@ def bench(
     tmp_path: Path, *args: str, timeout: float = 90
 ) -> tuple[int, str, str, dict[str, Any] | None, float]:
     """Run ``hangwatch bench ARGS --report-json``; (rc, stdout, stderr, report, seconds)."""
-    report = tmp_path / "bench.json"
-    argv = hangwatch_bench("--report-json", str(report), "--run-dir", str(tmp_path / "run"), *args)
     started = time.monotonic()
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc)
-        out, err = proc.communicate()
-        raise AssertionError(
-            f"hangwatch bench did not finish in {timeout} s\n{out[-3000:]}\n{err[-3000:]}"
-        ) from None
-    finally:
-        kill_tree(proc)
-    data = json.loads(report.read_text()) if report.exists() else None
-    return proc.returncode, out, err, data, time.monotonic() - started
+    o = run_hangwatch(["bench", "--run-dir", str(tmp_path / "run"), *args], tmp_path, timeout)
+    return o.rc, o.stdout, o.stderr, o.report, time.monotonic() - started
 
 
 def metrics(url: str) -> dict[str, float]:
@@ -289,11 +267,15 @@ def test_launched_servers_are_supervised_benchmarked_and_stopped(tmp_path):
         "--launch-a", launch_a, "--launch-b", launch_b, "--requests", "8", "--max-tokens", "16", "--rounds", "2",
     )  # fmt: skip
     assert rc == 0, err
-    for s, port in zip(report["servers"], (pa, pb), strict=True):
+    for s, port, launch, label in zip(report["servers"], (pa, pb), (launch_a, launch_b), "AB", strict=True):
         assert s["boot"] is not None and s["boot"]["ready_after_s"] > 0
         assert Path(s["boot"]["log_path"]).read_text().startswith("stub: starting")
         assert json.loads(Path(s["boot"]["report_path"]).read_text())["verdict"]["state"] == "ready"
         assert not _stub_processes(f"--port {port}"), "a launched server outlived hangwatch"
+        # Each server has a run directory of its own, with the record `hangwatch cleanup --run` reads.
+        record = read_run_record(tmp_path / "run" / f"server-{label}")
+        assert record.command == redact_argv(launch.split())  # stored redacted: --token-interval's value too
+        assert Path(s["boot"]["log_path"]).parent == tmp_path / "run" / f"server-{label}"
     assert any("cleanup: stopped" in n for n in report["notes"])
     assert "A: ready after" in err
 
@@ -351,4 +333,4 @@ def test_sigterm_stops_the_benchmark_and_the_launched_server(tmp_path):
     assert proc.returncode == 130, err
     assert "interrupted" in err
     assert not _stub_processes(f"--port {port}")
-    assert os.path.exists(tmp_path / "run" / "server-A.report.json")
+    assert os.path.exists(tmp_path / "run" / "server-A" / "report.json")

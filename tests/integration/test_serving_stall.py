@@ -21,9 +21,10 @@ def _hold_a_stream(port: int, stop: threading.Event) -> None:
     deadline = time.monotonic() + 60
     while not stop.is_set() and time.monotonic() < deadline:
         try:
-            with httpx.Client(timeout=httpx.Timeout(5, read=60)) as client, client.stream(
-                "POST", f"http://127.0.0.1:{port}/v1/completions", json=body
-            ) as response:
+            with (
+                httpx.Client(timeout=httpx.Timeout(5, read=60)) as client,
+                client.stream("POST", f"http://127.0.0.1:{port}/v1/completions", json=body) as response,
+            ):
                 for _ in response.iter_lines():
                     if stop.is_set():
                         return
@@ -38,8 +39,15 @@ def test_wedged_while_serving_is_stalled_with_the_servers_own_counters(hw):
     client.start()
     try:
         out = hw(
-            "run", "--quiet", "--engine", "vllm", "--stall-after", "6", "--no-stacks",
-            "--", *program("stub_openai", "--port", str(port), "--mode", "hang-stream", "--token-interval", "0.05"),
+            "run",
+            "--quiet",
+            "--engine",
+            "vllm",
+            "--stall-after",
+            "6",
+            "--no-stacks",
+            "--",
+            *program("stub_openai", "--port", str(port), "--mode", "hang-stream", "--token-interval", "0.05"),
         )
     finally:
         stop.set()

@@ -37,6 +37,7 @@ import random
 import time
 from dataclasses import dataclass
 from dataclasses import field
+from pathlib import Path
 
 from _util import add_ready_file_arg
 from _util import block_forever
@@ -101,6 +102,7 @@ class Stub:
         self.rng = random.Random(args.seed)
         self.held: list[asyncio.StreamWriter] = []
         self.completed = 0
+        self.arrived = 0.0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -116,6 +118,7 @@ class Stub:
                     key, _, value = line.decode("latin-1").partition(":")
                     headers[key.strip().lower()] = value.strip()
                 body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+                self.arrived = time.monotonic()  # read by completion() before its first await
                 method, path, _ = request_line.decode("latin-1").split(" ", 2)
                 if self.args.mode == "silent":
                     self.held.append(writer)
@@ -174,6 +177,7 @@ class Stub:
         if mode == "json-body":
             body = {"id": "cmpl-1", "object": "text_completion", "choices": [{"text": "hello", "index": 0}]}
             return await self.reply(w, 200, json.dumps(body).encode(), "application/json")
+        arrived = self.arrived
         w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
         c.running += 1
         c.prompt[engine] += prompt_tokens
@@ -189,6 +193,9 @@ class Stub:
                 if mode in ("malformed", "hang-stream", "drop") and step == 2:
                     return await self.misbehave(w)
                 await self.event(w, self.chunk(chat, "tok " * n))
+                if step == 0 and self.args.timing_log:
+                    with self.args.timing_log.open("a") as f:
+                        f.write(f"{arrived:.6f} {time.monotonic():.6f}\n")
                 step += 1
                 if self.args.token_interval:
                     # On an absolute schedule: the offered rate is exactly 1/interval per stream, whatever
@@ -315,6 +322,10 @@ def main() -> None:
     parser.add_argument("--boot-seconds", type=float, default=0.0, help="print startup lines this long first")
     parser.add_argument("--boot-hang", action="store_true", help="print a startup line, then never listen")
     parser.add_argument("--cpu", type=int, help="pin to this CPU (benchmarks)")
+    parser.add_argument(
+        "--timing-log", type=Path,
+        help="append, per streamed request, the monotonic times its body arrived and its first token was sent",
+    )  # fmt: skip
     add_ready_file_arg(parser)
     args = parser.parse_args()
     if args.cpu is not None:

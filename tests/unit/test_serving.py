@@ -19,12 +19,16 @@ def test_idle_server_never_stalls():
 
 
 def test_busy_server_producing_tokens_never_stalls():
-    clock = feed(*(ServingSample(t, running=4, waiting=2, generated_tokens=100 + t) for t in range(0, 100, 2)))
+    clock = feed(
+        *(ServingSample(t, running=4, waiting=2, generated_tokens=100 + t) for t in range(0, 100, 2))
+    )
     assert clock.stall(100, 10) is None
 
 
 def test_requests_waiting_and_counter_frozen_is_a_stall():
-    samples = [ServingSample(t, running=1, waiting=0, generated_tokens=100 + min(t, 20)) for t in range(0, 40, 2)]
+    samples = [
+        ServingSample(t, running=1, waiting=0, generated_tokens=100 + min(t, 20)) for t in range(0, 40, 2)
+    ]
     clock = feed(*samples)
     assert clock.stall(29, 10) is None  # the counter last moved at t=20
     stall = clock.stall(40, 10)

@@ -90,8 +90,10 @@ def launch_server(
         report_json=None,
         quiet=True,
         probe_timeout=READY_PROBE_TIMEOUT_S,
+        stacks=False,  # a stack dump pauses the server being measured
     )
-    server = SupervisedServer(LaunchSpec(label, cmd, watch, options.run_dir, LAUNCH_GRACE_S), say)
+    spec = LaunchSpec(label, cmd, watch, options.run_dir / f"server-{label}", LAUNCH_GRACE_S)
+    server = SupervisedServer(spec, say)
     say(f"{label}: launching {shlex.join(redact_argv(cmd))}; log {server.log_path}")
     server.start()
     return server

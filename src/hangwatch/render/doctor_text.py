@@ -88,5 +88,3 @@ def preflight_text(checks: list[Check]) -> str:
     if not bad:
         return ""
     return "\n".join(["hangwatch preflight:", *checks_table(bad), *details(bad)])
-
-

@@ -12,6 +12,7 @@ from pathlib import Path
 from hangwatch.model.report import Report
 from hangwatch.redact import redact_text
 from hangwatch.render.stacktext import tree_lines
+from hangwatch.render.text import culprit_labels
 
 
 def _safe(text: str) -> str:
@@ -40,16 +41,7 @@ def markdown_report(report: Report) -> str:
     if v.phase:
         facts.append(f"- phase: {_inline(v.phase)}")
     if v.culprits:
-        by_pid = {p.pid: p for p in report.processes}
-        names = []
-        for pid in v.culprits:
-            p = by_pid.get(pid)
-            names.append(
-                f"{_inline(p.name)} [{pid}]" + (f" rank {_inline(p.rank)}" if p and p.rank else "")
-                if p
-                else f"[{pid}]"
-            )
-        facts.append(f"- culprits: {', '.join(names)}")
+        facts.append(f"- culprits: {', '.join(culprit_labels(report, _inline))}")
     command = " ".join(report.command).replace("\n", " ").replace("`", "")  # one code span, unbreakable
     facts.append(f"- command: `{_safe(command)[:300]}`")
     lines.extend(facts)

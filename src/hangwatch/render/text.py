@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hangwatch.model.report import Report
 from hangwatch.model.vocabulary import State
 from hangwatch.render.stacktext import tree_lines
@@ -16,6 +18,19 @@ _HEADLINE = {
 }
 
 
+def culprit_labels(report: Report, quote: Callable[[str], str] = str) -> list[str]:
+    """Each culprit as "name [pid] role/rank" (what is known of it), its words passed through ``quote``."""
+    by_pid = {p.pid: p for p in report.processes}
+    labels = []
+    for pid in report.verdict.culprits:
+        p = by_pid.get(pid)
+        if p is None:
+            labels.append(f"[{pid}]")
+        else:
+            labels.append(f"{quote(p.name)} [{pid}]" + (f" {quote(f'{p.role}/{p.rank}')}" if p.rank else ""))
+    return labels
+
+
 def verdict_text(report: Report) -> str:
     v = report.verdict
     confidence = f", {v.confidence} confidence" if v.confidence and v.cause else ""
@@ -27,14 +42,7 @@ def verdict_text(report: Report) -> str:
     if v.phase:
         lines.append(f"  phase: {v.phase}")
     if v.culprits:
-        by_pid = {p.pid: p for p in report.processes}
-        names = []
-        for pid in v.culprits:
-            p = by_pid.get(pid)
-            names.append(
-                f"{p.name} [{pid}]" + (f" {p.role}/{p.rank}" if p and p.rank else "") if p else f"[{pid}]"
-            )
-        lines.append(f"  culprits: {', '.join(names)}")
+        lines.append(f"  culprits: {', '.join(culprit_labels(report))}")
     if v.evidence:
         lines.append("  evidence:")
         lines.extend(f"    - {e}" for e in v.evidence)

@@ -14,6 +14,7 @@ import shutil
 import sys
 import time
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -221,10 +222,23 @@ def run_doctor(options: DoctorOptions, env: Mapping[str, str] | None = None) -> 
             port_facts=port_facts,
         ),
     ]
+    return _report("full", caps=caps, checks=checks, modules=modules, timings=timings, notes=notes)
+
+
+def _report(
+    mode: str,
+    *,
+    caps: Sequence[Capability],
+    checks: Sequence[Check | None],
+    modules: Sequence[ModuleCoverage],
+    timings: Mapping[str, float],
+    notes: Sequence[str],
+) -> DoctorReport:
+    """The report of one doctor run; checks that did not apply (None) are left out."""
     return DoctorReport(
         schema=DOCTOR_SCHEMA,
         created_at=dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        mode="full",
+        mode=mode,
         capabilities=tuple(format_capability(c) for c in caps),
         checks=tuple(c for c in checks if c is not None),
         modules=tuple(modules),
@@ -321,13 +335,6 @@ def fast_report(
             port_facts=port_facts,
         ),
     ]
-    return DoctorReport(
-        schema=DOCTOR_SCHEMA,
-        created_at=dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        mode="fast",
-        capabilities=tuple(format_capability(c) for c in caps),
-        checks=tuple(c for c in checks if c is not None),
-        modules=tuple(modules),
-        timings={"total_s": round(time.monotonic() - started, 3)},
-        notes=(f"GPU: {inventory.unavailable}",) if inventory.unavailable else (),
-    )
+    notes = [f"GPU: {inventory.unavailable}"] if inventory.unavailable else []
+    timings = {"total_s": time.monotonic() - started}
+    return _report("fast", caps=caps, checks=checks, modules=modules, timings=timings, notes=notes)

@@ -76,8 +76,11 @@ def stop_on_signals(watch: Watch) -> Iterator[None]:
 
 
 @dataclass
-class _Supervision:
-    """Everything one supervised launch holds, so that tear-down can release it in order."""
+class Supervised:
+    """Everything one supervised launch holds, so that tear-down can release it in order.
+
+    Shared by ``hangwatch run`` and the servers ``hangwatch bench --launch-a/-b`` starts.
+    """
 
     launched: Launched
     sampler: TreeSampler
@@ -105,12 +108,27 @@ class _Supervision:
         return result, gpu_note
 
 
-def _start(options: RunOptions, plan: Plan, view: View, gpu: NvmlGpuSource, notes: list[str]) -> _Supervision:
-    w = options.watch
-    subreaper = become_subreaper()
-    launched = launch(list(options.command))
+def start_supervised(
+    command: tuple[str, ...],
+    plan: Plan,
+    w: WatchOptions,
+    run_dir: Path,
+    *,
+    view: View,
+    gpu: NvmlGpuSource,
+    adopt_orphans: bool,
+    watch_serving: bool,
+) -> Supervised:
+    """Launch ``command`` and set up its watch (not yet running); ``run.json`` goes to ``run_dir``.
+
+    ``adopt_orphans``: become the subreaper, so that orphans of the tree are reparented to us and keep
+    being watched; only right when a single tree is watched (with two, an adopted orphan could not be
+    told apart). ``watch_serving``: after ready, read /metrics for the stall-while-serving rule.
+    """
+    subreaper = become_subreaper() if adopt_orphans else False
+    launched = launch(list(command))
     t0 = time.monotonic()
-    write_run_record(options.run_dir, launched.pid, redact_argv(options.command))  # for `cleanup --run`
+    write_run_record(run_dir, launched.pid, redact_argv(command))  # for `cleanup --run`
     sampler = TreeSampler(
         [launched.pid],
         plan.profile.role_of,
@@ -119,12 +137,11 @@ def _start(options: RunOptions, plan: Plan, view: View, gpu: NvmlGpuSource, note
         reap=reap,
         reaped_status=reap.status_of,
     )
-    log = PipeLog(launched.output_fd, options.run_dir / "output.log", echo=view.echo)
+    log = PipeLog(launched.output_fd, run_dir / "output.log", echo=view.echo)
     prober = make_prober(plan, w, t0)
-    serving = None if options.until_ready else make_serving_poller(plan, t0)
+    serving = make_serving_poller(plan, t0) if watch_serving else None
     oom = OomWitness([procfs.read_cgroup_path(os.getpid())])
     kit = stack_kit(w.stacks, gpu.unavailable is None)
-    notes.extend(kit.notes)
     assessor = make_assessor(plan, w, {launched.pid}, kit.history)
     collectors = Collectors(sampler, log, prober, gpu, oom, kit.dumper, kit.gpm, serving)
     watch = Watch(collectors, make_scanner(plan, w, prober), assessor, view, w.interval, history=kit.history)
@@ -133,7 +150,7 @@ def _start(options: RunOptions, plan: Plan, view: View, gpu: NvmlGpuSource, note
         f"supervising {plan.profile.name} command (pid {launched.pid}); log {log.path}; "
         f"probe {plan.probe_url or 'none'}; stall after {w.stall_after:g} s"
     )
-    return _Supervision(launched, sampler, log, prober, kit, assessor, watch)
+    return Supervised(launched, sampler, log, prober, kit, assessor, watch)
 
 
 def run_supervised(options: RunOptions) -> int:
@@ -156,7 +173,11 @@ def run_supervised(options: RunOptions) -> int:
         return True
 
     try:
-        run = _start(options, plan, view, gpu, notes)
+        run = start_supervised(
+            options.command, plan, w, options.run_dir, view=view, gpu=gpu,
+            adopt_orphans=True, watch_serving=not options.until_ready,
+        )  # fmt: skip
+        notes.extend(run.kit.notes)
         try:
             with stop_on_signals(run.watch):
                 verdict = run.watch.run(until)
