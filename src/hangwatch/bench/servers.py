@@ -125,7 +125,7 @@ class SupervisedServer:
     def trouble(self) -> str | None:
         """Why the benchmark must stop on this server's account (it crashed or exited); None while serving."""
         v = self.failure
-        return f"server {self.spec.label} {v.state.value}: {v.summary}" if v is not None else None
+        return f"server {self.spec.label} {v.headline}" if v is not None else None
 
     def boot(self) -> Boot | None:
         if self.ready_verdict is None or self._run is None:

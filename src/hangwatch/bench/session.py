@@ -105,7 +105,7 @@ def _wait_all_ready(launched: dict[str, SupervisedServer], say: Callable[[str], 
         if verdict.state is not State.READY:
             server.stop()
             raise BootFailedError(
-                f"server {label} did not come up: {verdict.state.value}: {verdict.summary}\n"
+                f"server {label} did not come up: {verdict.headline}\n"
                 f"  report {server.report_path}\n  log {server.log_path}",
                 verdict.exit_code,
             )

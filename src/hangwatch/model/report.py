@@ -29,6 +29,12 @@ class Verdict:
     def exit_code(self) -> int:
         return self.state.exit_code
 
+    @property
+    def headline(self) -> str:
+        """"state: summary", without saying the state twice when the summary already starts with it."""
+        prefix = f"{self.state.value}:"
+        return self.summary if self.summary.startswith(prefix) else f"{prefix} {self.summary}"
+
 
 @dataclass(frozen=True)
 class PhaseSpan:
