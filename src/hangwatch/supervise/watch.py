@@ -206,7 +206,7 @@ class Watch:
                     if history.due(tick.t, a.solid_clock.last_progress_t, a.clock.last_progress_t):
                         self.capture_stacks(tick, history)
             if verdict is not None:
-                self.view.event(f"verdict {verdict.state.value}: {verdict.summary}")
+                self.view.event(f"verdict {verdict.headline}")
                 if until(verdict):
                     return verdict
             next_at += self.interval
