@@ -1,38 +1,21 @@
-"""The bench report as JSON (schema ``hangwatch.bench/1``), serialised from the model, never built by hand."""
+"""The bench report as JSON (schema ``hangwatch.bench/1``), serialised from the model by the one writer
+of every report (``render.json_report``), with more float digits than a run report keeps."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import math
-from collections.abc import Mapping
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from hangwatch.model.bench import BenchReport
+from hangwatch.render.json_report import report_to_dict
+from hangwatch.render.json_report import write_report
 
 FLOAT_DIGITS = 6  # microseconds for times; ratios and rates keep more than they can honestly claim
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, float):
-        return round(value, FLOAT_DIGITS) if math.isfinite(value) else None
-    return value
-
-
 def bench_to_dict(report: BenchReport) -> dict[str, Any]:
-    data: dict[str, Any] = _plain(dataclasses.asdict(report))
-    return data
+    return report_to_dict(report, FLOAT_DIGITS)
 
 
 def write_bench_json(report: BenchReport, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(bench_to_dict(report), indent=1, ensure_ascii=False, allow_nan=False) + "\n")
-    tmp.replace(path)
+    write_report(report, path, FLOAT_DIGITS)
