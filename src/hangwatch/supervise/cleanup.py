@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from hangwatch.collect import procfs
 from hangwatch.collect.nvml import GpuSource
+from hangwatch.model.samples import GpuSample
 
 Identity = tuple[int, int]
 
@@ -136,27 +137,36 @@ def _wait_gone(
         time.sleep(0.1)
 
 
-def wait_gpu_release(gpu: GpuSource, pids: set[int], timeout_s: float = 15.0) -> str | None:
-    """Wait (bounded) until no GPU memory is held by ``pids``; say what is left, or a GPU busy with no
-    process."""
-    sample = gpu.read()
-    if sample.unavailable:
-        return None
+def await_gpu_release(gpu: GpuSource, pids: set[int], timeout_s: float) -> GpuSample:
+    """Read the GPUs until ``pids`` hold no memory or ``timeout_s`` passes; the last reading."""
     deadline = time.monotonic() + timeout_s
-    while sample.memory_of(frozenset(pids)) > 0 and time.monotonic() < deadline:
+    sample = gpu.read()
+    while not sample.unavailable and sample.memory_of(frozenset(pids)) > 0 and time.monotonic() < deadline:
         time.sleep(0.5)
         sample = gpu.read()
-    held = sample.memory_of(frozenset(pids))
-    if held:
-        return f"GPU memory still held by the tree after {timeout_s:.0f} s: {held / 2**20:.0f} MiB"
+    return sample
+
+
+def busy_without_process(sample: GpuSample) -> str | None:
+    """GPUs busy with no process on them (a kernel left spinning), in words; None when there are none."""
     busy = [
         g
         for g in sample.gpus
         if (g.util_pct or 0) > 50 and not any(p.gpu_index == g.index for p in sample.processes)
     ]
-    if busy:
-        names = ", ".join(f"GPU {g.index} at {g.util_pct:.0f} %" for g in busy)
-        return (
-            f"{names} with no process: the GPU may be wedged and need a reset (hangwatch never resets GPUs)"
-        )
-    return "GPU memory of the tree released"
+    if not busy:
+        return None
+    names = ", ".join(f"GPU {g.index} at {g.util_pct:.0f} %" for g in busy)
+    return f"{names} with no process: the GPU may be wedged and need a reset (hangwatch never resets GPUs)"
+
+
+def wait_gpu_release(gpu: GpuSource, pids: set[int], timeout_s: float = 15.0) -> str | None:
+    """Wait (bounded) until no GPU memory is held by ``pids``; say what is left, or a GPU busy with no
+    process."""
+    sample = await_gpu_release(gpu, pids, timeout_s)
+    if sample.unavailable:
+        return None
+    held = sample.memory_of(frozenset(pids))
+    if held:
+        return f"GPU memory still held by the tree after {timeout_s:.0f} s: {held / 2**20:.0f} MiB"
+    return busy_without_process(sample) or "GPU memory of the tree released"

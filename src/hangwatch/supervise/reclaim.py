@@ -238,11 +238,7 @@ def _wait_gpu(
 ) -> tuple[tuple[GpuFreed, ...], str | None]:
     if not plan.gpu:
         return (), plan.gpu_note
-    deadline = time.monotonic() + timeout_s
-    sample = gpu.read()
-    while sample.memory_of(frozenset(pids)) > 0 and time.monotonic() < deadline:
-        time.sleep(0.5)
-        sample = gpu.read()
+    sample = cleanup.await_gpu_release(gpu, pids, timeout_s)
     after = {h.gpu_index: h for h in _gpu_held(sample, pids)[0]}
     freed = tuple(
         GpuFreed(
@@ -257,17 +253,9 @@ def _wait_gpu(
     note = plan.gpu_note
     if any(f.tree_after for f in freed):
         note = f"GPU memory still held by the tree's pids after {timeout_s:.0f} s"
-    busy = [
-        g
-        for g in sample.gpus
-        if (g.util_pct or 0) > 50 and not any(p.gpu_index == g.index for p in sample.processes)
-    ]
+    busy = cleanup.busy_without_process(sample)
     if busy:
-        note = (
-            ((note + "; ") if note else "")
-            + ", ".join(f"GPU {g.index} at {g.util_pct:.0f} %" for g in busy)
-            + " with no process: wedged? it needs a reset (hangwatch never resets GPUs)"
-        )
+        note = ((note + "; ") if note else "") + busy
     return freed, note
 
 
