@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from cuda_artefacts import build_all
+from cuda_artefacts import find_nvcc
 from hwrun import Outcome
 from hwrun import run_hangwatch
 
@@ -17,3 +19,14 @@ def hw(tmp_path: Path):  # type: ignore[no-untyped-def]
         return run_hangwatch(list(args), tmp_path, timeout=timeout, **kwargs)
 
     return _run
+
+
+@pytest.fixture(scope="session")
+def artefacts() -> Path:
+    """Real CUDA modules built once per session with nvcc (tests/cuda_artefacts.py); skipped without nvcc."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        pytest.skip(
+            "nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin): cannot build real CUDA modules"
+        )
+    return build_all(nvcc)

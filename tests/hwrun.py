@@ -38,6 +38,11 @@ class Outcome:
         return next(p for p in self.report["processes"] if p["pid"] == pid)
 
 
+def hangwatch_argv(*args: str) -> list[str]:
+    """The real CLI, as a user runs it: ``python -m hangwatch ARGS``."""
+    return [sys.executable, "-m", "hangwatch", *args]
+
+
 def program(name: str, *args: str) -> list[str]:
     return [sys.executable, str(PROGRAMS / f"{name}.py"), *args]
 

@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import cuda_artefacts as ca  # noqa: E402
-from cli_shim import hangwatch_argv  # noqa: E402
 from hangwatch.collect.nvml import read_inventory  # noqa: E402
+from hwrun import hangwatch_argv  # noqa: E402
 
 failures: list[str] = []
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cli_shim import hangwatch_argv
 from hangwatch.supervise.runrecord import write_run_record
+from hwrun import hangwatch_argv
 from proc_helpers import free_port
 from proc_helpers import proc_state
 from proc_helpers import spawn

@@ -12,23 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from cli_shim import hangwatch_argv
 from cuda_artefacts import CAPABILITIES
 from cuda_artefacts import VERDICTS
-from cuda_artefacts import build_all
-from cuda_artefacts import find_nvcc
+from hwrun import hangwatch_argv
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture(scope="session")
-def artefacts() -> Path:
-    nvcc = find_nvcc()
-    if nvcc is None:
-        pytest.skip(
-            "nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin): cannot build real CUDA modules"
-        )
-    return build_all(nvcc)
 
 
 def doctor(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, dict]:

@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 import struct
-from pathlib import Path
 
 import pytest
 
 from cuda_artefacts import EXPECTED
-from cuda_artefacts import build_all
-from cuda_artefacts import find_nvcc
 from hangwatch.collect import cuobjdump
 from hangwatch.collect.fatbin import read_fatbins
 from hangwatch.collect.fatbin import read_fatbins_from_bytes
 from hangwatch.model.doctor import EntryKind
-
-
-@pytest.fixture(scope="session")
-def artefacts() -> Path:
-    nvcc = find_nvcc()
-    if nvcc is None:
-        pytest.skip(
-            "nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin): cannot build real CUDA modules"
-        )
-    return build_all(nvcc)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
