@@ -124,8 +124,41 @@ def serve_health(
     server.serve_forever()
 
 
+def compile_like(seconds: float) -> int:
+    """Work like a compiler for ``seconds``: build expression trees and fold them, recursively.
+
+    100 % of one core, no syscalls, no output, and the stack moves: each capture finds the recursion
+    at another depth and in another function, as a real compiler (Dynamo, Inductor, a parser) is
+    found. Compare ``burn_cpu``, a loop that stays on one line: by behaviour that is a spin, not work.
+    """
+    import random
+
+    rng = random.Random(7)
+    deadline = time.monotonic() + seconds
+    total = 0
+
+    def build(depth: int) -> Any:
+        if depth == 0 or rng.random() < 0.15:
+            return rng.randint(1, 99)
+        return (rng.choice("+*"), build(depth - 1), build(depth - 1))
+
+    def fold(node: Any) -> int:
+        if isinstance(node, int):
+            return node
+        op, left, right = node
+        a, b = fold(left), fold(right)
+        return (a + b) & 0xFFFF if op == "+" else (a * b) & 0xFFFF
+
+    while time.monotonic() < deadline:
+        total = (total + fold(build(rng.randint(6, 14)))) & 0xFFFFFFFF
+    return total
+
+
 def burn_cpu(seconds: float) -> int:
-    """Spin a pure-Python loop for ``seconds``: 100 % of one core, no syscalls, no output."""
+    """Spin a pure-Python loop for ``seconds``: 100 % of one core, no syscalls, no output.
+
+    The stack stays on one line for the whole time: by behaviour, a spin (``compile_like`` works).
+    """
     deadline = time.monotonic() + seconds  # vDSO clock: reading it is not a syscall
     x = 1
     while True:

@@ -16,7 +16,7 @@ import argparse
 import time
 
 from _util import add_ready_file_arg
-from _util import burn_cpu
+from _util import compile_like
 from _util import log
 from _util import serve_health
 
@@ -40,7 +40,7 @@ def main() -> None:
     log("Loading weights")
     started = time.monotonic()
     # Half the load phase computes (CPU time rises), half waits (like waiting on storage).
-    burn_cpu(args.load_seconds / 2)
+    compile_like(args.load_seconds / 2)
     time.sleep(args.load_seconds / 2)
     log(f"Weights loaded in {time.monotonic() - started:.2f} s")
     serve_health(args.port, args.health_after, args.access_log, args.ready_file)

@@ -1,10 +1,11 @@
 """A server that "compiles" silently: prints ``compile begin``, burns CPU with no output and no I/O.
 
-After ``--seconds`` (default 120) of pure-Python spinning it prints ``compile done`` and, when
+The compile is real work (``_util.compile_like``: parsing generated source and walking its tree), so
+its stack moves between captures, as a real compiler's does. After ``--seconds`` (default 120) it prints ``compile done`` and, when
 ``--port`` is given, serves GET /health like healthy_server.py (else it exits 0). With ``--workers N``
-the spinning happens in N ``spawn`` child processes while the parent waits in ``join()`` (0 % CPU),
+the compiling happens in N ``spawn`` child processes while the parent waits in ``join()`` (0 % CPU),
 like a compile worker pool.
-``--ready-file`` is written once every burner is spinning.
+``--ready-file`` is written once every worker is compiling.
 
 Example::
 
@@ -18,7 +19,7 @@ import multiprocessing as mp
 from multiprocessing.queues import Queue
 
 from _util import add_ready_file_arg
-from _util import burn_cpu
+from _util import compile_like
 from _util import log
 from _util import serve_health
 from _util import set_title
@@ -26,10 +27,10 @@ from _util import write_ready
 
 
 def compile_worker(index: int, seconds: float, started: Queue[int]) -> None:
-    """Tell the parent we are spinning, then spin for ``seconds``."""
+    """Tell the parent we are compiling, then compile for ``seconds``."""
     set_title(f"compile_worker_{index}")
     started.put(index)
-    burn_cpu(seconds)
+    compile_like(seconds)
 
 
 def main() -> None:
@@ -63,7 +64,7 @@ def main() -> None:
             proc.join()
     else:
         write_ready(args.ready_file)
-        burn_cpu(args.seconds)
+        compile_like(args.seconds)
     log("compile done")
     if args.port is not None:
         serve_health(args.port)

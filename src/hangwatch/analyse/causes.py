@@ -147,53 +147,144 @@ def diagnose_stall(window: Sequence[Tick], findings: Sequence[LogFinding]) -> Di
     return Diagnosis(Cause.UNKNOWN, (), "no process state or log line names a cause")
 
 
+# Deaths by a signal within this of each other are one tear-down (a launcher killing its tree after
+# something else went wrong), not independent faults.
+TEAR_DOWN_S = 1.0
+
+
 def diagnose_crash(
-    failures: Sequence[ExitRecord], findings: Sequence[LogFinding], root_pids: set[int]
+    failures: Sequence[ExitRecord],
+    findings: Sequence[LogFinding],
+    root_pids: set[int],
+    exits: Sequence[ExitRecord] = (),
 ) -> Diagnosis:
-    """Name the cause of a crash from the first significant death and the log findings."""
-    # Deaths seen in the same tick are in pid order: the one killed by a signal is the likelier cause.
-    first = min(failures, key=lambda f: (f.t, f.signal is None))
-    culprits = tuple(dict.fromkeys(f.pid for f in failures))
+    """Name the cause of a crash: the first fault in time, with what came after it as consequences.
+
+    Deaths and log findings of the whole tree are ordered in time. A death by a signal that is not
+    part of a tree-wide tear-down is a fault of its own (SIGKILL from the OOM killer or an operator,
+    a crash): when it comes first, the exceptions other processes raise after it ("Engine core
+    initialization failed", a peer's "Connection closed") are its consequences. An exception logged
+    before any such death, or before a tear-down in which several processes were killed at once, is
+    the fault: the deaths are what the launcher did about it.
+    """
     by_cause = {f.cause: f for f in findings}
-    death = f"{first.name} [{first.pid}] {first.status_text}"
+    ordered = sorted(failures, key=lambda f: (f.t, f.signal is None))
+    first = ordered[0]
+    culprits = tuple(dict.fromkeys(f.pid for f in ordered))
     if Cause.CUDA_OOM in by_cause:
+        death = _death(first)
         return Diagnosis(Cause.CUDA_OOM, culprits, f"{death} after: {by_cause[Cause.CUDA_OOM].line[:200]}")
-    killed = [f for f in failures if f.signal == signal.SIGKILL and f.oom_evidence]
+    killed = [f for f in ordered if f.signal == signal.SIGKILL and f.oom_evidence]
     if killed:
         k = killed[0]
-        return Diagnosis(Cause.OOM_KILLED, (k.pid,), f"{k.name} [{k.pid}] was OOM-killed: {k.oom_evidence}")
+        return Diagnosis(Cause.OOM_KILLED, (k.pid,), f"{_death(k)} was OOM-killed: {k.oom_evidence}")
     if Cause.PORT_IN_USE in by_cause:
-        return Diagnosis(Cause.PORT_IN_USE, culprits, f"{death}: {by_cause[Cause.PORT_IN_USE].line[:200]}")
-    if first.pid not in root_pids and first.signal is not None and _only_after(findings, first.t):
-        # A rank killed by a signal, and the exceptions came after it: its peers' "Connection closed by
-        # peer" tracebacks are the consequence (gloo notices a dead peer at once), not the cause.
         return Diagnosis(
-            Cause.DEAD_PEER,
-            (first.pid,),
-            f"{death}; its peers failed after it: {_exception_summary(findings)}",
+            Cause.PORT_IN_USE, culprits, f"{_death(first)}: {by_cause[Cause.PORT_IN_USE].line[:200]}"
         )
-    if first.pid not in root_pids and Cause.EXCEPTION not in by_cause:
+    exceptions = [f for f in findings if f.cause is Cause.EXCEPTION]
+    signalled = [f for f in ordered if f.signal is not None]
+    lone = _lone_signal_death(signalled, ordered)
+    first_exception_t = min((f.t for f in exceptions), default=None)
+    if lone is not None and (first_exception_t is None or first_exception_t >= lone.t - TEAR_DOWN_S):
+        return _signal_death_first(lone, ordered, exceptions, root_pids)
+    if exceptions:
+        raiser = _raiser(exceptions, ordered, exits)
+        pids = (raiser,) if raiser is not None else culprits
+        summary = _exception_summary(findings)
+        who = _describe_pid(raiser, ordered, exits) if raiser is not None else _death(first)
+        after = ""
+        if signalled and (first_exception_t is not None and first_exception_t < signalled[0].t + TEAR_DOWN_S):
+            after = f"; then {_count(len(signalled), 'process')} killed by a signal (the tree torn down)"
+        return Diagnosis(Cause.EXCEPTION, pids, f"{who} raised an exception first: {summary}{after}")
+    if first.pid not in root_pids:
         note = ""
         if first.signal == signal.SIGKILL:
             note = " (SIGKILL: possibly the OOM killer; no kernel or cgroup record was readable)"
-        return Diagnosis(Cause.DEAD_PEER, (first.pid,), f"{death}{note}; the rest of the tree waits for it")
-    if Cause.EXCEPTION in by_cause:
-        summary = _exception_summary(findings)
-        return Diagnosis(Cause.EXCEPTION, culprits, f"{death} after an exception: {summary}")
+        return Diagnosis(
+            Cause.DEAD_PEER, (first.pid,), f"{_death(first)}{note}; the rest of the tree waits for it"
+        )
     if first.signal == signal.SIGKILL:
         return Diagnosis(
             Cause.UNKNOWN,
             culprits,
-            f"{death}: possibly the OOM killer, but no kernel or cgroup record was readable",
+            f"{_death(first)}: possibly the OOM killer, but no kernel or cgroup record was readable",
         )
     if first.how is ExitHow.VANISHED:
-        return Diagnosis(Cause.UNKNOWN, culprits, f"{death}")
-    return Diagnosis(Cause.UNKNOWN, culprits, f"{death} without a traceback or known message in the log")
+        return Diagnosis(Cause.UNKNOWN, culprits, _death(first))
+    return Diagnosis(
+        Cause.UNKNOWN, culprits, f"{_death(first)} without a traceback or known message in the log"
+    )
 
 
-def _only_after(findings: Sequence[LogFinding], t: float) -> bool:
-    """Every exception finding was logged at or after ``t`` (within one tick: both are tick times)."""
-    return all(f.t >= t - 1.0 for f in findings if f.cause is Cause.EXCEPTION)
+def _lone_signal_death(signalled: Sequence[ExitRecord], ordered: Sequence[ExitRecord]) -> ExitRecord | None:
+    """The first death by a signal, unless it is one of several at once (a tree torn down)."""
+    if not signalled:
+        return None
+    first = signalled[0]
+    together = [f for f in signalled if f.t - first.t < TEAR_DOWN_S]
+    return first if len(together) == 1 else None
+
+
+def _signal_death_first(
+    death: ExitRecord,
+    ordered: Sequence[ExitRecord],
+    exceptions: Sequence[LogFinding],
+    root_pids: set[int],
+) -> Diagnosis:
+    later = [f for f in ordered if f.pid != death.pid and f.t >= death.t]
+    what = _death(death)
+    if death.signal == signal.SIGKILL:
+        what += (
+            " (SIGKILL: the OOM killer or someone's kill; no kernel or cgroup record names the OOM killer)"
+        )
+    if later or exceptions:
+        parts = []
+        if exceptions:
+            parts.append(
+                f"the exceptions logged after it are its consequence ({_exception_summary(exceptions)})"
+            )
+        if later:
+            names = ", ".join(f"{f.name} [{f.pid}] ({f.status_text})" for f in later[:3])
+            parts.append(f"then {names} ended")
+        text = f"{what} first; " + "; ".join(parts)
+    else:
+        text = f"{what}; the rest of the tree waits for it"
+    return Diagnosis(Cause.DEAD_PEER, (death.pid,), text)
+
+
+def _raiser(
+    exceptions: Sequence[LogFinding], ordered: Sequence[ExitRecord], exits: Sequence[ExitRecord]
+) -> int | None:
+    """The process that logged the first exception, where its line says who it is."""
+    first = min(exceptions, key=lambda f: f.t)
+    named = [f for f in exceptions if f.t <= first.t + TEAR_DOWN_S and (f.pid is not None or f.rank)]
+    for f in named:
+        if f.pid is not None:
+            return f.pid
+        for e in (*ordered, *exits):
+            if f.rank and e.rank == f.rank:
+                return e.pid
+    failed_first = [e for e in ordered if e.signal is None]
+    return failed_first[0].pid if failed_first else None
+
+
+def _describe_pid(pid: int, ordered: Sequence[ExitRecord], exits: Sequence[ExitRecord]) -> str:
+    for e in (*ordered, *exits):
+        if e.pid == pid:
+            return _death(e)
+    return f"[{pid}]"
+
+
+def _death(e: ExitRecord) -> str:
+    who = e.name
+    if e.rank and e.rank not in who:
+        who += f" ({e.role or 'rank'} {e.rank})"
+    return f"{who} [{e.pid}] {e.status_text}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else ("es" if noun.endswith("s") else "s"))
 
 
 def _exception_summary(findings: Sequence[LogFinding]) -> str:

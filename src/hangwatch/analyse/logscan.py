@@ -5,10 +5,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from hangwatch.analyse.echoes import ProbeEchoes
 from hangwatch.engines.profile import Profile
 from hangwatch.model.samples import LogFinding
 from hangwatch.model.samples import LogSample
 from hangwatch.model.samples import PhaseEvent
+from hangwatch.model.samples import ProbeResult
 from hangwatch.model.vocabulary import Cause
 from hangwatch.redact import redact_text
 
@@ -40,6 +42,24 @@ _FINDINGS: tuple[tuple[Cause, re.Pattern[str]], ...] = (
     ),
 )
 _MAX_FINDINGS_PER_TICK = 20
+# Who wrote a line: vLLM prefixes ``(EngineCore pid=812)`` / ``(Worker_TP1 pid=90)``; SGLang ``[time TP1]``.
+_SOURCE_PID = re.compile(r"\((\w+?) pid=(\d+)\)")
+_SOURCE_RANK = re.compile(r"^\[[^\]]*?\b((?:TP|DP|PP|EP)\d+)\]|\b((?:TP|DP|PP)\d+)\b pid=")
+
+
+def line_source(line: str) -> tuple[int | None, str | None]:
+    """(pid, rank) of the process a log line names as its writer, where it does."""
+    pid = rank = None
+    found = _SOURCE_PID.search(line[:200])
+    if found:
+        pid = int(found.group(2))
+        label = found.group(1)
+        tail = re.search(r"((?:TP|DP|PP|EP)\d+)$", label)
+        rank = tail.group(1) if tail else None
+    found_rank = _SOURCE_RANK.search(line[:200])
+    if found_rank and rank is None:
+        rank = found_rank.group(1) or found_rank.group(2)
+    return pid, rank
 
 
 class LogScanner:
@@ -57,20 +77,32 @@ class LogScanner:
         self._waiting = profile.waiting_patterns + waiting_patterns
         self._visited: list[str] = []
         self._probe_echo = probe_echo
+        self._echoes = ProbeEchoes()
 
-    def scan(self, lines: tuple[str, ...], new_bytes: int, t: float) -> LogSample:
+    def scan(
+        self,
+        lines: tuple[str, ...],
+        new_bytes: int,
+        t: float,
+        times: tuple[float, ...] = (),
+        probes: tuple[ProbeResult, ...] = (),
+    ) -> LogSample:
+        """``times``: when each line arrived (empty: unknown); ``probes``: the answers since the last scan."""
         waiting = echoes = 0
         markers = self._probe_echo() if lines else ()
+        self._echoes.observe_probes(probes)
         events: list[PhaseEvent] = []
         findings: list[LogFinding] = []
         ready_line = None
-        for line in lines:
+        for index, line in enumerate(lines):
             if any(p.search(line) for p in self._waiting):
                 waiting += 1
                 continue
             if markers and any(m in line for m in markers):
                 echoes += 1
                 continue
+            if times and self._echoes.is_echo(line, times[index]):
+                echoes += 1  # not progress, but still read for what it names
             phase = self._phase_of(line)
             if phase is not None:
                 events.append(PhaseEvent(t, phase, redact_text(line)))
@@ -79,7 +111,8 @@ class LogScanner:
             if len(findings) < _MAX_FINDINGS_PER_TICK:
                 for cause, pattern in _FINDINGS:
                     if pattern.search(line):
-                        findings.append(LogFinding(t, cause, redact_text(line)))
+                        pid, rank = line_source(line)
+                        findings.append(LogFinding(t, cause, redact_text(line), pid, rank))
                         break
         return LogSample(
             new_bytes=new_bytes,

@@ -10,6 +10,7 @@ veto it; and small increments (a background thread's 1 s in 90 s) are noise.
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hangwatch.model.samples import ProbeResult
@@ -32,7 +33,7 @@ class Thresholds:
 class ProgressSignal:
     """One reason the tree counts as progressing at one tick."""
 
-    kind: str  # log, io, cpu, gpu-memory, port, probe, process
+    kind: str  # log, io, cpu, stack, gpu-memory, port, probe, process, serving
     pid: int | None
     text: str
 
@@ -68,6 +69,7 @@ def progress_signals(
             ports = ", ".join(map(str, sorted(new_ports)))
             signals.append(ProgressSignal("port", p.pid, f"{p.name} [{p.pid}] listens on {ports}"))
     signals.extend(_gpu_memory_signals(prev, tick, thresholds))
+    signals.extend(_serving_signals(prev, tick))
     if tick.probes:
         first = last_probe
         for probe in tick.probes:
@@ -97,6 +99,31 @@ def _gpu_memory_signals(prev: Tick, tick: Tick, thresholds: Thresholds) -> list[
     return signals
 
 
+def _serving_signals(prev: Tick, tick: Tick) -> list[ProgressSignal]:
+    """The server sent its clients data (answers, streamed tokens), or answered our own request."""
+    signals = []
+    if tick.connections is not None and prev.connections is not None:
+        before = {(c.port, c.peer_port): c.acked_bytes for c in prev.connections.theirs}
+        sent = 0
+        for c in tick.connections.theirs:
+            old = before.get((c.port, c.peer_port))
+            if c.acked_bytes is not None and old is not None and c.acked_bytes > old:
+                sent += c.acked_bytes - old
+        if sent:
+            signals.append(
+                ProgressSignal("serving", None, f"the server sent its clients {human_bytes(sent)}")
+            )
+    own, old_own = tick.own_request, prev.own_request
+    fresh = (
+        old_own is None or old_own.sent_t != own.sent_t or old_own.done_t is None
+        if own is not None
+        else False
+    )
+    if own is not None and own.answered and own.done_t is not None and fresh:
+        signals.append(ProgressSignal("serving", None, f"hangwatch's own request answered: {own.detail}"))
+    return signals
+
+
 def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
@@ -105,17 +132,49 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
+# CPU time and a moved stack are weak evidence: a spin burns CPU too, so the stacks can discount them.
+WEAK_KINDS = frozenset({"cpu", "stack"})
+
+
 class ProgressClock:
-    """When did the tree last progress, and why."""
+    """When did the tree last progress, and why: the latest time of each kind of signal per process.
+
+    Kept per (kind, pid) so that evidence can be discounted after the fact: once the stacks show that
+    a process has been spinning in place since time S, its CPU after S was never progress
+    (``last_progress(discount={pid: S})``), and the stall window counts from the last real progress,
+    not from the moment the spin was recognised.
+    """
 
     def __init__(self, start: float = 0.0) -> None:
-        self.last_progress_t = start
+        self._start = start
+        self._last: dict[tuple[str, int | None], float] = {}
         self.last_signals: tuple[ProgressSignal, ...] = ()
 
     def observe(self, t: float, signals: tuple[ProgressSignal, ...]) -> None:
+        for s in signals:
+            self._last[(s.kind, s.pid)] = t
         if signals:
-            self.last_progress_t = t
             self.last_signals = signals
 
-    def quiet_for(self, now: float) -> float:
-        return max(0.0, now - self.last_progress_t)
+    def last_progress(self, discount: Mapping[int, float] | None = None, *, weak: bool = True) -> float:
+        """The latest progress; weak evidence of a pid in ``discount`` counts only up to its time there.
+
+        ``weak=False``: progress other than CPU time and moved stacks only.
+        """
+        latest = self._start
+        for (kind, pid), seen in self._last.items():
+            counted = seen
+            if kind in WEAK_KINDS:
+                if not weak:
+                    continue
+                if discount is not None and pid is not None and pid in discount:
+                    counted = min(seen, discount[pid])
+            latest = max(latest, counted)
+        return latest
+
+    @property
+    def last_progress_t(self) -> float:
+        return self.last_progress()
+
+    def quiet_for(self, now: float, discount: Mapping[int, float] | None = None) -> float:
+        return max(0.0, now - self.last_progress(discount))

@@ -13,11 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from hangwatch.analyse.stackmotion import in_compute
+from hangwatch.analyse.stackmotion import in_place
 from hangwatch.analyse.stacktree import memo
 from hangwatch.analyse.stacktree import peer_pids
 from hangwatch.analyse.stacktree import rank_label
 from hangwatch.analyse.stacktree import significant_frames
-from hangwatch.analyse.stacktree import unchanged_threads
 from hangwatch.analyse.stacktree import wait_point
 from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import Frame
@@ -249,7 +250,7 @@ class ThreadView:
 
 @dataclass(frozen=True)
 class ProcessView:
-    """One process over the samples: its threads' waits and whether it moved."""
+    """One process over the samples: its threads' waits and whether its code moved."""
 
     pid: int
     label: str  # "rank1", "TP3", "main[812]"
@@ -259,25 +260,29 @@ class ProcessView:
     state: str
     threads: tuple[ThreadView, ...]
     main: ThreadView | None
-    unchanged: bool  # every thread had the same stack in every sample (needs >= 2 samples)
+    unchanged: bool  # every thread stayed in place in every sample (stackmotion.py; needs >= 2 samples)
     cpu_cores: float | None  # CPU use between the first and last sample, in cores (None with one sample)
     world_size: int | None
     detail: str | None
+    # The threads on CPU in any sample all stayed in place, and none is inside a compute library.
+    burners_in_place: bool = False
 
     @property
     def spinning(self) -> bool:
-        """CPU rises while the stacks stay put inside a known spin-wait: not progress."""
-        active = [t for t in self.threads if t.active]
+        """CPU rises while the code stays in place: not progress, whatever the frames are called.
+
+        Known spin-waits (a collective, a CUDA synchronize, a poll) only name it; the behaviour decides.
+        """
         return (
-            self.unchanged
-            and bool(active)
-            and all(t.wait in SPIN_WAITS for t in active)
-            and (self.cpu_cores is None or self.cpu_cores >= CPU_BUSY_CORES)
+            self.outcome is DumpOutcome.OK
+            and self.burners_in_place
+            and self.cpu_cores is not None
+            and self.cpu_cores >= CPU_BUSY_CORES
         )
 
     @property
     def working(self) -> bool:
-        """Doing something: CPU rising outside a spin-wait, or a thread on CPU in unknown code."""
+        """Doing something: CPU rising while the code moves (one sample: a thread on CPU outside a wait)."""
         if self.outcome is not DumpOutcome.OK:
             return False
         if self.cpu_cores is not None:
@@ -297,13 +302,34 @@ class ProcessView:
         return tuple(t for t in self.threads if t.wait in kinds)
 
 
+def thread_histories(
+    samples: Sequence[StackSample],
+) -> dict[tuple[int, int], tuple[list[ThreadStack], list[ThreadStack]]]:
+    """(pid, tid) -> (every capture of the thread, the captures with real native frames)."""
+    out: dict[tuple[int, int], tuple[list[ThreadStack], list[ThreadStack]]] = {}
+    for sample in samples:
+        for p in sample.dumped:
+            for t in p.threads:
+                every, native = out.setdefault((p.pid, t.tid), ([], []))
+                every.append(t)
+                if p.native:
+                    native.append(t)
+    return out
+
+
+def thread_in_place(history: tuple[list[ThreadStack], list[ThreadStack]]) -> bool:
+    every, native = history
+    return in_place(every, native)
+
+
 def process_views(samples: Sequence[StackSample]) -> tuple[ProcessView, ...]:
     """A view per process of the latest sample (dumped or not)."""
     if not samples:
         return ()
     latest = samples[-1]
     peers = peer_pids(latest.processes)
-    still = unchanged_threads(samples)
+    histories = thread_histories(samples)
+    placed = {key: thread_in_place(h) for key, h in histories.items()}
     first_cpu: dict[int, tuple[float, float]] = {}
     for sample in samples:
         for p in sample.processes:
@@ -316,7 +342,7 @@ def process_views(samples: Sequence[StackSample]) -> tuple[ProcessView, ...]:
         if p.cpu_s is not None and p.pid in first_cpu and latest.t - first_cpu[p.pid][0] > 0.5:
             t0, c0 = first_cpu[p.pid]
             cpu = max(0.0, p.cpu_s - c0) / (latest.t - t0)
-        unchanged = bool(p.threads) and all((p.pid, t.tid) in still for t in p.threads)
+        unchanged = bool(p.threads) and all(placed.get((p.pid, t.tid), False) for t in p.threads)
         views.append(
             ProcessView(
                 pid=p.pid,
@@ -331,9 +357,26 @@ def process_views(samples: Sequence[StackSample]) -> tuple[ProcessView, ...]:
                 cpu_cores=cpu,
                 world_size=p.world_size,
                 detail=p.detail,
+                burners_in_place=_burners_in_place(p, histories, placed),
             )
         )
     return tuple(views)
+
+
+def _burners_in_place(
+    p: ProcessStacks,
+    histories: dict[tuple[int, int], tuple[list[ThreadStack], list[ThreadStack]]],
+    placed: dict[tuple[int, int], bool],
+) -> bool:
+    """The threads seen on CPU stayed in place; with none seen on CPU (the CPU burns in a thread
+    py-spy does not show), every thread did. A thread inside a compute library is work."""
+    if not p.threads:
+        return False
+    keys = [(p.pid, t.tid) for t in p.threads]
+    burners = [k for k in histories if k[0] == p.pid and any(t.active for t in histories[k][0])]
+    if any(in_compute(t) for k in burners for t in histories[k][1] or histories[k][0][-1:]):
+        return False
+    return all(placed.get(k, False) for k in (burners or keys))
 
 
 def _thread_view(t: ThreadStack) -> ThreadView:

@@ -9,9 +9,11 @@ tree that stops after a long compile is judged on fresh samples.
 Defaults (3 s, 3 samples, 2 s apart): three samples spanning 4 s are enough to tell a stack that
 stays put from one that moves (two could agree by chance in a loop), they fit inside the 15 s
 budget for a closed wait with room for a slow native dump, and a Python-only py-spy dump pauses a
-target for milliseconds, so the cost is nil. Only the first capture of a burst asks for native
-frames (0.1-1.4 s of py-spy's CPU per torch process, mostly symbol loading); later ones are
-Python-only and borrow the native frames of an earlier capture whose Python stack is identical.
+target for milliseconds, so the cost is nil. The first two captures of a burst ask for native
+frames (0.1-1.4 s of py-spy's CPU per torch process, mostly symbol loading): two, because whether a
+long native call moves (a GEMM) or spins in place (a C poll loop) shows only by comparing native
+frames (stackmotion.py). Later ones are Python-only and borrow the native frames of an earlier
+capture whose Python stack is identical.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from hangwatch.analyse.stackwaits import ProcessView
 from hangwatch.analyse.stackwaits import Wait
 from hangwatch.analyse.stackwaits import classify_thread
 from hangwatch.analyse.stackwaits import process_views
+from hangwatch.analyse.stackwaits import thread_histories
+from hangwatch.analyse.stackwaits import thread_in_place
 from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import Frame
@@ -72,6 +76,8 @@ class StackHistory:
         self._spin_views: tuple[ProcessView, ...] | None = None
         self._gpu: GpuSample | None = None
         self._moved_seen: StackSample | None = None
+        self._solid_since = 0.0
+        self._moved_at: dict[int, float] = {}  # pid -> the latest capture that found its code moved
 
     @property
     def spell(self) -> list[StackSample]:
@@ -85,7 +91,9 @@ class StackHistory:
             self._spell = []
             self._solid = []
             self._spin_views = None
+            self._moved_at = {}
             return False
+        self._solid_since = solid_since
         anchor = quiet_since if now - quiet_since >= p.quiet_before_s else solid_since
         if anchor != self._anchor:
             self._anchor = anchor
@@ -96,10 +104,12 @@ class StackHistory:
         return now - self._spell[-1].t >= gap
 
     def wants_native(self) -> bool:
-        """Native frames for the first capture of a burst only (they cost symbol loading every time)."""
-        return not self._spell
+        """Native frames for the first two captures of a burst only (they cost symbol loading every time)."""
+        return len(self._spell) < 2
 
     def add(self, sample: StackSample) -> None:
+        if self._solid:
+            self._note_moves(self._solid[-1], sample)
         self._spell = [*self._spell, sample][-self.policy.samples :]
         self._solid = [*self._solid, sample][-self.policy.samples :]
         self.kept = [*self.kept, sample][-KEEP:]
@@ -132,8 +142,15 @@ class StackHistory:
                     break
         return tuple(out)
 
+    def _note_moves(self, before: StackSample, after: StackSample) -> None:
+        histories = thread_histories([before, after])
+        for (pid, _), history in histories.items():
+            every = history[0]
+            if len(every) == 2 and any(t.active for t in every) and not thread_in_place(history):
+                self._moved_at[pid] = after.t
+
     def spinning(self, pid: int) -> bool:
-        """CPU rising while the stacks stay put inside a known spin-wait: the progress model's veto."""
+        """CPU rising while the code stays in place, whatever it is called: the progress model's veto."""
         if len(self._solid) < 2:
             return False
         if self._spin_views is None:
@@ -141,9 +158,22 @@ class StackHistory:
         view = next((v for v in self._spin_views if v.pid == pid), None)
         if view is None or not view.spinning:
             return False
-        # A host thread in a CUDA synchronize while the GPU works hard is waiting for real work.
-        syncing = any(t.wait is Wait.CUDA_SYNC and t.active for t in view.threads)
-        return not (syncing and gpu_state(self._gpu, self._solid[-1].gpus) == "working")
+        # A host thread parked in place while the GPU works hard is waiting for real work (a long
+        # kernel), whether it waits in a CUDA synchronize or in a library's own wrapper.
+        if gpu_state(self._gpu, self._solid[-1].gpus) == "working":
+            syncing = any(t.wait is Wait.CUDA_SYNC for t in view.threads)
+            on_gpu = self._gpu is not None and any(g.pid == pid for g in self._gpu.processes)
+            return not (syncing or on_gpu)
+        return True
+
+    def spin_since(self, pid: int) -> float:
+        """Since when a spinning process has been in place: its CPU after this was not progress.
+
+        The latest capture that found its code moving, else the start of the quiet spell (the last
+        progress other than CPU): the samples begin ``quiet_before_s`` after it and find the code
+        already in place.
+        """
+        return max(self._solid_since, self._moved_at.get(pid, self._solid_since))
 
     def diagnose(self, window: Sequence[Tick]) -> Diagnosis | None:
         """The stack rules over the spell's samples (None when no stack was taken in this spell)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from hangwatch.cli.options import add_watch_options
@@ -27,6 +28,12 @@ class AttachCommand:
             "--window", type=float, default=60.0, metavar="S", help="watch for S seconds (default: 60)"
         )
         parser.add_argument("--log", type=Path, metavar="FILE", help="the server's log file to follow")
+        parser.add_argument(
+            "--own-request",
+            action="store_true",
+            help="while it serves, send the server a one-token completion of hangwatch's own, with a "
+            "deadline (the only traffic attach ever sends besides the readiness probe; off by default)",
+        )
         add_watch_options(parser, stall_default=None)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -39,6 +46,9 @@ class AttachCommand:
         if args.log is not None and not args.log.is_file():
             raise UsageError(f"--log {args.log}: no such file")
         options = AttachOptions(
-            watch=watch_options(args, stall_after=stall), pid=args.pid, window=args.window, log=args.log
+            watch=replace(watch_options(args, stall_after=stall), own_request=args.own_request),
+            pid=args.pid,
+            window=args.window,
+            log=args.log,
         )
         return run_attached(options)

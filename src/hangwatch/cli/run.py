@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from hangwatch.cli.options import add_watch_options
@@ -38,6 +39,12 @@ class RunCommand:
             "--no-doctor", action="store_true", help="skip the fast preflight checks (see `hangwatch doctor`)"
         )
         parser.add_argument(
+            "--no-own-request",
+            action="store_true",
+            help="while serving, never send hangwatch's own one-token completion to the server "
+            "(sent by default to vLLM/SGLang servers hangwatch launched, to see a wedge the gauges miss)",
+        )
+        parser.add_argument(
             "cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help="the command to supervise"
         )
 
@@ -56,7 +63,7 @@ class RunCommand:
         if not args.no_doctor:
             _preflight(tuple(command))
         options = RunOptions(
-            watch=watch_options(args),
+            watch=replace(watch_options(args), own_request=not args.no_own_request),
             command=tuple(command),
             until_ready=args.until_ready,
             run_dir=args.run_dir or default_run_dir(),

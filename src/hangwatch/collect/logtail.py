@@ -24,6 +24,8 @@ class LogChunk:
 
     lines: tuple[str, ...]
     new_bytes: int
+    # When each line arrived, on the watch's clock (empty where only the drain time is known).
+    times: tuple[float, ...] = ()
 
 
 class LineSplitter:
@@ -85,8 +87,16 @@ def clean_text(raw: bytes) -> str:
 class PipeLog:
     """Reads the tree's stdout+stderr pipe in a thread: every byte to the log file, lines to a buffer."""
 
-    def __init__(self, fd: int, log_path: Path, echo: Callable[[bytes], None] | None) -> None:
+    def __init__(
+        self,
+        fd: int,
+        log_path: Path,
+        echo: Callable[[bytes], None] | None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self._fd = fd
+        self._clock = clock
+        self._times: list[float] = []
         self.path = log_path
         self._echo = echo
         self._splitter = LineSplitter()
@@ -111,19 +121,27 @@ class PipeLog:
                 if self._echo is not None:
                     self._echo(data)
                 with self._lock:  # the splitter is shared with drain()
-                    self._lines.extend(self._splitter.feed(data))
+                    self._add(self._splitter.feed(data))
                     self._bytes += len(data)
         finally:
             with self._lock:
                 # End of stream: whatever is pending is the last line, newline or not.
-                self._lines.extend(self._splitter.flush_if_quiet() + self._splitter.flush_if_quiet())
+                self._add(self._splitter.flush_if_quiet() + self._splitter.flush_if_quiet())
             self.closed.set()
+
+    def _add(self, lines: list[str]) -> None:
+        self._lines.extend(lines)
+        if self._clock is not None and lines:
+            now = round(self._clock(), 3)
+            self._times.extend(now for _ in lines)
 
     def drain(self) -> LogChunk:
         with self._lock:
-            lines = self._lines + self._splitter.flush_if_quiet()
-            chunk = LogChunk(tuple(lines), self._bytes)
+            self._add(self._splitter.flush_if_quiet())
+            times = tuple(self._times) if len(self._times) == len(self._lines) else ()
+            chunk = LogChunk(tuple(self._lines), self._bytes, times)
             self._lines = []
+            self._times = []
             self._bytes = 0
         return chunk
 

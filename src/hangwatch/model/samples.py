@@ -97,6 +97,9 @@ class LogFinding:
     t: float
     cause: Cause
     line: str
+    # Who wrote it, where the line says so: vLLM's ``(EngineCore pid=812)``, SGLang's ``TP1``.
+    pid: int | None = None
+    rank: str | None = None
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,50 @@ class ServingSample:
 
 
 @dataclass(frozen=True)
+class ServerConnection:
+    """One accepted client connection on a listening port of the tree, from the kernel's TCP state."""
+
+    port: int  # the server's listening port
+    peer_port: int
+    received_bytes: int | None  # what the client sent (requests)
+    acked_bytes: int | None  # what the server sent that the client acknowledged (answers, tokens)
+    # The client's last data came after the server's last: a request waiting for its answer, this long.
+    unanswered_s: float | None
+    ours: bool = False  # hangwatch's own probe or request
+
+
+@dataclass(frozen=True)
+class ConnectionSample:
+    """The server's client connections at one tick (failure mode F6 seen from outside the engine)."""
+
+    ports: tuple[int, ...]
+    connections: tuple[ServerConnection, ...] = ()
+    error: str | None = None
+
+    @property
+    def theirs(self) -> tuple[ServerConnection, ...]:
+        return tuple(c for c in self.connections if not c.ours)
+
+    @property
+    def unanswered(self) -> tuple[ServerConnection, ...]:
+        return tuple(c for c in self.theirs if c.unanswered_s is not None)
+
+
+@dataclass(frozen=True)
+class OwnRequest:
+    """hangwatch's own one-token completion while serving: pending, or how it ended."""
+
+    sent_t: float
+    url: str
+    done_t: float | None = None  # None while pending
+    answered: bool = False  # a complete HTTP 2xx answer came
+    detail: str = ""  # "HTTP 200 in 0.04 s", "no answer within 65 s", "HTTP 503"
+
+    def pending_for(self, now: float) -> float | None:
+        return now - self.sent_t if self.done_t is None else None
+
+
+@dataclass(frozen=True)
 class Tick:
     """Everything collected at one moment."""
 
@@ -213,6 +260,8 @@ class Tick:
     probes: tuple[ProbeResult, ...] = ()
     gpu: GpuSample | None = None
     serving: ServingSample | None = None
+    connections: ConnectionSample | None = None
+    own_request: OwnRequest | None = None  # the latest one, pending or done
     errors: tuple[str, ...] = ()
     late_s: float = 0.0  # how far behind schedule this tick was taken
 

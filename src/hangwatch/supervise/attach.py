@@ -22,16 +22,12 @@ from hangwatch.model.report import Verdict
 from hangwatch.model.vocabulary import State
 from hangwatch.redact import redact_argv
 from hangwatch.render.live import make_view
+from hangwatch.supervise.clock import WatchClock
 from hangwatch.supervise.plan import WatchOptions
 from hangwatch.supervise.plan import emit
-from hangwatch.supervise.plan import make_assessor
-from hangwatch.supervise.plan import make_prober
-from hangwatch.supervise.plan import make_scanner
 from hangwatch.supervise.plan import plan_for
 from hangwatch.supervise.session import stop_on_signals
-from hangwatch.supervise.watch import Collectors
-from hangwatch.supervise.watch import Watch
-from hangwatch.supervise.watch import stack_kit
+from hangwatch.supervise.watch import build_watch
 
 
 @dataclass(frozen=True)
@@ -74,30 +70,25 @@ def run_attached(options: AttachOptions) -> int:
         notes.append(f"GPU: unavailable: {gpu.unavailable}")
     view = make_view(w.quiet)
     sampler = TreeSampler([options.pid], plan.profile.role_of)
-    prober = make_prober(plan, w, 0.0)
     oom = OomWitness([procfs.read_cgroup_path(options.pid)])
-    kit = stack_kit(w.stacks, gpu.unavailable is None)
+    watch, kit = build_watch(
+        plan, w, sampler=sampler, log=log, gpu=gpu, oom=oom, root_pids={options.pid}, view=view,
+        clock=WatchClock(), watch_serving=False, timeout_label=f"the {options.window:g} s window",
+    )  # fmt: skip
     notes.extend(kit.notes)
-    collectors = Collectors(sampler, log, prober, gpu, oom, kit.dumper, kit.gpm)
-    assessor = make_assessor(plan, w, {options.pid}, kit.history)
-    watch = Watch(collectors, make_scanner(plan, w, prober), assessor, view, w.interval, history=kit.history)
-    if prober is not None:
-        prober._clock = watch.elapsed
     view.event(
         f"attached to pid {options.pid} ({plan.profile.name}); watching up to {options.window:g} s; read-only"
     )
     try:
         with stop_on_signals(watch):
-            verdict: Verdict = watch.run(lambda v: True)
+            # A server found serving is watched on to the end of the window: a wedge may come.
+            verdict: Verdict = watch.run(lambda v: v.state is not State.READY or watch.assessor.window_over)
     finally:
-        if prober is not None:
-            prober.stop()
+        watch.c.stop_threads()
         sampler.close()
         kit.close()
         gpu.close()
         view.close()
-    if verdict.state is State.TIMEOUT:
-        verdict = replace(verdict, summary=f"still progressing at the end of the {options.window:g} s window")
     report = watch.report(verdict, plan.profile.name, "attach", redact_argv(cmdline), tuple(notes))
     emit(report, w)
     return verdict.exit_code

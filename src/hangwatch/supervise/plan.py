@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -16,6 +16,7 @@ from hangwatch.analyse.assess import Policy
 from hangwatch.analyse.logscan import LogScanner
 from hangwatch.analyse.stackwatch import StackHistory
 from hangwatch.collect.http_probe import Prober
+from hangwatch.collect.own_request import OwnRequester
 from hangwatch.collect.serving_metrics import ServingNames
 from hangwatch.collect.serving_metrics import ServingPoller
 from hangwatch.engines.profile import Profile
@@ -41,6 +42,9 @@ class WatchOptions:
     report_html: Path | None = None
     report_md: Path | None = None
     stacks: bool = True  # take stacks when the tree goes quiet (--no-stacks turns it off)
+    # Serving: send hangwatch's own one-token completion (run: on unless --no-own-request; attach:
+    # only with --own-request).
+    own_request: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,34 +70,42 @@ def make_scanner(plan: Plan, options: WatchOptions, prober: Prober | None) -> Lo
 
 
 def make_assessor(
-    plan: Plan, options: WatchOptions, root_pids: set[int], stacks: StackHistory | None = None
+    plan: Plan,
+    options: WatchOptions,
+    root_pids: set[int],
+    stacks: StackHistory | None = None,
+    timeout_label: str | None = None,
 ) -> Assessor:
     statuses = frozenset(range(200, 300)) if options.ready_url else plan.profile.ready_statuses
-    policy = Policy(stall_after=options.stall_after, timeout=options.timeout, ready_statuses=statuses)
-    if stacks is None:
-        return Assessor(plan.profile, policy, root_pids)
-    return Assessor(
-        plan.profile,
-        policy,
-        root_pids,
-        spinning=stacks.spinning,
-        classifiers=(stacks.diagnose,),
-        closed_wait=stacks.closed_wait,
-        moved=stacks.moved,
+    policy = Policy(
+        stall_after=options.stall_after,
+        timeout=options.timeout,
+        ready_statuses=statuses,
+        timeout_label=timeout_label,
     )
+    return Assessor(plan.profile, policy, root_pids, stacks)
 
 
-def make_prober(plan: Plan, options: WatchOptions, clock_start: float) -> Prober | None:
+def make_prober(plan: Plan, options: WatchOptions, clock: Callable[[], float]) -> Prober | None:
     if plan.probe_url is None:
         return None
     prober = Prober(
         plan.probe_url,
-        clock=lambda: time.monotonic() - clock_start,
+        clock=clock,
         interval_s=max(options.interval, 1.0),
         timeout_s=options.probe_timeout,
     )
     prober.start()
     return prober
+
+
+def make_own_requester(plan: Plan, options: WatchOptions, clock: Callable[[], float]) -> OwnRequester | None:
+    """Our own one-token completion, for engines that serve the OpenAI API (vLLM, SGLang)."""
+    if plan.probe_url is None or plan.profile.name not in ("vllm", "sglang"):
+        return None
+    parts = urlsplit(plan.probe_url)
+    # A deadline a little past the stall window: an answer later than that is no answer.
+    return OwnRequester(urlunsplit((parts.scheme, parts.netloc, "", "", "")), clock, options.stall_after + 5)
 
 
 def emit(report: Report, options: WatchOptions) -> None:
@@ -106,7 +118,7 @@ def emit(report: Report, options: WatchOptions) -> None:
     print(verdict_text(report), flush=True)
 
 
-def make_serving_poller(plan: Plan, clock_start: float) -> ServingPoller | None:
+def make_serving_poller(plan: Plan, clock: Callable[[], float]) -> ServingPoller | None:
     """Scrape the engine's /metrics (beside its health URL) to see a server wedged while serving."""
     names = next((n for n in ENGINES if n.engine == plan.profile.name), None)
     if names is None or plan.probe_url is None:
@@ -115,7 +127,7 @@ def make_serving_poller(plan: Plan, clock_start: float) -> ServingPoller | None:
     poller = ServingPoller(
         urlunsplit((parts.scheme, parts.netloc, "/metrics", "", "")),
         ServingNames(names.running, names.waiting, names.generation_tokens),
-        clock=lambda: time.monotonic() - clock_start,
+        clock=clock,
     )
     poller.start()
     return poller

@@ -6,7 +6,6 @@ import datetime as dt
 import os
 import signal
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from hangwatch.redact import redact_argv
 from hangwatch.render.live import View
 from hangwatch.render.live import make_view
 from hangwatch.supervise import cleanup
+from hangwatch.supervise.clock import WatchClock
 from hangwatch.supervise.launcher import Launched
 from hangwatch.supervise.launcher import become_subreaper
 from hangwatch.supervise.launcher import launch
@@ -33,16 +33,11 @@ from hangwatch.supervise.launcher import reap
 from hangwatch.supervise.plan import Plan
 from hangwatch.supervise.plan import WatchOptions
 from hangwatch.supervise.plan import emit
-from hangwatch.supervise.plan import make_assessor
-from hangwatch.supervise.plan import make_prober
-from hangwatch.supervise.plan import make_scanner
-from hangwatch.supervise.plan import make_serving_poller
 from hangwatch.supervise.plan import plan_for
 from hangwatch.supervise.runrecord import write_run_record
-from hangwatch.supervise.watch import Collectors
 from hangwatch.supervise.watch import StackKit
 from hangwatch.supervise.watch import Watch
-from hangwatch.supervise.watch import stack_kit
+from hangwatch.supervise.watch import build_watch
 
 
 @dataclass(frozen=True)
@@ -65,6 +60,7 @@ def stop_on_signals(watch: Watch) -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP end the loop in an orderly way, so that cleanup always runs."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        watch.stopped_by = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         watch.stop_requested.set()
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
@@ -92,10 +88,7 @@ class Supervised:
 
     def tear_down(self, gpu: NvmlGpuSource, grace: float) -> tuple[cleanup.CleanupResult, str | None]:
         """Whatever happened (a verdict, Ctrl-C, an error of ours), the tree does not outlive us."""
-        if self.prober is not None:
-            self.prober.stop()
-        if self.watch.c.serving is not None:
-            self.watch.c.serving.stop()
+        self.watch.c.stop_threads()
         known = self.sampler.identities() | self.launched.guardian_known
         result = cleanup.stop_tree(known, self.launched.pid, reap, grace)
         pids = {pid for pid, _ in self.launched.guardian_known} | self.sampler.known_pids()
@@ -126,8 +119,8 @@ def start_supervised(
     told apart). ``watch_serving``: after ready, read /metrics for the stall-while-serving rule.
     """
     subreaper = become_subreaper() if adopt_orphans else False
+    clock = WatchClock()
     launched = launch(list(command))
-    t0 = time.monotonic()
     write_run_record(run_dir, launched.pid, redact_argv(command))  # for `cleanup --run`
     sampler = TreeSampler(
         [launched.pid],
@@ -137,20 +130,18 @@ def start_supervised(
         reap=reap,
         reaped_status=reap.status_of,
     )
-    log = PipeLog(launched.output_fd, run_dir / "output.log", echo=view.echo)
-    prober = make_prober(plan, w, t0)
-    serving = make_serving_poller(plan, t0) if watch_serving else None
+    log = PipeLog(launched.output_fd, run_dir / "output.log", echo=view.echo, clock=clock)
     oom = OomWitness([procfs.read_cgroup_path(os.getpid())])
-    kit = stack_kit(w.stacks, gpu.unavailable is None)
-    assessor = make_assessor(plan, w, {launched.pid}, kit.history)
-    collectors = Collectors(sampler, log, prober, gpu, oom, kit.dumper, kit.gpm, serving)
-    watch = Watch(collectors, make_scanner(plan, w, prober), assessor, view, w.interval, history=kit.history)
+    watch, kit = build_watch(
+        plan, w, sampler=sampler, log=log, gpu=gpu, oom=oom, root_pids={launched.pid}, view=view,
+        clock=clock, watch_serving=watch_serving,
+    )  # fmt: skip
     watch.on_members = launched.tell_guardian
     view.event(
         f"supervising {plan.profile.name} command (pid {launched.pid}); log {log.path}; "
         f"probe {plan.probe_url or 'none'}; stall after {w.stall_after:g} s"
     )
-    return Supervised(launched, sampler, log, prober, kit, assessor, watch)
+    return Supervised(launched, sampler, log, watch.c.prober, kit, watch.assessor, watch)
 
 
 def run_supervised(options: RunOptions) -> int:
@@ -189,10 +180,10 @@ def run_supervised(options: RunOptions) -> int:
     notes.append("cleanup: " + result.describe())
     if gpu_note:
         notes.append(gpu_note)
-    if verdict.state is State.INTERRUPTED and ready_seen and run.assessor.ready_at is not None:
-        notes.append(f"was ready at {run.assessor.ready_at:.1f} s before the interruption")
     report = run.watch.report(verdict, plan.profile.name, "run", redact_argv(options.command), tuple(notes))
     emit(report, w)
     if result.remaining:
         print(f"hangwatch: warning: processes of the tree remain: {result.remaining}", file=sys.stderr)
+    if verdict.state is State.INTERRUPTED and ready_seen:
+        return 0  # stopped while serving healthily: that is how a served run ends
     return verdict.exit_code

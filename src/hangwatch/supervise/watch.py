@@ -1,5 +1,8 @@
 """The supervision loop shared by ``run`` and ``attach``: collect a tick, assess it, show it, record it.
 
+The loop reads nothing of the analysis but what ``Assessor`` hands it (a verdict, a ``Status``, and
+whether it wants stacks); ``build_watch`` wires the same collectors, analysis and clock for both.
+
 Stacks are captured in the loop itself, between ticks, when ``StackHistory`` says one is due (the
 tree has gone quiet): a capture round never overlaps a /proc sample, so the tracing stop py-spy
 causes for a few milliseconds is never mistaken for a stopped process.
@@ -19,13 +22,16 @@ from hangwatch.analyse.assess import Assessor
 from hangwatch.analyse.logscan import LogScanner
 from hangwatch.analyse.stacktree import build_tree
 from hangwatch.analyse.stackwatch import StackHistory
+from hangwatch.collect.connections import ConnectionWatcher
 from hangwatch.collect.gpm import GpmSource
 from hangwatch.collect.http_probe import Prober
 from hangwatch.collect.logtail import FileLog
 from hangwatch.collect.logtail import LogChunk
 from hangwatch.collect.logtail import PipeLog
 from hangwatch.collect.nvml import GpuSource
+from hangwatch.collect.nvml import NvmlGpuSource
 from hangwatch.collect.oom import OomWitness
+from hangwatch.collect.own_request import OwnRequester
 from hangwatch.collect.proctree import TreeSampler
 from hangwatch.collect.serving_metrics import ServingPoller
 from hangwatch.collect.stacks import StackDumper
@@ -36,10 +42,19 @@ from hangwatch.model.report import Verdict
 from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import Tick
-from hangwatch.model.stacks import StackTree
-from hangwatch.model.vocabulary import State
+from hangwatch.model.stacks import StackSample
+from hangwatch.model.status import StackRequest
+from hangwatch.model.status import Status
 from hangwatch.render.live import LiveState
 from hangwatch.render.live import View
+from hangwatch.supervise.clock import WatchClock
+from hangwatch.supervise.plan import Plan
+from hangwatch.supervise.plan import WatchOptions
+from hangwatch.supervise.plan import make_assessor
+from hangwatch.supervise.plan import make_own_requester
+from hangwatch.supervise.plan import make_prober
+from hangwatch.supervise.plan import make_scanner
+from hangwatch.supervise.plan import make_serving_poller
 
 MAX_TIMELINE_TICKS = 3600  # older ticks are thinned to every other one beyond this
 
@@ -54,6 +69,15 @@ class Collectors:
     stacks: StackDumper | None = None
     gpm: GpmSource | None = None
     serving: ServingPoller | None = None  # /metrics while serving (F6), run mode without --until-ready
+    connections: ConnectionWatcher | None = None  # the server's client connections while serving
+    own: OwnRequester | None = None  # hangwatch's own one-token completion while serving (run only)
+
+    def stop_threads(self) -> None:
+        """Stop the collectors that run threads of their own (probes, scrapes)."""
+        if self.prober is not None:
+            self.prober.stop()
+        if self.serving is not None:
+            self.serving.stop()
 
 
 @dataclass
@@ -130,40 +154,43 @@ class Recorder:
 
 
 class Watch:
+    """The loop: collect a tick, hand it to the analysis, capture stacks when it asks, show its status."""
+
     def __init__(
         self,
         collectors: Collectors,
         scanner: LogScanner,
         assessor: Assessor,
         view: View,
-        interval_s: float = 1.0,
+        clock: WatchClock,
         *,
+        interval_s: float = 1.0,
         on_members: Callable[[set[tuple[int, int]]], None] | None = None,
-        history: StackHistory | None = None,
     ) -> None:
         self.c = collectors
         self.scanner = scanner
         self.assessor = assessor
         self.view = view
+        self.clock = clock
         self.interval = interval_s
         self.on_members = on_members
-        self.history = history
         self.resumed: list[str] = []  # processes a dump left stopped and we resumed (for the notes)
         self.recorder = Recorder()
         self.stop_requested = threading.Event()
+        self.stopped_by: str | None = None  # "SIGTERM", "Ctrl-C": set by whoever asked the loop to stop
         self.started_wall = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        self._t0 = time.monotonic()
         self._phase_shown = ""
+        self._hint_shown: str | None = None
 
     def elapsed(self) -> float:
-        return time.monotonic() - self._t0
+        return self.clock()
 
     def tick(self) -> Tick:
         t = round(self.elapsed(), 3)
         reading = self.c.tree.sample(t)
         chunk = self.c.log.drain() if self.c.log is not None else LogChunk((), 0)
-        log = self.scanner.scan(chunk.lines, chunk.new_bytes, t)
         probes = self.c.prober.drain() if self.c.prober is not None else ()
+        log = self.scanner.scan(chunk.lines, chunk.new_bytes, t, chunk.times, probes)
         gpu = self.c.gpu.read()
         exits = reading.exits
         if self.c.oom is not None:
@@ -173,6 +200,11 @@ class Watch:
                 else e
                 for e in exits
             )
+        connections = None
+        if self.c.connections is not None and self.assessor.serving:
+            connections = self.c.connections.read(
+                p for proc in reading.processes for p in proc.listening_ports
+            )
         return Tick(
             t=t,
             processes=reading.processes,
@@ -181,6 +213,8 @@ class Watch:
             probes=probes,
             gpu=gpu,
             serving=self.c.serving.take() if self.c.serving is not None else None,
+            connections=connections,
+            own_request=self.c.own.latest() if self.c.own is not None else None,
             errors=reading.errors,
         )
 
@@ -190,21 +224,16 @@ class Watch:
         while True:
             tick = self.tick()
             verdict = self.assessor.observe(tick)
+            request = self.assessor.stacks_wanted()
+            if request is not StackRequest.NONE and self.c.stacks is not None:
+                verdict = self.assessor.observe_stacks(self.capture_stacks(tick, request)) or verdict
             self.recorder.add(tick)
             if self.on_members is not None:
                 self.on_members(self.c.tree.identities())
-            self._show(tick)
-            history = self._stack_history()
-            if history is not None:
-                history.observe_gpu(tick.gpu)
-                if verdict is not None and verdict.state is State.STALLED and not history.spell:
-                    # The window ran out before any stack was taken: take one now, name the cause with it.
-                    self.capture_stacks(tick, history)
-                    verdict = self.assessor.stalled_now(tick)
-                elif verdict is None:
-                    a = self.assessor
-                    if history.due(tick.t, a.solid_clock.last_progress_t, a.clock.last_progress_t):
-                        self.capture_stacks(tick, history)
+            status = self.assessor.status()
+            if status.ask and self.c.own is not None:
+                self.c.own.ask()
+            self._show(tick, status)
             if verdict is not None:
                 self.view.event(f"verdict {verdict.headline}")
                 if until(verdict):
@@ -217,69 +246,56 @@ class Watch:
             if self.stop_requested.wait(delay):
                 return self.interrupted()
 
-    def _stack_history(self) -> StackHistory | None:
-        if self.c.stacks is None or self.c.stacks.unavailable is not None:
-            return None
-        return self.history
-
-    def capture_stacks(self, tick: Tick, history: StackHistory) -> None:
+    def capture_stacks(self, tick: Tick, request: StackRequest) -> StackSample:
         """One capture round over the tree's live processes, with GPM metrics since the previous round."""
         assert self.c.stacks is not None
         # Stamped with the tick's time so that samples stay on the tick grid ("2 s apart" is 2 ticks).
-        sample = self.c.stacks.capture(tick.processes, tick.t, native=history.wants_native())
+        sample = self.c.stacks.capture(tick.processes, tick.t, native=request is StackRequest.NATIVE)
         if self.c.gpm is not None:
             sample = replace(sample, gpus=self.c.gpm.read(), gpm_unavailable=self.c.gpm.unavailable)
-        history.add(sample)
         for p in sample.processes:
             if p.resumed:
                 self.resumed.append(
                     f"{p.name} [{p.pid}] was left stopped by a stack dump and resumed (SIGCONT)"
                 )
                 self.view.event(self.resumed[-1])
-        if len(history.spell) == 1:
+        if self.assessor.stacks is not None and not self.assessor.stacks.spell:
             tree = build_tree([sample])
             self.view.event(
                 f"{tick.t:.1f}s quiet: took stacks ({sample.elapsed_s:.1f} s): {tree.summary[:300]}"
             )
+        return sample
 
     def interrupted(self) -> Verdict:
-        a = self.assessor
-        return Verdict(
-            State.INTERRUPTED,
-            None,
-            a.phases.describe(a.now),
-            f"interrupted by the user after {a.now:.0f} s, before a verdict",
-            (),
-            (f"last progress {a.clock.quiet_for(a.now):.0f} s ago",),
-        )
+        how = f"stopped by {self.stopped_by}" if self.stopped_by else "interrupted by the user"
+        return self.assessor.interrupted(how)
 
-    def _show(self, tick: Tick) -> None:
-        a = self.assessor
-        current = a.phases.current
-        if current.name != self._phase_shown:
-            self._phase_shown = current.name
-            if current.line or current.name == "ready":
-                self.view.event(f"{tick.t:.1f}s phase {current.name}: {current.label}")
+    def _show(self, tick: Tick, status: Status) -> None:
+        if status.phase != self._phase_shown:
+            self._phase_shown = status.phase
+            if status.phase_line or status.phase == "ready":
+                self.view.event(f"{tick.t:.1f}s phase {status.phase}: {status.phase_label}")
+        if status.hint != self._hint_shown:
+            self._hint_shown = status.hint
+            if status.hint:
+                self.view.event(f"{tick.t:.1f}s {status.hint}")
         gpu_mem: dict[int, int] = {}
         if tick.gpu is not None:
             for p in tick.gpu.processes:
                 gpu_mem[p.pid] = gpu_mem.get(p.pid, 0) + (p.used_bytes or 0)
-        last = a.clock.last_signals
         self.view.update(
             LiveState(
                 t=tick.t,
-                phase=current.name,
-                phase_label=current.label,
-                in_phase_s=tick.t - current.start,
+                phase=status.phase,
+                phase_label=status.phase_label,
+                in_phase_s=status.in_phase_s,
                 processes=tick.processes,
                 interval_s=self.interval,
-                probe=a.last_probe,
-                time_to_stall_s=None if a.serving else a.time_to_stall(),
+                probe=status.probe,
+                time_to_stall_s=status.time_to_stall_s,
                 gpu=tick.gpu,
                 gpu_mem_by_pid=gpu_mem,
-                last_progress=(
-                    f"{a.clock.quiet_for(tick.t):.0f} s ago ({last[0].text})" if last else "none yet"
-                ),
+                last_progress=status.last_progress,
             )
         )
 
@@ -300,13 +316,54 @@ class Watch:
             processes=tuple(sorted(self.recorder.processes.values(), key=lambda p: p.first_seen)),
             probes=tuple(self.recorder.probes),
             timeline=tuple(self.recorder.timeline),
-            notes=notes + tuple(dict.fromkeys(self.resumed)),
-            stacks=tuple(self.history.kept) if self.history is not None else (),
-            stack_tree=self._stack_tree(verdict),
+            notes=notes + tuple(dict.fromkeys(self.resumed)) + self._own_request_note(),
+            stacks=self.assessor.stack_samples(),
+            stack_tree=self.assessor.stack_tree(verdict),
         )
 
-    def _stack_tree(self, verdict: Verdict) -> StackTree | None:
-        if self.history is None or not self.history.kept:
-            return None
-        samples = self.history.samples_for_analysis() or self.history.kept[-1:]
-        return build_tree(samples, highlight=verdict.culprits or None)
+    def _own_request_note(self) -> tuple[str, ...]:
+        own = self.c.own
+        if own is None or not own.sent:
+            return ()
+        last = own.latest()
+        detail = f"; the last: {last.detail or 'pending'}" if last is not None else ""
+        return (f"hangwatch sent {own.sent} one-token completion(s) of its own to {own.url}{detail}",)
+
+
+def build_watch(
+    plan: Plan,
+    options: WatchOptions,
+    *,
+    sampler: TreeSampler,
+    log: PipeLog | FileLog | None,
+    gpu: NvmlGpuSource,
+    oom: OomWitness | None,
+    root_pids: set[int],
+    view: View,
+    clock: WatchClock,
+    watch_serving: bool,
+    timeout_label: str | None = None,
+) -> tuple[Watch, StackKit]:
+    """The collectors, the analysis and the loop, wired the same way for ``run`` and ``attach``.
+
+    ``watch_serving``: after ready, read the engine's /metrics; the server's client connections are
+    read whenever it serves (read-only, like everything here but our own request, which is sent only
+    when ``options.own_request`` allows it).
+    """
+    prober = make_prober(plan, options, clock)
+    serving = make_serving_poller(plan, clock) if watch_serving else None
+    own = make_own_requester(plan, options, clock) if options.own_request else None
+
+    def ours() -> set[int]:
+        ports = prober.local_ports() if prober is not None else set()
+        return ports | (own.local_ports() if own is not None else set())
+
+    kit = stack_kit(options.stacks, gpu.unavailable is None)
+    collectors = Collectors(
+        sampler, log, prober, gpu, oom, kit.dumper, kit.gpm, serving, ConnectionWatcher(ours), own
+    )
+    assessor = make_assessor(plan, options, root_pids, kit.history, timeout_label)
+    watch = Watch(
+        collectors, make_scanner(plan, options, prober), assessor, view, clock, interval_s=options.interval
+    )
+    return watch, kit

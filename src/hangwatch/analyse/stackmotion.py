@@ -1,0 +1,90 @@
+"""Did a thread's code move between two stack captures? The behaviour the spin rule stands on.
+
+CPU time alone does not say that a process works: a rank waiting for a peer in a collective that
+spins, a host thread polling a flag, an idle event loop that polls, all burn a core while nothing
+moves. What shows work is the code moving: a stack that changes between captures. So a thread is
+*in place* when every capture finds it in the same place, whatever its frames are called:
+
+- the same Python frames, outermost first, with the same lines, down to one frame (the loop) whose
+  line may vary, and at most ``POLL_DEPTH`` frames below it that may vary too: a poll loop
+  ``while not ready(): pass`` is caught at the ``while`` line, in the body, or inside ``ready()``;
+- where two or more captures have native frames, the same native calls below the innermost Python
+  frame, each capture's a prefix of the deepest one's (a poll loop is caught between its calls or
+  inside one, and innermost frames in the C library do not count: a C poll loop is caught inside or
+  outside ``sched_yield``), so that a long native call whose inner code moves (a GEMM's kernels and packing
+  routines, the compiler inside ``compile()``) is not in place.
+
+Names are used only on the other side, as a guard: a native call into a compute library (BLAS,
+oneDNN, MKL) is work even when two captures happen to find the same kernel, because a kernel that
+dominates a long GEMM is caught at the same symbol most of the time.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from hangwatch.analyse.stacktree import significant_frames
+from hangwatch.model.stacks import Frame
+from hangwatch.model.stacks import ThreadStack
+
+# How deep a poll loop's helpers reach below the loop frame (``ready()`` > ``Event.is_set``).
+POLL_DEPTH = 2
+
+# The C library and the kernel: where every poll loop ends (sched_yield, nanosleep, futex, poll).
+_SYSTEM_LIB = re.compile(r"^(?:libc[.-]|libpthread|ld-linux|linux-vdso|\[vdso\]|\[kernel)")
+# Compute libraries: a thread inside them executes arithmetic, not a wait.
+_COMPUTE = re.compile(
+    r"gemm|gemv|\bblas|cblas_|openblas|mkl_|dnnl|onednn|xsmm|lapack|at::native::cpublas"
+    r"|at::native::\w*(?:conv|matmul|addmm|bmm|baddbmm)",
+    re.IGNORECASE,
+)
+
+
+def native_tail(thread: ThreadStack) -> tuple[tuple[str, str], ...]:
+    """The named native calls below the innermost Python frame, system-library leaves trimmed."""
+    frames = significant_frames(thread)
+    last_py = max((i for i, f in enumerate(frames) if not f.native), default=-1)
+    tail = [f for f in frames[last_py + 1 :] if f.native]
+    while tail and _SYSTEM_LIB.match(tail[-1].file):
+        tail.pop()
+    return tuple((f.name, f.file) for f in tail)
+
+
+def in_compute(thread: ThreadStack) -> bool:
+    """A native frame of a compute library below the innermost Python frame."""
+    return any(_COMPUTE.search(name) or _COMPUTE.search(file) for name, file in native_tail(thread))
+
+
+def in_place(stacks: Sequence[ThreadStack], native: Sequence[ThreadStack] = ()) -> bool:
+    """The same thread, captured two or more times, found in the same place every time.
+
+    ``native``: the captures of it that were real native dumps (a Python-only capture may carry
+    native frames borrowed from an earlier one, which prove nothing about the native code moving).
+    """
+    if len(stacks) < 2:
+        return False
+    if not _python_in_place([t.python_frames for t in stacks]):
+        return False
+    tails = [native_tail(t) for t in native]
+    if not tails:
+        return True
+    # A poll loop is caught between calls or inside one: each tail is a prefix of the deepest.
+    deepest = max(tails, key=len)
+    return all(deepest[: len(tail)] == tail for tail in tails)
+
+
+def _python_in_place(stacks: Sequence[tuple[Frame, ...]]) -> bool:
+    keys = [[(f.name, f.file) for f in frames] for frames in stacks]
+    common = 0
+    shortest = min(len(k) for k in keys)
+    while common < shortest and all(k[common] == keys[0][common] for k in keys):
+        common += 1
+    if common == 0:
+        return all(not k for k in keys)  # no Python frames at all: the native frames decide
+    if any(len(k) - common > POLL_DEPTH for k in keys):
+        return False
+    # Above the loop frame the lines must agree: the caller has not moved on.
+    return all(
+        all(frames[i].line == stacks[0][i].line for frames in stacks[1:]) for i in range(common - 1)
+    )

@@ -1,0 +1,119 @@
+"""The server's client connections, from the kernel's TCP state (sock_diag with tcp_info).
+
+Whether requests wait on a server can be seen from outside it: on each connection accepted on its
+listening port, tcp_info says how long ago the server last sent data and last received data, and
+how many bytes it has sent (acknowledged) and received. A connection whose last data came from the
+client, after the server's last answer, holds a request waiting for its answer; bytes sent rising
+are answers and streamed tokens going out. Only connections on the tree's own listening ports are
+read, and only their counters: no payload, no address beyond the port.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Callable
+from collections.abc import Iterable
+
+from hangwatch.model.samples import ConnectionSample
+from hangwatch.model.samples import ServerConnection
+
+_NETLINK_SOCK_DIAG = 4
+_SOCK_DIAG_BY_FAMILY = 20
+_NLM_F_REQUEST = 0x1
+_NLM_F_DUMP = 0x300
+_NLMSG_DONE = 3
+_NLMSG_ERROR = 2
+_TCP_ESTABLISHED = 1
+_TCP_CLOSE_WAIT = 8
+_INET_DIAG_INFO = 2
+_NLMSG_HEADER = struct.Struct("=IHHII")
+_REQUEST = struct.Struct("=BBBxI48s")  # inet_diag_req_v2: family, protocol, ext, pad, states, sockid
+_MSG_SIZE = 72  # inet_diag_msg
+_PORTS = struct.Struct(">HH")  # sport, dport at offset 4, network byte order
+_RTA = struct.Struct("=HH")
+# struct tcp_info offsets (linux/tcp.h): times in ms since the event; byte counters since connect.
+_LAST_DATA_SENT = 44
+_LAST_DATA_RECV = 52
+_BYTES_ACKED = 120
+_BYTES_RECEIVED = 128
+
+
+def _dump(family: int) -> list[tuple[int, int, bytes]]:
+    """(sport, dport, tcp_info bytes) of every established or close-wait TCP socket of the family."""
+    states = (1 << _TCP_ESTABLISHED) | (1 << _TCP_CLOSE_WAIT)
+    out: list[tuple[int, int, bytes]] = []
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG) as sock:
+        body = _REQUEST.pack(family, socket.IPPROTO_TCP, 1 << (_INET_DIAG_INFO - 1), states, b"\0" * 48)
+        header = _NLMSG_HEADER.pack(
+            _NLMSG_HEADER.size + len(body), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST | _NLM_F_DUMP, 1, 0
+        )
+        sock.sendall(header + body)
+        while True:
+            data = sock.recv(1 << 17)
+            if not data:
+                return out
+            offset = 0
+            while offset + _NLMSG_HEADER.size <= len(data):
+                length, kind, _, _, _ = _NLMSG_HEADER.unpack_from(data, offset)
+                if kind == _NLMSG_DONE or length == 0:
+                    return out
+                if kind == _NLMSG_ERROR:
+                    raise OSError("sock_diag returned an error")
+                msg = offset + _NLMSG_HEADER.size
+                sport, dport = _PORTS.unpack_from(data, msg + 4)
+                out.append((sport, dport, _info(data, msg + _MSG_SIZE, offset + length)))
+                offset += (length + 3) & ~3
+
+
+def _info(data: bytes, start: int, end: int) -> bytes:
+    """The INET_DIAG_INFO attribute (struct tcp_info) among the message's attributes."""
+    while start + _RTA.size <= end:
+        rta_len, rta_type = _RTA.unpack_from(data, start)
+        if rta_len < _RTA.size:
+            break
+        if rta_type == _INET_DIAG_INFO:
+            return bytes(data[start + _RTA.size : start + rta_len])
+        start += (rta_len + 3) & ~3
+    return b""
+
+
+def _u32(info: bytes, offset: int) -> int | None:
+    return struct.unpack_from("=I", info, offset)[0] if len(info) >= offset + 4 else None
+
+
+def _u64(info: bytes, offset: int) -> int | None:
+    return struct.unpack_from("=Q", info, offset)[0] if len(info) >= offset + 8 else None
+
+
+def connection_of(port: int, peer_port: int, info: bytes, ours: bool) -> ServerConnection:
+    sent_ms, recv_ms = _u32(info, _LAST_DATA_SENT), _u32(info, _LAST_DATA_RECV)
+    acked, received = _u64(info, _BYTES_ACKED), _u64(info, _BYTES_RECEIVED)
+    unanswered = None
+    # The client spoke last (a request), and the server has not answered since: waiting this long.
+    if recv_ms is not None and sent_ms is not None and received and (recv_ms < sent_ms or not acked):
+        unanswered = recv_ms / 1000.0
+    return ServerConnection(port, peer_port, received, acked, unanswered, ours)
+
+
+class ConnectionWatcher:
+    """Reads the connections on the tree's listening ports each tick; ``ours`` names our own clients."""
+
+    def __init__(self, ours: Callable[[], set[int]]) -> None:
+        self._ours = ours
+        self.unavailable: str | None = None
+
+    def read(self, ports: Iterable[int]) -> ConnectionSample | None:
+        wanted = tuple(sorted(set(ports)))
+        if not wanted or self.unavailable is not None:
+            return None
+        try:
+            rows = _dump(socket.AF_INET) + _dump(socket.AF_INET6)
+        except OSError as exc:
+            self.unavailable = f"sock_diag unavailable ({exc}): requests waiting are not seen from outside"
+            return ConnectionSample(wanted, error=self.unavailable)
+        ours = self._ours()
+        found = tuple(
+            connection_of(sport, dport, info, dport in ours) for sport, dport, info in rows if sport in wanted
+        )
+        return ConnectionSample(wanted, found)

@@ -1,0 +1,39 @@
+"""What the analysis hands the watch loop after each tick: a frozen status to show, and what it wants next.
+
+The loop never reads the analysis' internals: it shows ``Status``, takes stacks when ``stacks`` asks
+for them, and stops when ``verdict`` says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from hangwatch.model.report import Verdict
+from hangwatch.model.samples import ProbeResult
+
+
+class StackRequest(StrEnum):
+    """Whether the analysis wants a stack capture now, and of which kind."""
+
+    NONE = "none"
+    PYTHON = "python"  # Python frames only: a pause of milliseconds
+    NATIVE = "native"  # with native frames: symbol loading, tens of milliseconds per process
+
+
+@dataclass(frozen=True)
+class Status:
+    t: float
+    phase: str
+    phase_label: str
+    in_phase_s: float
+    phase_line: str  # the log line that opened the phase ("" for one entered by a rule)
+    quiet_s: float  # seconds since the last real progress (spins discounted)
+    last_progress: str  # "3 s ago (12 new log lines)"
+    serving: bool
+    time_to_stall_s: float | None  # None while serving (an idle server is healthy)
+    probe: ProbeResult | None
+    verdict: Verdict | None = None
+    stacks: StackRequest = StackRequest.NONE
+    hint: str | None = None  # "rank0 [812] busy in the same place for 40 s" (a hint, not a verdict)
+    ask: bool = False  # serving: send hangwatch's own request now (where one is allowed)
