@@ -41,6 +41,7 @@ class Case:
     closed: bool  # a wait nothing inside the tree can end: the early verdict applies
     stops_itself: str | None = None  # title of the rank that SIGSTOPs itself (allowed to stay T)
     needs_torch: bool = True
+    spins: bool = False  # the waiters burn CPU: only the stacks show nothing moves
 
 
 CASES = {
@@ -99,6 +100,28 @@ CASES = {
         stops_itself="self_stop:r2",
         needs_torch=False,
     ),
+    # Ranks spinning for a peer in loops no rule names (in Python; in C through ctypes): the CPU they
+    # burn is not progress; the structure names the rank the others wait for. The window applies.
+    "spin_wait": Case(
+        "spin_wait",
+        ("--ranks", "3", "--culprit", "2"),
+        "stalled",
+        "collective-wait",
+        "spin_wait:r2",
+        closed=False,
+        needs_torch=False,
+        spins=True,
+    ),
+    "spin_wait_native": Case(
+        "spin_wait",
+        ("--ranks", "2", "--culprit", "1", "--native"),
+        "stalled",
+        "collective-wait",
+        "spin_wait:r1",
+        closed=False,
+        needs_torch=False,
+        spins=True,
+    ),
     # Ranks missing from the world are outside the tree: the full window applies (kept short here).
     "missing_rank": Case(
         "gloo_missing_rank", ("--world-size", "3"), "stalled", "rendezvous-wait", None, closed=False
@@ -152,6 +175,10 @@ def test_run_names_cause_and_culprit(hw, tmp_path, name):
         assert _quiet_for(out.verdict["summary"]) <= CLOSED_LATENCY_S, out.verdict["summary"]
     if not case.closed:
         assert _quiet_for(out.verdict["summary"]) >= 20, "an open wait must wait out the window"
+    if case.spins:
+        # The window counts from the last real progress (the start), not from when the spin was seen.
+        assert out.report["duration_s"] <= 20 + 2 + 4, out.verdict["summary"]
+        assert any("a spin, not progress" in e for e in out.verdict["evidence"]), out.verdict["evidence"]
     assert_all_gone(out.report)
 
 

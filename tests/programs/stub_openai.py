@@ -19,6 +19,9 @@ every request with a 200 HTML page; ``json-body`` answers completions with one J
 closes the connection; ``error-status`` answers completions with HTTP 400. ``--no-metrics`` makes
 /metrics a 404. ``--boot-seconds`` prints startup lines before listening; ``--boot-hang`` never listens;
 ``--die-after N`` exits with status 3 after N completed requests (a crash in the middle of a benchmark).
+``--wedge-after N``: completion requests after the first N get no answer at all (no header, no token),
+while /health stays 200 and the /metrics gauges stay where they were: vLLM's worker blocked in its
+first ``execute_model`` after it turned ready (the engine publishes its gauges only after a step).
 
 Prints ``listening on 127.0.0.1:PORT`` and writes the port to ``--ready-file`` once it listens.
 
@@ -174,6 +177,9 @@ class Stub:
         c = self.counters
         engine = c.requests % c.engines
         c.requests += 1
+        if self.args.wedge_after is not None and c.requests > self.args.wedge_after:
+            self.held.append(w)
+            await asyncio.Event().wait()  # wedged: the request is read, never answered
         if mode == "json-body":
             body = {"id": "cmpl-1", "object": "text_completion", "choices": [{"text": "hello", "index": 0}]}
             return await self.reply(w, 200, json.dumps(body).encode(), "application/json")
@@ -319,6 +325,9 @@ def main() -> None:
     )
     parser.add_argument("--no-metrics", action="store_true", help="/metrics answers 404")
     parser.add_argument("--die-after", type=int, default=0, help="exit 3 after this many completed requests")
+    parser.add_argument(
+        "--wedge-after", type=int, help="never answer completion requests after the first N (health stays 200)"
+    )
     parser.add_argument("--boot-seconds", type=float, default=0.0, help="print startup lines this long first")
     parser.add_argument("--boot-hang", action="store_true", help="print a startup line, then never listen")
     parser.add_argument("--cpu", type=int, help="pin to this CPU (benchmarks)")

@@ -109,6 +109,14 @@ def is_significant_failure(exit_: ExitRecord, is_root: bool) -> bool:
     return exit_.role is not None or exit_.rank is not None or (exit_.lifetime_s or 0.0) >= SHORT_LIVED_S
 
 
+def ended_unseen(e: ExitRecord) -> bool:
+    """A member that mattered (a role, a rank, or long-lived) ended, and its parent reaped it before its
+    status could be read: as good as dead to the peers that wait for it."""
+    return e.how is ExitHow.VANISHED and (
+        e.role is not None or e.rank is not None or (e.lifetime_s or 0.0) >= SHORT_LIVED_S
+    )
+
+
 def stopped_processes(tick: Tick) -> tuple[int, ...]:
     """Rule ``stopped``: processes in state T (job control) or t (stopped by a tracer)."""
     return tuple(p.pid for p in tick.processes if p.state in ("T", "t"))
@@ -147,9 +155,10 @@ def diagnose_stall(window: Sequence[Tick], findings: Sequence[LogFinding]) -> Di
     return Diagnosis(Cause.UNKNOWN, (), "no process state or log line names a cause")
 
 
-# Deaths by a signal within this of each other are one tear-down (a launcher killing its tree after
-# something else went wrong), not independent faults.
-TEAR_DOWN_S = 1.0
+# Two events closer than this are not ordered: a line's arrival and a death are stamped by two threads.
+SIMULTANEOUS_S = 0.02
+# A member that ended with its status unread this long before the first failure may be where it began.
+UNSEEN_BEFORE_S = 5.0
 
 
 def diagnose_crash(
@@ -160,56 +169,49 @@ def diagnose_crash(
 ) -> Diagnosis:
     """Name the cause of a crash: the first fault in time, with what came after it as consequences.
 
-    Deaths and log findings of the whole tree are ordered in time. A death by a signal that is not
-    part of a tree-wide tear-down is a fault of its own (SIGKILL from the OOM killer or an operator,
-    a crash): when it comes first, the exceptions other processes raise after it ("Engine core
-    initialization failed", a peer's "Connection closed") are its consequences. An exception logged
-    before any such death, or before a tear-down in which several processes were killed at once, is
-    the fault: the deaths are what the launcher did about it.
+    Deaths (stamped the moment a pidfd says a process ended) and log findings (stamped when the line
+    arrived) of the whole tree are ordered in time. The first failure decides:
+
+    - a process that died by a signal (SIGKILL from the OOM killer or an operator, a crash) before
+      any exception was logged: the exceptions other processes raise after it ("Engine core
+      initialization failed", a peer's "Connection closed by peer") are its consequences;
+    - a process that exited with an error status, or an exception logged before the first death by
+      a signal: the exception is the fault, and the deaths that follow (a launcher tearing its tree
+      down with SIGKILL) are what was done about it. Its writer, where the line names it (vLLM's
+      ``(EngineCore pid=N)``, SGLang's ``TP1``), is the culprit.
     """
     by_cause = {f.cause: f for f in findings}
-    ordered = sorted(failures, key=lambda f: (f.t, f.signal is None))
+    ordered = sorted(
+        [*failures, *_unseen_deaths(failures, exits, root_pids)], key=lambda f: (f.t, f.signal is None)
+    )
     first = ordered[0]
     culprits = tuple(dict.fromkeys(f.pid for f in ordered))
     if Cause.CUDA_OOM in by_cause:
-        death = _death(first)
-        return Diagnosis(Cause.CUDA_OOM, culprits, f"{death} after: {by_cause[Cause.CUDA_OOM].line[:200]}")
+        return Diagnosis(
+            Cause.CUDA_OOM, culprits, f"{_death(first)} after: {by_cause[Cause.CUDA_OOM].line[:200]}"
+        )
     killed = [f for f in ordered if f.signal == signal.SIGKILL and f.oom_evidence]
     if killed:
         k = killed[0]
         return Diagnosis(Cause.OOM_KILLED, (k.pid,), f"{_death(k)} was OOM-killed: {k.oom_evidence}")
     if Cause.PORT_IN_USE in by_cause:
-        return Diagnosis(
-            Cause.PORT_IN_USE, culprits, f"{_death(first)}: {by_cause[Cause.PORT_IN_USE].line[:200]}"
-        )
-    exceptions = [f for f in findings if f.cause is Cause.EXCEPTION]
-    signalled = [f for f in ordered if f.signal is not None]
-    lone = _lone_signal_death(signalled, ordered)
-    first_exception_t = min((f.t for f in exceptions), default=None)
-    if lone is not None and (first_exception_t is None or first_exception_t >= lone.t - TEAR_DOWN_S):
-        return _signal_death_first(lone, ordered, exceptions, root_pids)
+        line = by_cause[Cause.PORT_IN_USE].line[:200]
+        return Diagnosis(Cause.PORT_IN_USE, culprits, f"{_death(first)}: {line}")
+    exceptions = sorted((f for f in findings if f.cause is Cause.EXCEPTION), key=lambda f: f.t)
+    raised_first = bool(exceptions) and exceptions[0].t < first.t - SIMULTANEOUS_S
+    if (first.signal is not None or first.how is ExitHow.VANISHED) and not raised_first:
+        return _signal_death_first(first, ordered, exceptions)
     if exceptions:
         raiser = _raiser(exceptions, ordered, exits)
         pids = (raiser,) if raiser is not None else culprits
-        summary = _exception_summary(findings)
-        who = _describe_pid(raiser, ordered, exits) if raiser is not None else _death(first)
-        after = ""
-        if signalled and (first_exception_t is not None and first_exception_t < signalled[0].t + TEAR_DOWN_S):
-            after = f"; then {_count(len(signalled), 'process')} killed by a signal (the tree torn down)"
-        return Diagnosis(Cause.EXCEPTION, pids, f"{who} raised an exception first: {summary}{after}")
+        who = _describe_pid(raiser, ordered, exits) if raiser is not None else "a process of the tree"
+        text = f"{who} raised an exception first: {_exception_summary(findings)}"
+        signalled = [f for f in ordered if f.signal is not None]
+        if signalled:
+            text += f"; then {_count(len(signalled), 'process')} killed by a signal (the tree torn down)"
+        return Diagnosis(Cause.EXCEPTION, pids, text)
     if first.pid not in root_pids:
-        note = ""
-        if first.signal == signal.SIGKILL:
-            note = " (SIGKILL: possibly the OOM killer; no kernel or cgroup record was readable)"
-        return Diagnosis(
-            Cause.DEAD_PEER, (first.pid,), f"{_death(first)}{note}; the rest of the tree waits for it"
-        )
-    if first.signal == signal.SIGKILL:
-        return Diagnosis(
-            Cause.UNKNOWN,
-            culprits,
-            f"{_death(first)}: possibly the OOM killer, but no kernel or cgroup record was readable",
-        )
+        return Diagnosis(Cause.DEAD_PEER, (first.pid,), f"{_death(first)}; the rest of the tree waits for it")
     if first.how is ExitHow.VANISHED:
         return Diagnosis(Cause.UNKNOWN, culprits, _death(first))
     return Diagnosis(
@@ -217,39 +219,39 @@ def diagnose_crash(
     )
 
 
-def _lone_signal_death(signalled: Sequence[ExitRecord], ordered: Sequence[ExitRecord]) -> ExitRecord | None:
-    """The first death by a signal, unless it is one of several at once (a tree torn down)."""
-    if not signalled:
-        return None
-    first = signalled[0]
-    together = [f for f in signalled if f.t - first.t < TEAR_DOWN_S]
-    return first if len(together) == 1 else None
+def _unseen_deaths(
+    failures: Sequence[ExitRecord], exits: Sequence[ExitRecord], root_pids: set[int]
+) -> list[ExitRecord]:
+    """Members that ended shortly before the first failure, their status unknown (their parent reaped
+    them before it could be read): a rank SIGKILLed and reaped at once is one of these."""
+    if not failures:
+        return []
+    start = min(f.t for f in failures)
+    return [
+        e
+        for e in exits
+        if ended_unseen(e) and e.pid not in root_pids and start - UNSEEN_BEFORE_S <= e.t <= start
+    ]
 
 
 def _signal_death_first(
-    death: ExitRecord,
-    ordered: Sequence[ExitRecord],
-    exceptions: Sequence[LogFinding],
-    root_pids: set[int],
+    death: ExitRecord, ordered: Sequence[ExitRecord], exceptions: Sequence[LogFinding]
 ) -> Diagnosis:
-    later = [f for f in ordered if f.pid != death.pid and f.t >= death.t]
+    later = [f for f in ordered if f.pid != death.pid]
     what = _death(death)
+    if death.how is ExitHow.VANISHED and death.signal is None:
+        what = f"{death.name} [{death.pid}] ended (its parent reaped it before its exit status could be read)"
     if death.signal == signal.SIGKILL:
-        what += (
-            " (SIGKILL: the OOM killer or someone's kill; no kernel or cgroup record names the OOM killer)"
+        what += " (SIGKILL: the OOM killer or a kill; no kernel or cgroup record names the OOM killer)"
+    parts = []
+    if exceptions:
+        parts.append(
+            f"the exceptions logged after it are its consequences ({_exception_summary(exceptions)})"
         )
-    if later or exceptions:
-        parts = []
-        if exceptions:
-            parts.append(
-                f"the exceptions logged after it are its consequence ({_exception_summary(exceptions)})"
-            )
-        if later:
-            names = ", ".join(f"{f.name} [{f.pid}] ({f.status_text})" for f in later[:3])
-            parts.append(f"then {names} ended")
-        text = f"{what} first; " + "; ".join(parts)
-    else:
-        text = f"{what}; the rest of the tree waits for it"
+    if later:
+        names = ", ".join(f"{f.name} [{f.pid}] ({f.status_text})" for f in later[:3])
+        parts.append(f"then {names} ended")
+    text = f"{what} first; " + "; ".join(parts) if parts else f"{what}; the rest of the tree waits for it"
     return Diagnosis(Cause.DEAD_PEER, (death.pid,), text)
 
 
@@ -258,7 +260,8 @@ def _raiser(
 ) -> int | None:
     """The process that logged the first exception, where its line says who it is."""
     first = min(exceptions, key=lambda f: f.t)
-    named = [f for f in exceptions if f.t <= first.t + TEAR_DOWN_S and (f.pid is not None or f.rank)]
+    # The lines of the first traceback (a second apart at most) name who wrote it.
+    named = [f for f in exceptions if f.t <= first.t + 1.0 and (f.pid is not None or f.rank)]
     for f in named:
         if f.pid is not None:
             return f.pid

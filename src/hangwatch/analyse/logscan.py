@@ -31,7 +31,10 @@ _FINDINGS: tuple[tuple[Cause, re.Pattern[str]], ...] = (
     # The summary line that ends a traceback: "ValueError: ...", "torch.OutOfMemoryError: ...".
     (
         Cause.EXCEPTION,
-        re.compile(r"^(?:\(\S+ pid=\d+\) )?(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)(?::|$)"),
+        re.compile(
+            r"^(?:\(\S+ pid=\d+\) |\[[^\]]{1,80}\] )?"  # vLLM's and SGLang's prefixes
+            r"(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)(?::|$)"
+        ),
     ),
     (
         Cause.EXCEPTION,
@@ -112,7 +115,8 @@ class LogScanner:
                 for cause, pattern in _FINDINGS:
                     if pattern.search(line):
                         pid, rank = line_source(line)
-                        findings.append(LogFinding(t, cause, redact_text(line), pid, rank))
+                        at = times[index] if times else t  # when it arrived, where known: deaths are
+                        findings.append(LogFinding(at, cause, redact_text(line), pid, rank))  # that fine
                         break
         return LogSample(
             new_bytes=new_bytes,

@@ -85,6 +85,4 @@ def _python_in_place(stacks: Sequence[tuple[Frame, ...]]) -> bool:
     if any(len(k) - common > POLL_DEPTH for k in keys):
         return False
     # Above the loop frame the lines must agree: the caller has not moved on.
-    return all(
-        all(frames[i].line == stacks[0][i].line for frames in stacks[1:]) for i in range(common - 1)
-    )
+    return all(all(frames[i].line == stacks[0][i].line for frames in stacks[1:]) for i in range(common - 1))

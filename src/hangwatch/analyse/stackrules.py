@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hangwatch.analyse.causes import Diagnosis
+from hangwatch.analyse.causes import ended_unseen
 from hangwatch.analyse.stacktree import compact_ranges
 from hangwatch.analyse.stackwaits import CPU_BUSY_CORES
 from hangwatch.analyse.stackwaits import ProcessView
@@ -121,7 +122,7 @@ def stack_context(
         views=views,
         samples=len(samples),
         span_s=span,
-        exits=tuple(e for e in exits if e.failed),
+        exits=tuple(e for e in exits if e.failed or ended_unseen(e)),
         states=tuple(sorted(states.items())),
         d_state=d_state,
         window_cpu=tuple(sorted(cpu.items())),
@@ -419,6 +420,42 @@ def _gpu_note(ctx: StackContext) -> str:
     return ""
 
 
+def rule_odd_one_out(ctx: StackContext) -> Diagnosis | None:
+    """No frame names the wait, but the structure does: the ranks stay in place, most of them in the
+    same place, and the odd ones out are elsewhere. The majority waits for the odd ones (a rank
+    spinning in place waits actively for something); with no majority, the ranks that spin wait for
+    the ones that sleep. Medium confidence: the words are ours, not the frames'. Never closed (a wait
+    with a timeout looks the same), so the window applies.
+    """
+    peers = [v for v in ctx.peers if v.outcome is DumpOutcome.OK and v.main is not None]
+    if len(peers) < 2 or not ctx.over_time or not all(v.blocked for v in peers):
+        return None
+    groups: dict[str, list[ProcessView]] = {}
+    for v in peers:
+        assert v.main is not None
+        groups.setdefault(f"{v.main.where} ({v.main.location})", []).append(v)
+    if len(groups) < 2:
+        return None
+    largest = max(len(g) for g in groups.values())
+    majority = [g for g in groups.values() if len(g) == largest]
+    if len(majority) == 1:
+        waiting, odd = majority[0], [v for g in groups.values() if g is not majority[0] for v in g]
+    else:
+        waiting = [v for v in peers if v.spinning]
+        odd = [v for v in peers if not v.spinning]
+        if not waiting or not odd:
+            return None
+    spin = [v for v in waiting if v.spinning]
+    how = f"spin in place at {sum(v.cpu_cores or 0 for v in spin):.0%} of a core" if spin else "wait"
+    where = "; ".join(f"{v.label} in {_where(v)}" for v in odd[:4])
+    text = (
+        f"{_waiting_in(ctx, waiting)} ({how}, {'its' if len(waiting) == 1 else 'their'} code unchanged "
+        f"over {ctx.span_s:.0f} s); "
+        f"{ctx.label(v.pid for v in odd)} elsewhere: {where}: the odd one out, which the others wait for"
+    )
+    return Diagnosis(Cause.COLLECTIVE_WAIT, tuple(v.pid for v in odd), text, "medium")
+
+
 def rule_unknown(ctx: StackContext) -> Diagnosis:
     """Nothing matched: say where everyone is, so a person can take it from there."""
     dumped = [v for v in ctx.views if v.outcome is DumpOutcome.OK]
@@ -444,6 +481,7 @@ RULES: tuple[Rule, ...] = (
     rule_rendezvous_wait,
     rule_compile_stall,
     rule_gpu_spin,
+    rule_odd_one_out,
 )
 
 

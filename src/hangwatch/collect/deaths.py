@@ -11,16 +11,22 @@ from __future__ import annotations
 import os
 import select
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from hangwatch.collect import procfs
 
 
 class DeathWatcher:
-    """Records ``{(pid, starttime): waitpid_status}`` for watched processes as they exit."""
+    """Records, for watched processes as they exit, their waitpid status, the moment they ended (on the
+    watch's clock, to order deaths and log lines finer than a tick) and their name at the end (a title
+    set just before dying is in the zombie's comm, when no tick saw it)."""
 
-    def __init__(self, root: Path = procfs.PROC) -> None:
+    def __init__(self, root: Path = procfs.PROC, clock: Callable[[], float] | None = None) -> None:
         self._root = root
+        self._clock = clock
+        self._times: dict[tuple[int, int], float] = {}
+        self._comms: dict[tuple[int, int], str] = {}
         self._lock = threading.Lock()
         self._fds: dict[int, tuple[int, int]] = {}  # fd -> identity
         self._watched: set[tuple[int, int]] = set()
@@ -51,6 +57,14 @@ class DeathWatcher:
         with self._lock:
             return self._statuses.get(identity)
 
+    def ended_at(self, identity: tuple[int, int]) -> float | None:
+        with self._lock:
+            return self._times.get(identity)
+
+    def name_at_end(self, identity: tuple[int, int]) -> str | None:
+        with self._lock:
+            return self._comms.get(identity)
+
     def close(self) -> None:
         self._stop = True
         if self.supported:
@@ -79,8 +93,13 @@ class DeathWatcher:
         os.close(fd)
         if identity is None:
             return
+        ended = round(self._clock(), 3) if self._clock is not None else None
         stat = procfs.read_stat(identity[0], self._root)
-        if stat is None or stat.starttime_ticks != identity[1] or stat.exit_code is None:
-            return
         with self._lock:
-            self._statuses[identity] = stat.exit_code
+            if ended is not None:
+                self._times[identity] = ended
+            if stat is None or stat.starttime_ticks != identity[1]:
+                return
+            self._comms[identity] = stat.comm
+            if stat.exit_code is not None:
+                self._statuses[identity] = stat.exit_code

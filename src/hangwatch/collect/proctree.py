@@ -44,6 +44,7 @@ class _Known:
     wchar: int | None
     exit_recorded: bool = False
     rank_env: dict[str, str] | None = None
+    first_comm: str = ""  # its comm when first seen (before any title it sets)
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class TreeSampler:
         reaped_status: Callable[[int], int | None] = lambda pid: None,
         root: Path = procfs.PROC,
         watch_deaths: bool = True,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self._roots = set(roots)
         self._namer = namer
@@ -91,7 +93,7 @@ class TreeSampler:
         self._root = root
         self._known: dict[int, _Known] = {}
         self._port_owner: dict[int, int] = {}  # socket inode -> pid
-        self._deaths = DeathWatcher(root) if watch_deaths else None
+        self._deaths = DeathWatcher(root, clock) if watch_deaths else None
         self._root_identities: set[Identity] = set()
         self._last_full_scan: float | None = None
 
@@ -215,6 +217,7 @@ class TreeSampler:
             rchar=None,
             wchar=None,
             rank_env=procfs.read_environ(stat.pid, RANK_ENV_KEYS, self._root),
+            first_comm=stat.comm,
         )
         if stat.pid in self._roots:
             self._root_identities.add(stat.identity)
@@ -281,12 +284,21 @@ class TreeSampler:
         code, sig = decode_wait_status(status) if status is not None else (None, None)
         if status is None:
             how = ExitHow.VANISHED
+        name, role, rank = known.name, known.role, known.rank
+        ended = self._deaths.ended_at(known.identity) if self._deaths is not None else None
+        last_name = self._deaths.name_at_end(known.identity) if self._deaths is not None else None
+        if last_name and last_name != name and name in (known.first_comm, ""):
+            # It set a title after our last look and died: name it by that (comm keeps 15 bytes of it).
+            name = last_name
+            role, rank = self._namer(
+                name, (name,), known.identity in self._root_identities, known.rank_env or {}
+            )
         return ExitRecord(
-            t=t,
+            t=min(t, ended) if ended is not None else t,
             pid=known.identity[0],
-            name=known.name,
-            role=known.role,
-            rank=known.rank,
+            name=name,
+            role=role,
+            rank=rank,
             how=how,
             exit_code=code,
             signal=sig,

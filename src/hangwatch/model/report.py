@@ -31,7 +31,7 @@ class Verdict:
 
     @property
     def headline(self) -> str:
-        """"state: summary", without saying the state twice when the summary already starts with it."""
+        """ "state: summary", without saying the state twice when the summary already starts with it."""
         prefix = f"{self.state.value}:"
         return self.summary if self.summary.startswith(prefix) else f"{prefix} {self.summary}"
 

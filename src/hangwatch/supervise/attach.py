@@ -69,11 +69,12 @@ def run_attached(options: AttachOptions) -> int:
     if gpu.unavailable:
         notes.append(f"GPU: unavailable: {gpu.unavailable}")
     view = make_view(w.quiet)
-    sampler = TreeSampler([options.pid], plan.profile.role_of)
+    clock = WatchClock()
+    sampler = TreeSampler([options.pid], plan.profile.role_of, clock=clock)
     oom = OomWitness([procfs.read_cgroup_path(options.pid)])
     watch, kit = build_watch(
         plan, w, sampler=sampler, log=log, gpu=gpu, oom=oom, root_pids={options.pid}, view=view,
-        clock=WatchClock(), watch_serving=False, timeout_label=f"the {options.window:g} s window",
+        clock=clock, watch_serving=False, timeout_label=f"the {options.window:g} s window",
     )  # fmt: skip
     notes.extend(kit.notes)
     view.event(

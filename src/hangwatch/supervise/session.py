@@ -129,6 +129,7 @@ def start_supervised(
         exclude=lambda: {launched.guardian.pid},
         reap=reap,
         reaped_status=reap.status_of,
+        clock=clock,
     )
     log = PipeLog(launched.output_fd, run_dir / "output.log", echo=view.echo, clock=clock)
     oom = OomWitness([procfs.read_cgroup_path(os.getpid())])
