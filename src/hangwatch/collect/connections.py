@@ -10,11 +10,12 @@ read, and only their counters: no payload, no address beyond the port.
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
-from collections.abc import Callable
 from collections.abc import Iterable
 
+from hangwatch.collect import procfs
 from hangwatch.model.samples import ConnectionSample
 from hangwatch.model.samples import ServerConnection
 
@@ -39,10 +40,10 @@ _BYTES_ACKED = 120
 _BYTES_RECEIVED = 128
 
 
-def _dump(family: int) -> list[tuple[int, int, bytes]]:
-    """(sport, dport, tcp_info bytes) of every established or close-wait TCP socket of the family."""
+def _dump(family: int) -> list[tuple[int, int, int, bytes]]:
+    """(sport, dport, inode, tcp_info) of every established or close-wait TCP socket of the family."""
     states = (1 << _TCP_ESTABLISHED) | (1 << _TCP_CLOSE_WAIT)
-    out: list[tuple[int, int, bytes]] = []
+    out: list[tuple[int, int, int, bytes]] = []
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG) as sock:
         body = _REQUEST.pack(family, socket.IPPROTO_TCP, 1 << (_INET_DIAG_INFO - 1), states, b"\0" * 48)
         header = _NLMSG_HEADER.pack(
@@ -62,7 +63,8 @@ def _dump(family: int) -> list[tuple[int, int, bytes]]:
                     raise OSError("sock_diag returned an error")
                 msg = offset + _NLMSG_HEADER.size
                 sport, dport = _PORTS.unpack_from(data, msg + 4)
-                out.append((sport, dport, _info(data, msg + _MSG_SIZE, offset + length)))
+                inode = struct.unpack_from("=I", data, msg + 4 + 48 + 16)[0]
+                out.append((sport, dport, inode, _info(data, msg + _MSG_SIZE, offset + length)))
                 offset += (length + 3) & ~3
 
 
@@ -97,10 +99,14 @@ def connection_of(port: int, peer_port: int, info: bytes, ours: bool) -> ServerC
 
 
 class ConnectionWatcher:
-    """Reads the connections on the tree's listening ports each tick; ``ours`` names our own clients."""
+    """Reads the connections on the tree's listening ports each tick.
 
-    def __init__(self, ours: Callable[[], set[int]]) -> None:
-        self._ours = ours
+    hangwatch's own connections (probes, /metrics scrapes, its own request) are told apart by their
+    client end: on loopback both ends are in the dump, and ours is a socket this process holds.
+    """
+
+    def __init__(self, pid: int | None = None) -> None:
+        self._pid = pid if pid is not None else os.getpid()
         self.unavailable: str | None = None
 
     def read(self, ports: Iterable[int]) -> ConnectionSample | None:
@@ -112,8 +118,11 @@ class ConnectionWatcher:
         except OSError as exc:
             self.unavailable = f"sock_diag unavailable ({exc}): requests waiting are not seen from outside"
             return ConnectionSample(wanted, error=self.unavailable)
-        ours = self._ours()
+        mine = procfs.socket_inodes(self._pid)
+        ours = {sport for sport, dport, inode, _ in rows if dport in wanted and inode in mine}
         found = tuple(
-            connection_of(sport, dport, info, dport in ours) for sport, dport, info in rows if sport in wanted
+            connection_of(sport, dport, info, dport in ours)
+            for sport, dport, _, info in rows
+            if sport in wanted
         )
         return ConnectionSample(wanted, found)

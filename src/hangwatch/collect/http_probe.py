@@ -97,11 +97,6 @@ class Prober:
             ports = tuple(self._local_ports)
         return (f'"GET {self.path} HTTP', *(f":{port}" for port in ports))
 
-    def local_ports(self) -> set[int]:
-        """Our recent source ports: the server's connections from these are our probes."""
-        with self._lock:
-            return set(self._local_ports)
-
     def _remember_port(self, port: int) -> None:
         with self._lock:
             self._local_ports.append(port)

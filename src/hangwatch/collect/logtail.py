@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +98,7 @@ class PipeLog:
         self._fd = fd
         self._clock = clock
         self._times: list[float] = []
+        self._last_data = time.monotonic()
         self.path = log_path
         self._echo = echo
         self._splitter = LineSplitter()
@@ -123,6 +125,7 @@ class PipeLog:
                 with self._lock:  # the splitter is shared with drain()
                     self._add(self._splitter.feed(data))
                     self._bytes += len(data)
+                    self._last_data = time.monotonic()
         finally:
             with self._lock:
                 # End of stream: whatever is pending is the last line, newline or not.
@@ -134,6 +137,17 @@ class PipeLog:
         if self._clock is not None and lines:
             now = round(self._clock(), 3)
             self._times.extend(now for _ in lines)
+
+    def settle(self, quiet_s: float = 0.05, limit_s: float = 0.3) -> None:
+        """Let the last lines of a process that just ended reach us: wait until the pipe has been quiet
+        for ``quiet_s`` (or closed), at most ``limit_s``. Its traceback names the cause of its death."""
+        deadline = time.monotonic() + limit_s
+        while not self.closed.is_set() and time.monotonic() < deadline:
+            with self._lock:
+                idle = time.monotonic() - self._last_data
+            if idle >= quiet_s:
+                return
+            time.sleep(quiet_s / 2)
 
     def drain(self) -> LogChunk:
         with self._lock:

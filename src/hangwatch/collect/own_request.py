@@ -3,8 +3,7 @@
 The surest way to know whether a server that says it is healthy still answers is to ask it. Sent
 only to the server hangwatch launched (or the URL it was given), only while serving, one at a time,
 with a deadline; its outcome is evidence, and it is named in the report. The model name comes from
-the server's own ``/v1/models``. ``http.client`` rather than a pooled client: each request is one
-connection whose local port we know, so that the connection watcher can tell it from the clients'.
+the server's own ``/v1/models``. ``http.client``: one short connection per call, nothing pooled.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import http.client
 import json
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
@@ -30,7 +28,6 @@ class OwnRequester:
         self._timeout = timeout_s
         self._lock = threading.Lock()
         self._latest: OwnRequest | None = None
-        self._local_ports: deque[int] = deque(maxlen=16)
         self._thread: threading.Thread | None = None
         self.sent = 0
 
@@ -47,10 +44,6 @@ class OwnRequester:
     def latest(self) -> OwnRequest | None:
         with self._lock:
             return self._latest
-
-    def local_ports(self) -> set[int]:
-        with self._lock:
-            return set(self._local_ports)
 
     def _run(self) -> None:
         started = time.monotonic()
@@ -81,9 +74,6 @@ class OwnRequester:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=left)
         try:
             conn.connect()
-            if conn.sock is not None:
-                with self._lock:
-                    self._local_ports.append(conn.sock.getsockname()[1])
             headers = {"User-Agent": "hangwatch-own-request", "Content-Type": "application/json"}
             conn.request(method, path, body=body, headers=headers)
             response = conn.getresponse()

@@ -188,6 +188,8 @@ class Watch:
     def tick(self) -> Tick:
         t = round(self.elapsed(), 3)
         reading = self.c.tree.sample(t)
+        if reading.exits and isinstance(self.c.log, PipeLog):
+            self.c.log.settle()  # the last words of what just ended are evidence of why
         chunk = self.c.log.drain() if self.c.log is not None else LogChunk((), 0)
         probes = self.c.prober.drain() if self.c.prober is not None else ()
         log = self.scanner.scan(chunk.lines, chunk.new_bytes, t, chunk.times, probes)
@@ -354,13 +356,9 @@ def build_watch(
     serving = make_serving_poller(plan, clock) if watch_serving else None
     own = make_own_requester(plan, options, clock) if options.own_request else None
 
-    def ours() -> set[int]:
-        ports = prober.local_ports() if prober is not None else set()
-        return ports | (own.local_ports() if own is not None else set())
-
     kit = stack_kit(options.stacks, gpu.unavailable is None)
     collectors = Collectors(
-        sampler, log, prober, gpu, oom, kit.dumper, kit.gpm, serving, ConnectionWatcher(ours), own
+        sampler, log, prober, gpu, oom, kit.dumper, kit.gpm, serving, ConnectionWatcher(), own
     )
     assessor = make_assessor(plan, options, root_pids, kit.history, timeout_label)
     watch = Watch(

@@ -1,0 +1,159 @@
+"""A server that wedges while serving, seen without the engine's word: its /health stays 200, its gauges
+stay at 0 (vLLM publishes them only after a step), and requests wait for an answer that never comes.
+
+The stub (tests/programs/stub_openai.py ``--wedge-after N``) answers /health, /v1/models and /metrics
+and never answers a completion after the first N. Requests come from hangwatch's own one-token
+completion (run's default), from clients of the test's own (loopback), or from nowhere (an idle
+server, which is healthy however long it idles).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+
+import pytest
+
+from hwrun import assert_all_gone
+from hwrun import hangwatch_argv
+from hwrun import program
+from proc_helpers import free_port
+from proc_helpers import kill_tree
+from proc_helpers import spawn
+from proc_helpers import wait_for_file
+from proc_helpers import wait_until
+
+pytestmark = pytest.mark.timeout(150)
+STALL = 8
+
+
+def _stub(port: int, *extra: str) -> list[str]:
+    return program("stub_openai", "--port", str(port), *extra)
+
+
+def _client(port: int) -> socket.socket:
+    """A client of our own: one non-streamed completion request, left waiting for its answer."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    body = json.dumps({"model": "stub-model", "prompt": "hi", "max_tokens": 4}).encode()
+    head = f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    sock.sendall(head.encode() + body)
+    return sock
+
+
+def _health_ok(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            return s.recv(64).startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
+def test_run_sees_a_wedge_through_its_own_request(hw, tmp_path):
+    port = free_port()
+    out = hw(
+        "run", "--quiet", "--engine", "vllm", "--stall-after", str(STALL),
+        "--ready-url", f"http://127.0.0.1:{port}/health", "--",
+        *_stub(port, "--wedge-after", "0"),
+    )  # fmt: skip
+    v = out.verdict
+    assert out.rc == 3, v
+    assert v["state"] == "stalled" and v["summary"].startswith("stalled while serving"), v
+    assert any("own one-token completion" in e and "pending" in e for e in v["evidence"]), v["evidence"]
+    ready_at = next(p["start"] for p in out.report["phases"] if p["name"] == "ready")
+    assert out.report["duration_s"] - ready_at <= STALL + 5, (ready_at, out.report["duration_s"])
+    assert any("one-token completion(s) of its own" in n for n in out.report["notes"]), out.report["notes"]
+    assert_all_gone(out.report)
+
+
+def test_run_sees_clients_waiting_without_its_own_request(tmp_path):
+    """``--no-own-request``: the clients' connections, read from the kernel, are the witness."""
+    port = free_port()
+    report = tmp_path / "report.json"
+    argv = hangwatch_argv(
+        "run", "--quiet", "--engine", "vllm", "--no-own-request", "--stall-after", str(STALL),
+        "--ready-url", f"http://127.0.0.1:{port}/health", "--report-json", str(report),
+        "--run-dir", str(tmp_path / "run"), "--", *_stub(port, "--wedge-after", "0"),
+    )  # fmt: skip
+    with ExitStack() as stack:
+        proc = stack.enter_context(spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        wait_until(lambda: _health_ok(port), 60, what="the stub to serve")
+        time.sleep(2)  # hangwatch has seen it ready
+        clients = [_client(port) for _ in range(2)]
+        for c in clients:
+            stack.callback(c.close)
+        sent = time.monotonic()
+        proc.wait(timeout=STALL + 30)
+        waited = time.monotonic() - sent
+    data = json.loads(report.read_text())
+    v = data["verdict"]
+    assert proc.returncode == 3, v
+    assert v["summary"].startswith("stalled while serving"), v
+    assert any("2 client connections" in e and "no answer" in e for e in v["evidence"]), v["evidence"]
+    assert not any("own one-token" in n for n in data["notes"]), "--no-own-request sends nothing"
+    assert waited <= STALL + 5 + 2, waited
+
+
+def test_an_idle_server_is_healthy_however_long_it_idles(tmp_path):
+    port = free_port()
+    report = tmp_path / "report.json"
+    argv = hangwatch_argv(
+        "run", "--quiet", "--engine", "vllm", "--stall-after", "4",
+        "--ready-url", f"http://127.0.0.1:{port}/health", "--report-json", str(report),
+        "--run-dir", str(tmp_path / "run"), "--", *_stub(port),
+    )  # fmt: skip
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        wait_until(lambda: _health_ok(port), 60, what="the stub to serve")
+        time.sleep(14)  # three windows of silence
+        assert proc.poll() is None, "an idle server is healthy: no verdict"
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    finally:
+        kill_tree(proc)
+    data = json.loads(report.read_text())
+    assert proc.returncode == 0, data["verdict"]  # stopped while serving healthily
+    assert "while serving" in data["verdict"]["summary"], data["verdict"]
+    # hangwatch's own request was answered: the server was asked, and answered.
+    assert any("HTTP 200" in n for n in data["notes"] if "of its own" in n), data["notes"]
+
+
+def test_attach_sees_clients_waiting_and_sends_nothing_of_its_own(hw, tmp_path):
+    port = free_port()
+    ready = tmp_path / "ready"
+    log = (tmp_path / "stub.log").open("w")
+    with spawn(
+        _stub(port, "--wedge-after", "0", "--ready-file", str(ready)), stdout=log, stderr=subprocess.STDOUT
+    ) as stub:
+        wait_for_file(ready, 30, stub)
+        attach = subprocess.Popen(
+            hangwatch_argv(
+                "attach", "--pid", str(stub.pid), "--engine", "vllm", "--window", "40", "--stall-after", str(STALL),
+                "--ready-url", f"http://127.0.0.1:{port}/health", "--quiet", "--report-json", str(tmp_path / "r.json"),
+            ),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )  # fmt: skip
+        try:
+            time.sleep(3)
+            clients = [_client(port) for _ in range(3)]
+            attach.wait(timeout=40 + 10)
+        finally:
+            kill_tree(attach)
+        for c in clients:
+            c.close()
+        assert stub.poll() is None, "attach is read-only: the server still runs"
+    log.close()
+    data = json.loads((tmp_path / "r.json").read_text())
+    v = data["verdict"]
+    assert attach.returncode == 3, v
+    assert v["summary"].startswith("stalled while serving"), v
+    assert any("3 client connections" in e for e in v["evidence"]), v["evidence"]
+    assert not any("of its own" in n for n in data["notes"]), data["notes"]
+    assert sys.executable  # the CLI ran under this interpreter
