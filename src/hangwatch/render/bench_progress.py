@@ -16,6 +16,7 @@ from rich.progress import TimeElapsedColumn
 
 from hangwatch.model.bench import LoadRun
 from hangwatch.model.bench import RequestRecord
+from hangwatch.render.live import event_text
 
 
 def _share_summary(label: str, run: LoadRun) -> str:
@@ -77,8 +78,9 @@ class RichProgress(PlainProgress):
         super().__init__(out)
         self._console = Console(file=out)
         self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.fields[status]}"), console=self._console, transient=False,
+            TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TextColumn("{task.fields[status]}", markup=False), console=self._console,
+            transient=False,
         )  # fmt: skip
         self._progress.start()
         self._task: Any = None
@@ -113,7 +115,7 @@ class RichProgress(PlainProgress):
             self._task = None
 
     def note(self, text: str) -> None:
-        self._progress.console.print(f"[bold cyan][bench][/] {text}", highlight=False)
+        self._progress.console.print(event_text(text, "[bench]"), highlight=False)
 
     def close(self) -> None:
         self._progress.stop()
