@@ -59,9 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    handler: Command = args.handler
     try:
+        # Option types raise UsageError for a bad value (a report path that is a folder, --stall-after nan):
+        # one short message, not the whole usage.
+        args = parser.parse_args(argv)
+        handler: Command = args.handler
         return handler.run(args)
     except HangwatchError as exc:
         print(f"hangwatch: error: {exc.describe()}", file=sys.stderr)

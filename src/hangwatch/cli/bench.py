@@ -8,6 +8,7 @@ from pathlib import Path
 
 from hangwatch.bench.options import BenchOptions
 from hangwatch.bench.options import base_url_of
+from hangwatch.cli.options import add_output_file
 from hangwatch.collect.http_probe import validate_probe_url
 from hangwatch.errors import UsageError
 from hangwatch.model.bench import Endpoint
@@ -24,12 +25,6 @@ def _positive(args: argparse.Namespace, *names: str) -> None:
         value = getattr(args, name)
         if value is not None and value <= 0:
             raise UsageError(f"--{name.replace('_', '-')} must be a positive number")
-
-
-def _output_path(path: Path | None, flag: str) -> Path | None:
-    if path is not None and not path.parent.exists():
-        raise UsageError(f"{flag}: the folder {path.parent} does not exist")
-    return path
 
 
 def _command(text: str | None, flag: str) -> tuple[str, ...] | None:
@@ -87,8 +82,8 @@ def bench_options(args: argparse.Namespace, prompt_count: int, run_dir: Path) ->
         stall_after_s=args.stall_after,
         run_dir=run_dir,
         probe_timeout_s=args.probe_timeout,
-        report_json=_output_path(args.report_json, "--report-json"),
-        report_html=_output_path(args.report_html, "--report-html"),
+        report_json=args.report_json,
+        report_html=args.report_html,
         quiet=args.quiet,
         metrics=not args.no_metrics,
     )
@@ -174,12 +169,8 @@ class BenchCommand:
             "--run-dir", type=Path, help="launched servers' logs (default: ~/.local/state/hangwatch/runs/)"
         )
         o = parser.add_argument_group("output")
-        o.add_argument(
-            "--report-json", type=Path, metavar="FILE", help="results as JSON (schema hangwatch.bench/1)"
-        )
-        o.add_argument(
-            "--report-html", type=Path, metavar="FILE", help="a self-contained HTML report with plots"
-        )
+        add_output_file(o, "--report-json", "results as JSON (schema hangwatch.bench/1)")
+        add_output_file(o, "--report-html", "a self-contained HTML report with plots")
         o.add_argument("--quiet", action="store_true", help="no progress display")
 
     def run(self, args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from hangwatch.cli.options import add_output_file
 from hangwatch.model.vocabulary import State
 
 STALLED_EXIT = State.STALLED.exit_code
@@ -27,7 +28,7 @@ class DemoCommand:
         parser.add_argument(
             "--stall-after", type=float, default=12.0, metavar="S", help="stall window (default: 12 s)"
         )
-        parser.add_argument("--report-json", type=Path, metavar="FILE", help="write the report as JSON")
+        add_output_file(parser, "--report-json", "write the report as JSON")
         parser.add_argument("--quiet", action="store_true", help="only the verdict")
 
     def run(self, args: argparse.Namespace) -> int:

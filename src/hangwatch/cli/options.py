@@ -1,15 +1,48 @@
-"""Options shared by ``run`` and ``attach``, parsed once into a typed, frozen dataclass."""
+"""Options shared by the commands: the option types (output files), and ``run``/``attach``'s watch options,
+parsed once into a typed, frozen dataclass.
+
+An option type checks its value while the command line is parsed and raises ``UsageError`` (not
+argparse's error, which prints the whole usage): ``hangwatch: error: --report-md out: is a folder ...``,
+exit 2, before anything starts.
+"""
 
 from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from hangwatch.collect.http_probe import validate_probe_url
 from hangwatch.engines import PROFILES
 from hangwatch.errors import UsageError
+from hangwatch.render.files import output_path_problem
 from hangwatch.supervise.plan import WatchOptions
+
+ArgGroup = argparse.ArgumentParser | argparse._ArgumentGroup
+
+
+def output_file(flag: str) -> Callable[[str], Path]:
+    """The type of an option that names a file hangwatch writes: a file in a folder that exists and
+    that we can write in, never a folder."""
+
+    example = "report." + flag.rsplit("-", 1)[-1]  # --report-md: report.md
+
+    def parse(text: str) -> Path:
+        if not text.strip():
+            raise UsageError(f"{flag} needs a file name, e.g. {flag} {example}")
+        path = Path(text).expanduser()
+        problem = output_path_problem(path, example)
+        if problem is not None:
+            raise UsageError(f"{flag} {text}: {problem}")
+        return path
+
+    return parse
+
+
+def add_output_file(group: ArgGroup, flag: str, help_text: str) -> None:
+    """``--report-json FILE`` and its kin, the same in every command."""
+    group.add_argument(flag, type=output_file(flag), metavar="FILE", help=help_text)
 
 
 def add_watch_options(parser: argparse.ArgumentParser, stall_default: float | None = 60.0) -> None:
@@ -43,18 +76,9 @@ def add_watch_options(parser: argparse.ArgumentParser, stall_default: float | No
         "--probe-timeout", type=float, default=2.0, metavar="S", help="HTTP probe timeout (default: 2 s)"
     )
     o = parser.add_argument_group("output")
-    o.add_argument(
-        "--report-json",
-        type=Path,
-        metavar="FILE",
-        help="write the report as JSON (schema hangwatch.report/1)",
-    )
-    o.add_argument(
-        "--report-html", type=Path, metavar="FILE", help="write a self-contained HTML report (works offline)"
-    )
-    o.add_argument(
-        "--report-md", type=Path, metavar="FILE", help="write a short Markdown summary for an issue tracker"
-    )
+    add_output_file(o, "--report-json", "write the report as JSON (schema hangwatch.report/1)")
+    add_output_file(o, "--report-html", "write a self-contained HTML report (works offline)")
+    add_output_file(o, "--report-md", "write a short Markdown summary for an issue tracker")
     o.add_argument(
         "--no-stacks", action="store_true", help="never take stacks (py-spy), even when the tree goes quiet"
     )
@@ -76,10 +100,6 @@ def watch_options(args: argparse.Namespace, stall_after: float | None = None) ->
         raise UsageError("--interval must be positive and no longer than --stall-after")
     if args.timeout is not None and args.timeout <= 0:
         raise UsageError("--timeout must be a positive number of seconds")
-    for flag in ("report_json", "report_html", "report_md"):
-        path = getattr(args, flag, None)
-        if path is not None and not path.parent.exists():
-            raise UsageError(f"--{flag.replace('_', '-')}: the folder {path.parent} does not exist")
     return WatchOptions(
         engine=args.engine,
         ready_url=validate_probe_url(args.ready_url) if args.ready_url else None,

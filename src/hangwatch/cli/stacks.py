@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from hangwatch.cli.options import add_output_file
 from hangwatch.engines import PROFILES
 from hangwatch.errors import UsageError
 
@@ -34,9 +34,7 @@ class StacksCommand:
         parser.add_argument(
             "--no-native", action="store_true", help="Python frames only (no --native unwinding)"
         )
-        parser.add_argument(
-            "--report-json", type=Path, metavar="FILE", help="write the samples and the merged tree"
-        )
+        add_output_file(parser, "--report-json", "write the samples and the merged tree")
 
     def run(self, args: argparse.Namespace) -> int:
         from hangwatch.supervise.snapshot import SnapshotOptions
@@ -46,8 +44,6 @@ class StacksCommand:
             raise UsageError("--samples must be between 1 and 100")
         if args.every <= 0:
             raise UsageError("--every must be a positive number of seconds")
-        if args.report_json is not None and not args.report_json.parent.exists():
-            raise UsageError(f"--report-json: the folder {args.report_json.parent} does not exist")
         options = SnapshotOptions(
             pid=args.pid,
             engine=args.engine,

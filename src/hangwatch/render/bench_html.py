@@ -20,6 +20,7 @@ from hangwatch.model.bench import ServerResult
 from hangwatch.render.bench_text import report_notes
 from hangwatch.render.bench_text import server_rows
 from hangwatch.render.bench_text import workload_line
+from hangwatch.render.files import write_atomically
 from hangwatch.render.svgplot import Bars
 from hangwatch.render.svgplot import Labels
 from hangwatch.render.svgplot import Series
@@ -138,6 +139,4 @@ def bench_html(report: BenchReport) -> str:
 
 
 def write_bench_html(report: BenchReport, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(bench_html(report), encoding="utf-8")
-    tmp.replace(path)
+    write_atomically(path, bench_html(report))

@@ -21,6 +21,7 @@ from hangwatch import __version__
 from hangwatch.model.report import Report
 from hangwatch.model.stacks import StackNode
 from hangwatch.redact import redact_text
+from hangwatch.render.files import write_atomically
 from hangwatch.render.stacktext import chain_text
 from hangwatch.render.stacktext import fold
 from hangwatch.render.timeline_svg import timeline_svg
@@ -100,6 +101,4 @@ def html_report(report: Report) -> str:
 
 
 def write_html(report: Report, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(html_report(report), encoding="utf-8")
-    tmp.replace(path)
+    write_atomically(path, html_report(report))

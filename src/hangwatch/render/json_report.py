@@ -15,6 +15,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from hangwatch.render.files import write_atomically
+
 RUN_FLOAT_DIGITS = 4  # seconds, percentages and rates of a run: a reader needs no more
 
 
@@ -37,8 +39,10 @@ def report_to_dict(report: Any, float_digits: int = RUN_FLOAT_DIGITS) -> dict[st
     return data
 
 
+def json_text(data: Any) -> str:
+    """The JSON text of data already made plain (``plain``, ``report_to_dict``)."""
+    return json.dumps(data, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+
+
 def write_report(report: Any, path: Path, float_digits: int = RUN_FLOAT_DIGITS) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    text = json.dumps(report_to_dict(report, float_digits), indent=1, ensure_ascii=False, allow_nan=False)
-    tmp.write_text(text + "\n")
-    tmp.replace(path)
+    write_atomically(path, json_text(report_to_dict(report, float_digits)))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from hangwatch.model.report import Report
 from hangwatch.redact import redact_text
+from hangwatch.render.files import write_atomically
 from hangwatch.render.stacktext import tree_lines
 from hangwatch.render.text import culprit_labels
 
@@ -64,6 +65,4 @@ def markdown_report(report: Report) -> str:
 
 
 def write_markdown(report: Report, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(markdown_report(report))
-    tmp.replace(path)
+    write_atomically(path, markdown_report(report))

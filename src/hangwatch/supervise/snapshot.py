@@ -9,7 +9,6 @@ apart, which tells a stack that does not move from one that does.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,9 @@ from hangwatch.errors import HangwatchError
 from hangwatch.errors import NoSuchProcess
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import StackSample
+from hangwatch.render.files import write_atomically
+from hangwatch.render.files import write_outputs
+from hangwatch.render.json_report import json_text
 from hangwatch.render.json_report import plain
 from hangwatch.render.stacktext import tree_lines
 
@@ -88,7 +90,9 @@ def take_snapshot(options: SnapshotOptions) -> int:
             "stacks": plain([dataclasses.asdict(s) for s in samples]),
             "stack_tree": plain(dataclasses.asdict(tree)),
         }
-        options.report_json.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+        write_outputs(
+            [("--report-json", options.report_json, lambda path: write_atomically(path, json_text(data)))]
+        )
     return 0
 
 
