@@ -78,3 +78,44 @@ def test_a_report_that_cannot_be_written_at_the_end_keeps_the_verdict(tmp_path):
     assert f"--report-md {md}: not written" in proc.stderr
     assert js.is_file() and '"exited"' in js.read_text()
     assert not list(tmp_path.glob("*.tmp")), list(tmp_path.iterdir())
+
+
+# Every duration option of every command, with what the command needs besides it.
+DURATIONS = [
+    ("run", flag, ["--", "true"])
+    for flag in ("--stall-after", "--timeout", "--interval", "--probe-timeout", "--grace")
+] + [
+    ("attach", flag, ["--pid", "1"])
+    for flag in ("--window", "--stall-after", "--timeout", "--interval", "--probe-timeout")
+] + [
+    ("cleanup", flag, ["--pid", "999999999"]) for flag in ("--grace", "--gpu-wait")
+] + [
+    ("bench", flag, ["--url", "http://127.0.0.1:1"])
+    for flag in ("--duration", "--request-timeout", "--idle-timeout", "--probe-timeout", "--boot-timeout",
+                 "--stall-after", "--rate", "--temperature")
+] + [("demo", "--stall-after", []), ("stacks", "--every", ["--pid", "1"])]  # fmt: skip
+ZERO_OK = {("run", "--grace"), ("cleanup", "--grace"), ("cleanup", "--gpu-wait"), ("bench", "--temperature")}
+
+
+@pytest.mark.parametrize(("command", "flag", "rest"), DURATIONS, ids=[f"{c}{f}" for c, f, _ in DURATIONS])
+def test_every_duration_refuses_nan_inf_negatives_and_words(tmp_path, command, flag, rest):
+    values = ["nan", "-5", "abc", "inf"] + ([] if (command, flag) in ZERO_OK else ["0"])
+    if flag == "--timeout":
+        values.remove("inf")  # --timeout inf: no limit, as when it is left out
+    for value in values:
+        proc = hangwatch(command, f"{flag}={value}", *rest, cwd=tmp_path, timeout=30)
+        _usage_error(proc, flag)
+
+
+def test_timeout_inf_means_no_limit(tmp_path):
+    proc = hangwatch(
+        "run", "--quiet", "--no-doctor", "--run-dir", str(tmp_path / "run"), "--timeout", "inf", "--", "true",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "hangwatch verdict: EXITED" in proc.stdout
+
+
+def test_argparse_errors_are_one_line_and_a_pointer(tmp_path):
+    proc = hangwatch("stacks", "--pid", "1", "--samples", "abc", cwd=tmp_path)
+    _usage_error(proc, "--samples", "hangwatch stacks --help")

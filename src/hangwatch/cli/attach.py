@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from hangwatch.cli.options import add_watch_options
+from hangwatch.cli.options import seconds
 from hangwatch.cli.options import watch_options
 from hangwatch.errors import UsageError
 
@@ -24,7 +25,11 @@ class AttachCommand:
             "--pid", type=int, required=True, help="PID of the server's main (launcher) process"
         )
         parser.add_argument(
-            "--window", type=float, default=60.0, metavar="S", help="watch for S seconds (default: 60)"
+            "--window",
+            type=seconds("--window"),
+            default=60.0,
+            metavar="S",
+            help="watch for S seconds (default: 60)",
         )
         parser.add_argument("--log", type=Path, metavar="FILE", help="the server's log file to follow")
         add_watch_options(parser, stall_default=None)
@@ -33,8 +38,6 @@ class AttachCommand:
         from hangwatch.supervise.attach import AttachOptions
         from hangwatch.supervise.attach import run_attached
 
-        if args.window <= 0:
-            raise UsageError("--window must be a positive number of seconds")
         stall = args.stall_after if args.stall_after is not None else args.window
         if args.log is not None and not args.log.is_file():
             raise UsageError(f"--log {args.log}: no such file")

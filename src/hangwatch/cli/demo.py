@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from hangwatch.cli.options import add_output_file
+from hangwatch.cli.options import seconds
 from hangwatch.model.vocabulary import State
 
 STALLED_EXIT = State.STALLED.exit_code
@@ -26,7 +27,11 @@ class DemoCommand:
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--ranks", type=int, default=4, help="scheduler ranks (default: 4)")
         parser.add_argument(
-            "--stall-after", type=float, default=12.0, metavar="S", help="stall window (default: 12 s)"
+            "--stall-after",
+            type=seconds("--stall-after"),
+            default=12.0,
+            metavar="S",
+            help="stall window (default: 12 s)",
         )
         add_output_file(parser, "--report-json", "write the report as JSON")
         parser.add_argument("--quiet", action="store_true", help="only the verdict")

@@ -9,6 +9,7 @@ exit 2, before anything starts.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +41,39 @@ def output_file(flag: str) -> Callable[[str], Path]:
     return parse
 
 
+def number(
+    flag: str, unit: str = "seconds", *, zero_ok: bool = False, no_limit: bool = False, example: str = "30"
+) -> Callable[[str], float | None]:
+    """The type of a numeric option (every duration: --stall-after, --timeout, --grace, --window, ...).
+
+    A finite number, more than 0 (``zero_ok``: 0 or more); ``nan``, ``inf``, negatives and words are
+    refused with one line. ``no_limit``: the option means "no limit" when left out, and ``inf`` says
+    the same (None).
+    """
+    least = "0 or more" if zero_ok else "more than 0"
+    of_unit = f" of {unit}" if unit else ""
+
+    def parse(text: str) -> float | None:
+        try:
+            value = float(text)
+        except ValueError:
+            raise UsageError(f"{flag} {text!r}: not a number{of_unit}; give e.g. {flag} {example}") from None
+        if math.isinf(value) and value > 0 and no_limit:
+            return None
+        if not math.isfinite(value):
+            hint = f" (leave {flag} out for no limit)" if no_limit else ""
+            raise UsageError(f"{flag} {text}: give a finite number{of_unit}{hint}")
+        if value < 0 or (value == 0 and not zero_ok):
+            raise UsageError(f"{flag} {text}: must be {least}" + (f" {unit}" if unit else ""))
+        return value
+
+    return parse
+
+
+def seconds(flag: str, *, zero_ok: bool = False, no_limit: bool = False) -> Callable[[str], float | None]:
+    return number(flag, "seconds", zero_ok=zero_ok, no_limit=no_limit)
+
+
 def add_output_file(group: ArgGroup, flag: str, help_text: str) -> None:
     """``--report-json FILE`` and its kin, the same in every command."""
     group.add_argument(flag, type=output_file(flag), metavar="FILE", help=help_text)
@@ -61,19 +95,30 @@ def add_watch_options(parser: argparse.ArgumentParser, stall_default: float | No
     )
     g.add_argument(
         "--stall-after",
-        type=float,
+        type=seconds("--stall-after"),
         default=stall_default,
         metavar="S",
         help="stalled when nothing progresses for S seconds (default: %(default)s)",
     )
     g.add_argument(
-        "--timeout", type=float, metavar="S", help="give up (verdict timeout) after S seconds if not ready"
+        "--timeout",
+        type=seconds("--timeout", no_limit=True),
+        metavar="S",
+        help="give up (verdict timeout) after S seconds if not ready (default: no limit)",
     )
     g.add_argument(
-        "--interval", type=float, default=1.0, metavar="S", help="sampling interval (default: 1 s)"
+        "--interval",
+        type=seconds("--interval"),
+        default=1.0,
+        metavar="S",
+        help="sampling interval (default: 1 s)",
     )
     g.add_argument(
-        "--probe-timeout", type=float, default=2.0, metavar="S", help="HTTP probe timeout (default: 2 s)"
+        "--probe-timeout",
+        type=seconds("--probe-timeout"),
+        default=2.0,
+        metavar="S",
+        help="HTTP probe timeout (default: 2 s)",
     )
     o = parser.add_argument_group("output")
     add_output_file(o, "--report-json", "write the report as JSON (schema hangwatch.report/1)")
@@ -96,10 +141,8 @@ def watch_options(args: argparse.Namespace, stall_after: float | None = None) ->
     stall = stall_after if stall_after is not None else args.stall_after
     if stall is None or stall <= 0:
         raise UsageError("--stall-after must be a positive number of seconds")
-    if args.interval <= 0 or args.interval > stall:
-        raise UsageError("--interval must be positive and no longer than --stall-after")
-    if args.timeout is not None and args.timeout <= 0:
-        raise UsageError("--timeout must be a positive number of seconds")
+    if args.interval > stall:
+        raise UsageError(f"--interval {args.interval:g} must be no longer than --stall-after {stall:g}")
     return WatchOptions(
         engine=args.engine,
         ready_url=validate_probe_url(args.ready_url) if args.ready_url else None,

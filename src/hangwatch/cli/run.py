@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from hangwatch.cli.options import add_watch_options
+from hangwatch.cli.options import seconds
 from hangwatch.cli.options import watch_options
 from hangwatch.errors import UsageError
 
@@ -32,7 +33,11 @@ class RunCommand:
             help="where the log and reports go (default: ~/.local/state/hangwatch/runs/...)",
         )
         parser.add_argument(
-            "--grace", type=float, default=10.0, metavar="S", help="SIGTERM grace before SIGKILL at cleanup"
+            "--grace",
+            type=seconds("--grace", zero_ok=True),
+            default=10.0,
+            metavar="S",
+            help="SIGTERM grace before SIGKILL at cleanup",
         )
         parser.add_argument(
             "--no-doctor", action="store_true", help="skip the fast preflight checks (see `hangwatch doctor`)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from hangwatch.cli.options import add_output_file
+from hangwatch.cli.options import seconds
 from hangwatch.engines import PROFILES
 from hangwatch.errors import UsageError
 
@@ -29,7 +30,11 @@ class StacksCommand:
             help="capture rounds, to see what moves (default: 1)",
         )
         parser.add_argument(
-            "--every", type=float, default=2.0, metavar="S", help="seconds between rounds (default: 2)"
+            "--every",
+            type=seconds("--every"),
+            default=2.0,
+            metavar="S",
+            help="seconds between rounds (default: 2)",
         )
         parser.add_argument(
             "--no-native", action="store_true", help="Python frames only (no --native unwinding)"
@@ -42,8 +47,6 @@ class StacksCommand:
 
         if args.samples < 1 or args.samples > 100:
             raise UsageError("--samples must be between 1 and 100")
-        if args.every <= 0:
-            raise UsageError("--every must be a positive number of seconds")
         options = SnapshotOptions(
             pid=args.pid,
             engine=args.engine,
