@@ -7,6 +7,7 @@ from hangwatch.model.bench import Percentiles
 from hangwatch.model.bench import ServerResult
 from hangwatch.model.bench import SpecStats
 from hangwatch.model.bench import Workload
+from hangwatch.redact import scrub
 
 LABEL_WIDTH = 28
 MIN_COLUMN = 24
@@ -119,7 +120,7 @@ def bench_text(report: BenchReport) -> str:
     if notes:
         lines.append("notes:")
         lines.extend(f"  - {n}" for n in notes)
-    return "\n".join(lines)
+    return scrub("\n".join(lines))
 
 
 def report_notes(report: BenchReport) -> list[str]:

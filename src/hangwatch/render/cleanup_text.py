@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hangwatch.model.cleanup import CleanupOutcome
 from hangwatch.model.cleanup import CleanupPlan
+from hangwatch.redact import scrub
 
 MiB = 2**20
 
@@ -35,7 +36,7 @@ def plan_text(plan: CleanupPlan, grace_s: float) -> str:
             f"(now: pid {', '.join(map(str, s.holders))})"
         )
     lines += [f"  note: {n}" for n in plan.notes]
-    return "\n".join(lines)
+    return scrub("\n".join(lines))
 
 
 def outcome_text(outcome: CleanupOutcome) -> str:
@@ -73,4 +74,4 @@ def outcome_text(outcome: CleanupOutcome) -> str:
         )
     )
     lines += [f"  note: {n}" for n in plan.notes]
-    return "\n".join(lines)
+    return scrub("\n".join(lines))

@@ -8,6 +8,7 @@ from hangwatch.model.doctor import Check
 from hangwatch.model.doctor import Coverage
 from hangwatch.model.doctor import DoctorReport
 from hangwatch.model.doctor import Status
+from hangwatch.redact import scrub
 
 WIDTH = 110
 _LABEL = {Status.PASS: "ok", Status.WARN: "WARN", Status.FAIL: "FAIL"}
@@ -79,7 +80,7 @@ def doctor_text(report: DoctorReport) -> str:
         lines += ["", "notes:", *(f"  - {n}" for n in report.notes)]
     if report.timings:
         lines.append("timings: " + ", ".join(f"{k} {v:.2f}" for k, v in report.timings.items()))
-    return "\n".join(lines)
+    return scrub("\n".join(lines))
 
 
 def preflight_text(checks: list[Check]) -> str:
@@ -87,4 +88,4 @@ def preflight_text(checks: list[Check]) -> str:
     bad = [c for c in checks if c.status is not Status.PASS]
     if not bad:
         return ""
-    return "\n".join(["hangwatch preflight:", *checks_table(bad), *details(bad)])
+    return scrub("\n".join(["hangwatch preflight:", *checks_table(bad), *details(bad)]))

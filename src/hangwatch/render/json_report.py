@@ -2,7 +2,7 @@
 
 One writer for every report (run/attach, stacks, doctor, cleanup, bench): enums become their values,
 floats are rounded to what a reader can use (non-finite ones become null, so the file is always valid
-JSON), and the file is replaced atomically.
+JSON), every string is redacted (``redact.scrub``), and the file is replaced atomically.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from hangwatch.redact import scrub
 from hangwatch.render.files import write_atomically
 
 RUN_FLOAT_DIGITS = 4  # seconds, percentages and rates of a run: a reader needs no more
@@ -30,6 +31,8 @@ def plain(value: Any, float_digits: int = RUN_FLOAT_DIGITS) -> Any:
         return [plain(v, float_digits) for v in value]
     if isinstance(value, float):
         return round(value, float_digits) if math.isfinite(value) else None
+    if isinstance(value, str):
+        return scrub(value)  # every string of every report: log lines, frames, source lines, names
     return value
 
 

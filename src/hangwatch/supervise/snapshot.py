@@ -27,6 +27,7 @@ from hangwatch.errors import HangwatchError
 from hangwatch.errors import NoSuchProcess
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import StackSample
+from hangwatch.redact import scrub
 from hangwatch.render.files import write_atomically
 from hangwatch.render.files import write_outputs
 from hangwatch.render.json_report import json_text
@@ -79,7 +80,7 @@ def take_snapshot(options: SnapshotOptions) -> int:
     exits = tuple(e for tick in ticks for e in tick.exits)
     diagnosis = classify(stack_context(analysed, ticks, exits))
     tree = build_tree(analysed, highlight=diagnosis.culprits or None)
-    print("\n".join(snapshot_text(options.pid, tree_lines(tree, max_lines=60), diagnosis)), flush=True)
+    print(scrub("\n".join(snapshot_text(options.pid, tree_lines(tree, max_lines=60), diagnosis))), flush=True)
     if options.report_json is not None:
         data: dict[str, Any] = {
             "schema": SNAPSHOT_SCHEMA,
