@@ -17,6 +17,7 @@ from rich.progress import TimeElapsedColumn
 from hangwatch.model.bench import LoadRun
 from hangwatch.model.bench import RequestRecord
 from hangwatch.render.live import event_text
+from hangwatch.words import plural
 
 
 def _share_summary(label: str, run: LoadRun) -> str:
@@ -25,7 +26,7 @@ def _share_summary(label: str, run: LoadRun) -> str:
     rate = tokens / run.duration_s if run.duration_s > 0 else 0.0
     failed = len(run.records) - len(ok)
     text = (
-        f"{label}: {len(run.records)} requests, {failed} failed, "
+        f"{label}: {plural(len(run.records), 'request')}, {failed} failed, "
         f"{tokens} output tokens in {run.duration_s:.1f} s ({rate:.0f} tok/s)"
     )
     return text + (f"; {run.aborted}" if run.aborted else "")
@@ -61,7 +62,7 @@ class PlainProgress(QuietProgress):
         self, label: str, round_: int, rounds: int, requests: int | None, duration_s: float | None
     ) -> None:
         self._round = f"round {round_ + 1}/{rounds}"
-        amount = f"{requests} requests" if requests is not None else f"{duration_s:g} s"
+        amount = plural(requests, "request") if requests is not None else f"{duration_s:g} s"
         self.note(f"{label} {self._round}: {amount}")
 
     def share_finished(self, label: str, run: LoadRun) -> None:

@@ -9,6 +9,7 @@ from hangwatch.model.doctor import Coverage
 from hangwatch.model.doctor import DoctorReport
 from hangwatch.model.doctor import Status
 from hangwatch.redact import scrub
+from hangwatch.words import plural
 
 WIDTH = 110
 _LABEL = {Status.PASS: "ok", Status.WARN: "WARN", Status.FAIL: "FAIL"}
@@ -19,7 +20,9 @@ def headline(report: DoctorReport) -> str:
     fails = sum(c.status is Status.FAIL for c in report.checks)
     warns = sum(c.status is Status.WARN for c in report.checks)
     caps = f"GPU capability {', '.join(report.capabilities)}" if report.capabilities else "no GPU"
-    verdict = "all checks passed" if not fails and not warns else f"{fails} failed, {warns} warnings"
+    verdict = (
+        "all checks passed" if not fails and not warns else f"{fails} failed, {plural(warns, 'warning')}"
+    )
     return f"hangwatch doctor ({report.mode}, {caps}): {verdict}"
 
 

@@ -25,6 +25,7 @@ from hangwatch.render.files import write_atomically
 from hangwatch.render.stacktext import chain_text
 from hangwatch.render.stacktext import fold
 from hangwatch.render.timeline_svg import timeline_svg
+from hangwatch.words import plural
 
 _BACKTICKS = re.compile(r"`([^`]+)`")
 MAX_TREE_NODES = 400  # deeper or wider trees are cut, with a note; the JSON report has everything
@@ -37,6 +38,7 @@ def get_environment() -> Environment:
         keep_trailing_newline=True,
     )
     env.filters["code_spans"] = code_spans
+    env.filters["plural"] = plural
     return env
 
 

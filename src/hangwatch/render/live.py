@@ -16,6 +16,7 @@ from hangwatch.analyse.progress import human_bytes
 from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ProcessSample
+from hangwatch.words import plural
 
 
 @dataclass(frozen=True)
@@ -97,13 +98,14 @@ class PlainView:
 
 def status_line(state: LiveState) -> str:
     cpu = sum(p.cpu_delta_s for p in state.processes) / max(state.interval_s, 1e-3)
-    probe = state.probe.describe() if state.probe else "no probe"
+    probe = f"probe {state.probe.describe()}" if state.probe else "no probe"
     stall = (
         f"stall verdict in {state.time_to_stall_s:.0f} s" if state.time_to_stall_s is not None else "serving"
     )
     return (
-        f"{state.t:6.1f}s phase {state.phase} ({state.in_phase_s:.0f} s) | {len(state.processes)} procs, "
-        f"CPU {cpu:.0%} | probe {probe} | {stall} | last progress: {state.last_progress}"
+        f"{state.t:6.1f}s phase {state.phase} ({state.in_phase_s:.0f} s) | "
+        f"{plural(len(state.processes), 'process')}, CPU {cpu:.0%} | {probe} | {stall} | "
+        f"last progress: {state.last_progress}"
     )
 
 
@@ -141,11 +143,11 @@ def status_table(state: LiveState) -> Table:
 
 
 def _caption(state: LiveState) -> str:
-    probe = state.probe.describe() if state.probe else "no probe"
+    probe = f"probe: {state.probe.describe()}" if state.probe else "no probe"
     stall = (
         f"stall verdict in {state.time_to_stall_s:.0f} s" if state.time_to_stall_s is not None else "serving"
     )
-    return f"probe: {probe} | {stall} | last progress: {state.last_progress}"
+    return f"{probe} | {stall} | last progress: {state.last_progress}"
 
 
 class RichView:
