@@ -41,7 +41,8 @@ class DemoCommand:
 
         run_dir = Path(tempfile.mkdtemp(prefix="hangwatch-demo-"))
         argv = ["run", "--engine", "sglang", "--until-ready", "--stall-after", str(args.stall_after)]
-        argv += ["--run-dir", str(run_dir), "--grace", "3"]
+        # No preflight: the demo's "engine" is a story on this machine, not a server to check it for.
+        argv += ["--run-dir", str(run_dir), "--grace", "3", "--no-doctor"]
         if args.report_json:
             argv += ["--report-json", str(args.report_json)]
         if args.quiet:

@@ -59,7 +59,7 @@ class RunCommand:
                 "no command to run", "Put the command after `--`: hangwatch run -- CMD [ARGS...]"
             )
         if not args.no_doctor:
-            _preflight(tuple(command))
+            _preflight(tuple(command), args.engine)
         options = RunOptions(
             watch=watch_options(args),
             command=tuple(command),
@@ -70,12 +70,12 @@ class RunCommand:
         return run_supervised(options)
 
 
-def _preflight(command: tuple[str, ...]) -> None:
+def _preflight(command: tuple[str, ...], engine: str | None) -> None:
     """Print what would make this launch hang or fail (wrong GPU architecture, port taken, ...), then go on:
     the checks inform, the verdict decides."""
     from hangwatch.render.doctor_text import preflight_text
     from hangwatch.supervise.preflight import fast_preflight
 
-    text = preflight_text(fast_preflight(command, None))
+    text = preflight_text(fast_preflight(command, None, engine=engine))
     if text:
         print(text, file=sys.stderr, flush=True)

@@ -87,8 +87,20 @@ def doctor_text(report: DoctorReport) -> str:
 
 
 def preflight_text(checks: list[Check]) -> str:
-    """What ``hangwatch run`` prints before launching: the failures and warnings only, with their fixes."""
+    """What ``hangwatch run`` prints before launching: the failures and warnings only, each once, in one
+    format: ``WARN name: summary``, the evidence the summary does not already say, the fix."""
     bad = [c for c in checks if c.status is not Status.PASS]
     if not bad:
         return ""
-    return scrub("\n".join(["hangwatch preflight:", *checks_table(bad), *details(bad)]))
+    lines = ["hangwatch preflight (the launch goes on; `hangwatch doctor` runs every check):"]
+    for c in bad:
+        head = c.summary if c.summary.startswith(c.name) else f"{c.name}: {c.summary}"
+        lines += textwrap.wrap(
+            f"{_LABEL[c.status]} {head}", WIDTH, initial_indent="  ", subsequent_indent="      "
+        )
+        for e in c.evidence:
+            if e.strip() and e not in c.summary:
+                lines += textwrap.wrap(e, WIDTH, initial_indent="    - ", subsequent_indent="      ")
+        if c.fix:
+            lines += textwrap.wrap(c.fix, WIDTH, initial_indent="    fix: ", subsequent_indent="         ")
+    return scrub("\n".join(lines))

@@ -295,11 +295,24 @@ def loader_modules(
     return files
 
 
+# Checks whose advice is about what vLLM and SGLang need (their open-files limit, their compile caches):
+# not said before a program that is neither.
+ENGINE_ONLY_CHECKS = frozenset({"open-files", "cache-disk"})
+
+
 def fast_preflight(
-    command: tuple[str, ...], port: int | None, env: Mapping[str, str] | None = None
+    command: tuple[str, ...],
+    port: int | None,
+    env: Mapping[str, str] | None = None,
+    engine: str | None = None,
 ) -> list[Check]:
-    """The checks ``hangwatch run`` makes before it launches ``command`` (under 2 s, no interpreter run)."""
-    return list(fast_report(command, port, env).checks)
+    """The checks ``hangwatch run`` makes before it launches ``command`` (under 2 s, no interpreter run),
+    only those that apply to it: ``engine`` (``--engine``) or the one its command line names."""
+    checks = list(fast_report(command, port, env).checks)
+    profile = engines.by_name(engine) if engine else engines.detect(command)
+    if profile.name == "generic":
+        checks = [c for c in checks if c.name not in ENGINE_ONLY_CHECKS]
+    return checks
 
 
 def fast_report(
