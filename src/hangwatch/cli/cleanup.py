@@ -63,7 +63,12 @@ class CleanupCommand:
             elif args.port is not None:
                 plan = reclaim.plan_for_port(args.port, gpu)
             else:
-                plan = reclaim.plan_for_run(args.run, gpu)
+                try:
+                    plan = reclaim.plan_for_run(args.run, gpu)
+                except reclaim.TreeGone:
+                    # A finished run (the usual case: hangwatch run cleans up after itself): nothing to do.
+                    print(f"hangwatch cleanup: run {args.run}: already clean (no process of it is left)")
+                    return 0
             if args.dry_run:
                 print(plan_text(plan, args.grace), flush=True)
                 return 0
