@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from hangwatch.cli.options import add_watch_options
@@ -35,6 +36,7 @@ class AttachCommand:
         add_watch_options(parser, stall_default=None)
 
     def run(self, args: argparse.Namespace) -> int:
+        from hangwatch.collect.proctree import whole_machine_note
         from hangwatch.supervise.attach import AttachOptions
         from hangwatch.supervise.attach import run_attached
 
@@ -44,4 +46,7 @@ class AttachCommand:
         options = AttachOptions(
             watch=watch_options(args, stall_after=stall), pid=args.pid, window=args.window, log=args.log
         )
+        note = whole_machine_note(args.pid)
+        if note is not None:
+            print(f"hangwatch attach: {note}", file=sys.stderr, flush=True)
         return run_attached(options)

@@ -22,6 +22,8 @@ from hangwatch.analyse.stacktree import build_tree
 from hangwatch.analyse.stackwatch import with_native_detail
 from hangwatch.collect import procfs
 from hangwatch.collect.proctree import TreeSampler
+from hangwatch.collect.proctree import own_processes
+from hangwatch.collect.proctree import whole_machine_note
 from hangwatch.collect.stacks import StackDumper
 from hangwatch.errors import HangwatchError
 from hangwatch.errors import NoSuchProcess
@@ -61,7 +63,7 @@ def take_snapshot(options: SnapshotOptions) -> int:
     dumper = StackDumper(native=options.native)
     if dumper.unavailable is not None:
         raise StacksUnavailableError(dumper.unavailable)
-    sampler = TreeSampler([options.pid], profile.role_of, watch_deaths=False)
+    sampler = TreeSampler([options.pid], profile.role_of, watch_deaths=False, exclude=own_processes)
     started = time.monotonic()
     samples: list[StackSample] = []
     ticks: list[Tick] = []
@@ -98,7 +100,11 @@ def take_snapshot(options: SnapshotOptions) -> int:
 
 
 def snapshot_text(pid: int, lines: list[str], diagnosis: causes.Diagnosis) -> list[str]:
-    out = [f"hangwatch stacks of the tree of pid {pid}:", *lines, ""]
+    out = [f"hangwatch stacks of the tree of pid {pid}:"]
+    note = whole_machine_note(pid)
+    if note is not None:
+        out.append(f"  ({note})")
+    out += [*lines, ""]
     confidence = f", {diagnosis.confidence} confidence" if diagnosis.confidence else ""
     out.append(f"cause: {diagnosis.cause.value}{confidence}")
     out.append(f"  {diagnosis.explanation}")
