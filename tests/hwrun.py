@@ -92,3 +92,59 @@ def assert_all_gone(report: dict[str, Any]) -> None:
         except psutil.NoSuchProcess:
             continue
     assert not left, f"left behind: {left}"
+
+
+def run_in_terminal(
+    args: list[str],
+    tmp_path: Path,
+    timeout: float = 60,
+    columns: int = 160,
+    env: dict[str, str] | None = None,
+) -> Outcome:
+    """``python -m hangwatch ARGS`` on a pseudo-terminal (so the Rich live view is on), with a JSON report.
+
+    Its stdout and stderr both go to the terminal: ``Outcome.stdout`` is everything shown there.
+    """
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+    import time
+
+    from proc_helpers import kill_tree
+
+    report = tmp_path / "report.json"
+    argv = [sys.executable, "-m", "hangwatch", *args[:1], "--report-json", str(report), *args[1:]]
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    term_env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "LINES")}
+    term_env.update({"TERM": "xterm-256color", "PYTHONUNBUFFERED": "1", **(env or {})})
+    proc = subprocess.Popen(
+        argv, stdin=slave, stdout=slave, stderr=slave, env=term_env, start_new_session=True, close_fds=True
+    )
+    os.close(slave)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if not ready:
+                if proc.poll() is not None:
+                    break
+                continue
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: every writer of the terminal has closed it
+                break
+            if not data:
+                break
+            chunks.append(data)
+        else:
+            raise AssertionError(f"hangwatch did not finish in {timeout} s:\n{b''.join(chunks)[-4000:]!r}")
+        rc = proc.wait(timeout=10)
+    finally:
+        kill_tree(proc)
+        os.close(master)
+    data = json.loads(report.read_text()) if report.exists() else None
+    return Outcome(rc, b"".join(chunks).decode("utf-8", "replace"), "", data)

@@ -1,12 +1,18 @@
 """Remove secrets from command lines, environments, URLs and free text before anything is shown or stored.
 
-Applied at the collection boundary (so no sample ever holds a secret) and again on free text that
-came from logs before it goes into a report.
+Applied at the collection boundary (so no sample ever holds a secret), and by every writer to every
+string it writes (``scrub``: the JSON, HTML and Markdown reports, the verdict and the other texts):
+known token shapes (``hf_...``, ``sk-...``, bearer headers, ``token=...``) and the exact values of the
+secret-named environment variables (``*TOKEN*``, ``*KEY*``, ``*SECRET*``, ``*PASSWORD*``) that
+hangwatch passes to the tree it launches (its own environment), wherever they appear.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import re
+from collections.abc import Mapping
 from urllib.parse import parse_qsl
 from urllib.parse import urlencode
 from urllib.parse import urlsplit
@@ -110,3 +116,69 @@ def redact_text(text: str) -> str:
 
 def redact_environ(env: dict[str, str]) -> dict[str, str]:
     return {k: (MASK if is_secret_name(k) else redact_text(v)) for k, v in env.items()}
+
+
+# Names of environment variables whose values are secrets wherever they show up (a server printing its
+# HF_TOKEN). Matched as substrings of the upper-cased name, as a person reads *TOKEN*; the words below
+# contain them and are not secrets (TOKENIZERS_PARALLELISM=false must not hide every "false").
+_SECRET_ENV_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD")
+_NOT_SECRET_WORDS = ("TOKENIZER", "KEYBOARD", "KEYRING", "KEYMAP", "KEYTIMEOUT")
+MIN_SECRET_VALUE = 8  # shorter values ("1", "true", "auto") would hide ordinary words everywhere
+
+
+def is_secret_env_name(name: str) -> bool:
+    upper = name.upper()
+    for word in _NOT_SECRET_WORDS:
+        upper = upper.replace(word, "")
+    return any(word in upper for word in _SECRET_ENV_WORDS)
+
+
+def secret_env_values(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The values of the secret-named variables of ``env``, longest first (so a value that contains
+    another is masked whole)."""
+    values = {
+        v.strip()
+        for k, v in env.items()
+        if is_secret_env_name(k) and len(v.strip()) >= MIN_SECRET_VALUE and v.strip().lower() not in _PLAIN
+    }
+    return tuple(sorted(values, key=len, reverse=True))
+
+
+_PLAIN = frozenset({"true", "false", "enabled", "disabled"})
+_MEMO_LIMIT = 100_000
+_MEMO_TEXT_LIMIT = 4096
+
+
+class Redactor:
+    """The one redactor of every writer: exact secret values, then the known shapes (``redact_text``)."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.values = secret_env_values(env)
+        # A report repeats the same strings tick after tick (names, command lines): redact each once.
+        self._memo: dict[str, str] = {}
+
+    def __call__(self, text: str) -> str:
+        done = self._memo.get(text)
+        if done is not None:
+            return done
+        out = text
+        for value in self.values:
+            if value in out:
+                out = out.replace(value, MASK)
+        out = redact_text(out)
+        if len(self._memo) >= _MEMO_LIMIT:
+            self._memo.clear()
+        if len(text) <= _MEMO_TEXT_LIMIT:
+            self._memo[text] = out
+        return out
+
+
+@functools.cache
+def _process_redactor() -> Redactor:
+    return Redactor(os.environ)
+
+
+def scrub(text: str) -> str:
+    """Redact ``text`` for writing: the secrets of hangwatch's environment (which the tree it launches
+    inherits) and the known token shapes."""
+    return _process_redactor()(text)

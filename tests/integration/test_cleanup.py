@@ -130,3 +130,16 @@ def test_refuses_what_it_must_not_touch(tmp_path):
     assert mine.returncode == 2 and "hangwatch itself" in mine.stderr
     assert "no process with PID" in cleanup("--pid", "999999999").stderr
     assert "run.json" in cleanup("--run", str(tmp_path)).stderr
+
+
+def test_a_finished_run_is_already_clean(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        hangwatch_argv("run", "--quiet", "--no-doctor", "--run-dir", str(run_dir), "--", "true"),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0 and (run_dir / "run.json").is_file(), proc.stderr
+    for extra in ((), ("--dry-run",)):
+        out = cleanup("--run", str(run_dir), *extra)
+        assert out.returncode == 0, out.stderr
+        assert "already clean" in out.stdout and not out.stderr

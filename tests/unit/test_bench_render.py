@@ -180,7 +180,7 @@ def test_options_defaults_and_compare_rounds(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (("--url", "http://a:1", "--duration", "0"), "--duration must be a positive number"),
+        (("--url", "http://a:1", "--duration", "0"), "--duration 0: must be more than 0 seconds"),
         (("--url", "http://a:1", "--requests", "2", "--duration", "3"), "not both"),
         (("--url", "http://a:1", "--temperature", "-1"), "0 or more"),
         (("--url", "http://a:1", "--launch-a", ""), "empty command"),

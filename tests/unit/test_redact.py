@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 from hangwatch.redact import MASK
+from hangwatch.redact import Redactor
 from hangwatch.redact import redact_argv
 from hangwatch.redact import redact_environ
 from hangwatch.redact import redact_text
 from hangwatch.redact import redact_url
+from hangwatch.redact import secret_env_values
 
 
 def test_argv_flags_with_separate_and_inline_values():
@@ -44,3 +46,53 @@ def test_free_text():
 def test_environment():
     env = redact_environ({"HF_TOKEN": "x", "NCCL_DEBUG": "INFO", "AWS_SECRET_ACCESS_KEY": "y"})
     assert env == {"HF_TOKEN": MASK, "NCCL_DEBUG": "INFO", "AWS_SECRET_ACCESS_KEY": MASK}
+
+
+def test_secret_env_values_are_the_long_values_of_secret_names():
+    env = {
+        "MY_API_KEY": "abcdef-123456",
+        "HF_TOKEN": "hf_short",
+        "DB_PASSWORD": "correct-horse",
+        "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG",
+        "TOKENIZERS_PARALLELISM": "false",  # not a secret, and would hide every "false"
+        "TOKENIZER_PATH": "/models/tok/tokenizer.json",
+        "SOME_KEY": "1",  # too short to mask anywhere
+        "PATH": "/usr/bin:/bin",
+    }
+    assert set(secret_env_values(env)) == {
+        "abcdef-123456",
+        "hf_short",
+        "correct-horse",
+        "wJalrXUtnFEMI/K7MDENG",
+    }
+
+
+def test_redactor_masks_exact_values_wherever_they_appear():
+    redact = Redactor({"MY_API_KEY": "abcdef-123456", "LONGER_TOKEN": "abcdef-123456-xyz"})
+    assert redact("using abcdef-123456-xyz and abcdef-123456.") == "using *** and ***."
+    assert redact("token hf_abcdefghijklmnopqrstuvwxyz0123") == "token ***"  # the known shapes too
+
+
+def test_every_writer_redacts_every_field(monkeypatch):
+    """JSON (the timeline's last_line, findings, phase lines, stacks' source lines), HTML, Markdown, text."""
+    from hangwatch import redact
+    from hangwatch.render.html import html_report
+    from hangwatch.render.json_report import json_text
+    from hangwatch.render.json_report import report_to_dict
+    from hangwatch.render.markdown import markdown_report
+    from hangwatch.render.text import verdict_text
+    from reports import report_with
+
+    secret = "v4lue-of-MY-API-KEY"
+    monkeypatch.setenv("MY_API_KEY", secret)
+    redact._process_redactor.cache_clear()
+    try:
+        report = report_with(f"key {secret} hf_abcdefghijklmnopqrstuvwxyz0123")
+        data = report_to_dict(report)
+        for text in (json_text(data), html_report(report), markdown_report(report), verdict_text(report)):
+            assert secret not in text and "hf_abcdefghijklmnopqrstuvwxyz0123" not in text
+        assert data["timeline"][0]["log"]["last_line"] == "last key *** ***"
+        assert "***" in data["stacks"][0]["processes"][0]["threads"][0]["frames"][1]["code"]
+    finally:
+        monkeypatch.delenv("MY_API_KEY")
+        redact._process_redactor.cache_clear()

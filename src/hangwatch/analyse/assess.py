@@ -64,8 +64,10 @@ class Policy:
     timeout: float | None = None
     ready_statuses: frozenset[int] = frozenset({200})
     thresholds: Thresholds = field(default_factory=Thresholds)
-    # How the timeout is worded in a verdict: "--timeout 600 s", or attach's "the 60 s window".
+    # How the timeout is worded in a verdict: "--timeout 600 s", or attach's "the 60 s --window".
     timeout_label: str | None = None
+    # The watch's own end (attach's --window): a server found serving is judged healthy then.
+    window_end: float | None = None
 
 
 class Assessor:
@@ -206,18 +208,22 @@ class Assessor:
             ),
         )
 
-    def interrupted(self, how: str = "interrupted by the user") -> Verdict:
-        """The verdict when hangwatch is stopped before (or, while serving, after) its verdict."""
+    def interrupted(self, how: str = "interrupted by the user (Ctrl-C)") -> Verdict:
+        """The verdict when hangwatch is stopped: before a verdict, an interruption; while serving with no
+        stall, the server was ready and served until it was stopped (exit 0)."""
         quiet = self.quiet_for(self.now)
         if self.serving:
             assert self.ready_at is not None
             return Verdict(
-                State.INTERRUPTED,
+                State.READY,
                 None,
                 self.phases.describe(self.now),
-                f"{how} after {self.now:.0f} s, while serving: ready since {self.ready_at:.1f} s",
+                f"ready at {self.ready_at:.1f} s, then serving until {how} after {self.now:.0f} s",
                 (),
-                (f"ready at {self.ready_at:.1f} s", f"last progress {quiet:.0f} s ago"),
+                (
+                    f"ready at {self.ready_at:.1f} s; no stall while serving",
+                    f"last progress {quiet:.0f} s ago",
+                ),
             )
         return Verdict(
             State.INTERRUPTED,
@@ -310,7 +316,7 @@ class Assessor:
             if self.window_over:
                 assert self.ready_at is not None
                 summary = (
-                    f"serving at the end of {self.policy.timeout_label}, and nothing wedged: "
+                    f"serving at the end of the {self.policy.window_end:g} s --window, and nothing wedged: "
                     f"ready since {self.ready_at:.1f} s"
                 )
                 return self._make(State.READY, None, summary, (), [summary])

@@ -23,6 +23,7 @@ from hangwatch.model.doctor import ModuleCoverage
 from hangwatch.model.doctor import ModuleScan
 from hangwatch.model.doctor import PyEnvFacts
 from hangwatch.model.doctor import Status
+from hangwatch.words import plural
 
 # The first CUDA release whose driver JIT-compiles each PTX ISA version (PTX ISA release notes).
 PTX_ISA_CUDA: dict[tuple[int, int], tuple[int, int]] = {
@@ -174,7 +175,7 @@ def check_extension_arch(
         return Check(
             name,
             Status.WARN if modules else Status.PASS,
-            f"{len(modules)} modules with GPU code, but no GPU to check them against",
+            f"{plural(len(modules), 'module')} with GPU code, but no GPU to check them against",
             fix="Give --capability X.Y to check for the GPUs the server will run on." if modules else None,
         )
     header = f"scanned {scanned} shared objects in {seconds:.2f} s; {len(modules)} carry GPU code"
@@ -295,5 +296,8 @@ def check_crosscheck(disagreements: Sequence[str], compared: int, tool: str | No
             fix="Trust cuobjdump's list; please report the module to hangwatch.",
         )
     return Check(
-        "fatbin-crosscheck", Status.PASS, f"cuobjdump ({tool}) agrees on all {compared} modules compared"
+        "fatbin-crosscheck",
+        Status.PASS,
+        f"cuobjdump ({tool}) agrees on {'the' if compared == 1 else 'all'} "
+        f"{plural(compared, 'module')} compared",
     )

@@ -19,6 +19,7 @@ from hangwatch.model.doctor import PortFacts
 from hangwatch.model.doctor import PyEnvFacts
 from hangwatch.model.doctor import Status
 from hangwatch.model.doctor import worst
+from hangwatch.words import plural
 
 GiB = 2**30
 SHM_PATH = "/dev/shm"  # noqa: S108 - the POSIX shared-memory mount, named in messages
@@ -145,7 +146,7 @@ def check_memory(
     evidence.append(f"checkpoint {checkpoint.path}: {_gib(size)} ({checkpoint.source})")
     gpu_total = sum(g.mem_total_bytes or 0 for g in gpus)
     if gpus and all(g.mem_total_bytes for g in gpus) and not cpu_only:
-        evidence.append(f"memory of the {len(gpus)} GPUs checked: {_gib(gpu_total)}")
+        evidence.append(f"memory of the {plural(len(gpus), 'GPU')} checked: {_gib(gpu_total)}")
         if size > gpu_total:
             return Check(
                 name,
@@ -345,10 +346,13 @@ def check_gpu_processes(
     evidence += [f"pid {h.pid} {h.title} holds {', '.join(h.devices)} (no CUDA context)" for h in others[:5]]
     if host.device_scan_denied:
         evidence.append(
-            f"{host.device_scan_denied} processes could not be looked into (not ours; run as root to see all)"
+            f"{plural(host.device_scan_denied, 'process')} could not be looked into "
+            "(not ours; run as root to see all)"
         )
     if status is Status.PASS:
-        return Check(name, status, f"no other process uses the {len(real)} GPUs checked", tuple(evidence))
+        return Check(
+            name, status, f"no other process uses the {plural(len(real), 'GPU')} checked", tuple(evidence)
+        )
     summary = (
         "other processes hold GPU memory: the engine's memory profiling will fail or it will run out of "
         "memory"

@@ -8,6 +8,7 @@ from hangwatch.analyse.progress import human_bytes
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import Tick
 from hangwatch.redact import redact_text
+from hangwatch.words import plural
 
 
 def window_evidence(
@@ -36,7 +37,7 @@ def window_evidence(
     total_cpu = sum(cpu.values())
     total_io = sum(io.values())
     out.append(
-        f"{len(last.processes)} processes: +{total_cpu:.1f} s CPU, +{human_bytes(total_io)} I/O, "
+        f"{plural(len(last.processes), 'process')}: +{total_cpu:.1f} s CPU, +{human_bytes(total_io)} I/O, "
         f"state {'/'.join(states) or '-'}"
     )
     for p in last.processes:
@@ -47,7 +48,7 @@ def window_evidence(
             )
     unreadable = [p for p in last.processes if p.io_error]
     if unreadable:
-        out.append(f"I/O unreadable for {len(unreadable)} processes: {unreadable[0].io_error}")
+        out.append(f"I/O unreadable for {plural(len(unreadable), 'process')}: {unreadable[0].io_error}")
     if last_probe is not None:
         out.append(f"probe {last_probe.url}: {last_probe.describe()}")
     out.extend(gpu_evidence(window))

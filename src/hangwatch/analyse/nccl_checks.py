@@ -16,6 +16,7 @@ from hangwatch.model.doctor import GpuInventory
 from hangwatch.model.doctor import HostFacts
 from hangwatch.model.doctor import PyEnvFacts
 from hangwatch.model.doctor import Status
+from hangwatch.words import plural
 
 _TP_FLAGS = ("--tensor-parallel-size", "-tp", "--tp-size", "--tp")
 
@@ -120,8 +121,9 @@ def check_nccl_env(  # noqa: PLR0915 - one rule per known setting; splitting wou
     ]
     if multi and pcie_only and blackwell_ws:
         if not p2p_off:
+            ranks = tp if tp is not None else len(blackwell_ws)  # the server's TP size, not the GPUs listed
             warn.append(
-                f"tensor parallelism over {len(blackwell_ws)} PCIe-only compute-capability-12 GPUs (RTX PRO "
+                f"tensor parallelism over {plural(ranks, 'PCIe-only compute-capability-12 GPU')} (RTX PRO "
                 "6000 / 5090 class) "
                 "with NCCL P2P on: the first all-reduce is known to spin forever (NVIDIA/nccl#1999, "
                 "local-inference-lab/rtx6kpro#15, vllm#22479)"

@@ -37,6 +37,7 @@ from hangwatch.render.bench_json import write_bench_json
 from hangwatch.render.bench_progress import QuietProgress
 from hangwatch.render.bench_progress import make_progress
 from hangwatch.render.bench_text import bench_text
+from hangwatch.render.files import write_outputs
 from hangwatch.supervise.plan import WatchOptions
 
 # Exit codes besides run's (0 done, 2 usage, 3 stalled, 4 crashed, 5 timeout, 130 interrupted):
@@ -187,11 +188,13 @@ def run_bench_command(options: BenchOptions, prompts: tuple[Prompt, ...]) -> int
 
 def emit(report: BenchReport, options: BenchOptions) -> int:
     """Write the outputs; the exit code is 6 when a server answered no request at all."""
-    if options.report_json is not None:
-        write_bench_json(report, options.report_json)
-    if options.report_html is not None:
-        write_bench_html(report, options.report_html)
     print(bench_text(report), flush=True)
+    write_outputs(
+        [
+            ("--report-json", options.report_json, lambda path: write_bench_json(report, path)),
+            ("--report-html", options.report_html, lambda path: write_bench_html(report, path)),
+        ]
+    )
     useless = [s.label for s in report.servers if s.errors == s.requests]
     if useless:
         print(f"hangwatch: error: no successful request on {', '.join(useless)}", file=sys.stderr)

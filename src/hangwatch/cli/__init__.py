@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import NoReturn
 
 from hangwatch import __version__
 from hangwatch.cli.attach import AttachCommand
@@ -32,8 +33,17 @@ COMMANDS: tuple[Command, ...] = (
 )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with an error said in one line and where to read more, not the whole usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(
+            USAGE_EXIT_CODE, f"{self.prog}: error: {message}\n(`{self.prog} --help` lists the options)\n"
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="hangwatch",
         description="Is my inference server still warming up, or is it wedged, and why?",
         epilog=(
@@ -59,9 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    handler: Command = args.handler
     try:
+        # Option types raise UsageError for a bad value (a report path that is a folder, --stall-after nan):
+        # one short message, not the whole usage.
+        args = parser.parse_args(argv)
+        handler: Command = args.handler
         return handler.run(args)
     except HangwatchError as exc:
         print(f"hangwatch: error: {exc.describe()}", file=sys.stderr)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 from hangwatch.cli.options import add_watch_options
+from hangwatch.cli.options import seconds
 from hangwatch.cli.options import watch_options
 from hangwatch.errors import UsageError
 
@@ -25,7 +27,11 @@ class AttachCommand:
             "--pid", type=int, required=True, help="PID of the server's main (launcher) process"
         )
         parser.add_argument(
-            "--window", type=float, default=60.0, metavar="S", help="watch for S seconds (default: 60)"
+            "--window",
+            type=seconds("--window"),
+            default=60.0,
+            metavar="S",
+            help="watch for S seconds (default: 60)",
         )
         parser.add_argument("--log", type=Path, metavar="FILE", help="the server's log file to follow")
         parser.add_argument(
@@ -37,11 +43,10 @@ class AttachCommand:
         add_watch_options(parser, stall_default=None)
 
     def run(self, args: argparse.Namespace) -> int:
+        from hangwatch.collect.proctree import whole_machine_note
         from hangwatch.supervise.attach import AttachOptions
         from hangwatch.supervise.attach import run_attached
 
-        if args.window <= 0:
-            raise UsageError("--window must be a positive number of seconds")
         stall = args.stall_after if args.stall_after is not None else args.window
         if args.log is not None and not args.log.is_file():
             raise UsageError(f"--log {args.log}: no such file")
@@ -51,4 +56,7 @@ class AttachCommand:
             window=args.window,
             log=args.log,
         )
+        note = whole_machine_note(args.pid)
+        if note is not None:
+            print(f"hangwatch attach: {note}", file=sys.stderr, flush=True)
         return run_attached(options)

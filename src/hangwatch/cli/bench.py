@@ -8,6 +8,9 @@ from pathlib import Path
 
 from hangwatch.bench.options import BenchOptions
 from hangwatch.bench.options import base_url_of
+from hangwatch.cli.options import add_output_file
+from hangwatch.cli.options import number
+from hangwatch.cli.options import seconds
 from hangwatch.collect.http_probe import validate_probe_url
 from hangwatch.errors import UsageError
 from hangwatch.model.bench import Endpoint
@@ -26,12 +29,6 @@ def _positive(args: argparse.Namespace, *names: str) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be a positive number")
 
 
-def _output_path(path: Path | None, flag: str) -> Path | None:
-    if path is not None and not path.parent.exists():
-        raise UsageError(f"{flag}: the folder {path.parent} does not exist")
-    return path
-
-
 def _command(text: str | None, flag: str) -> tuple[str, ...] | None:
     if text is None:
         return None
@@ -47,10 +44,9 @@ def _command(text: str | None, flag: str) -> tuple[str, ...] | None:
 def workload_of(args: argparse.Namespace, prompt_count: int) -> Workload:
     if args.requests is not None and args.duration is not None:
         raise UsageError("give --requests or --duration, not both")
-    _positive(args, "requests", "duration", "concurrency", "rate", "max_tokens", "rounds")
-    _positive(args, "request_timeout", "idle_timeout", "probe_timeout", "boot_timeout", "stall_after")
-    if args.warmup < 0 or args.temperature < 0:
-        raise UsageError("--warmup and --temperature must be 0 or more")
+    _positive(args, "requests", "concurrency", "max_tokens", "rounds")  # durations: checked when parsed
+    if args.warmup < 0:
+        raise UsageError("--warmup must be 0 or more")
     rounds = args.rounds or (DEFAULT_ROUNDS_COMPARED if args.compare else 1)
     return Workload(
         endpoint=Endpoint(args.endpoint),
@@ -87,8 +83,8 @@ def bench_options(args: argparse.Namespace, prompt_count: int, run_dir: Path) ->
         stall_after_s=args.stall_after,
         run_dir=run_dir,
         probe_timeout_s=args.probe_timeout,
-        report_json=_output_path(args.report_json, "--report-json"),
-        report_html=_output_path(args.report_html, "--report-html"),
+        report_json=args.report_json,
+        report_html=args.report_html,
         quiet=args.quiet,
         metrics=not args.no_metrics,
     )
@@ -126,16 +122,27 @@ class BenchCommand:
         w.add_argument("--endpoint", choices=[e.value for e in Endpoint], default="completions")
         w.add_argument("--requests", type=int, help=f"requests per round (default: {DEFAULT_REQUESTS})")
         w.add_argument(
-            "--duration", type=float, metavar="S", help="instead of --requests: send for S seconds"
+            "--duration",
+            type=seconds("--duration"),
+            metavar="S",
+            help="instead of --requests: send for S seconds",
         )
         w.add_argument(
             "--concurrency", type=int, help=f"requests in flight at most (default: {DEFAULT_CONCURRENCY})"
         )
         w.add_argument(
-            "--rate", type=float, metavar="R", help="Poisson arrivals, R requests/s (within --concurrency)"
+            "--rate",
+            type=number("--rate", "requests per second", example="4"),
+            metavar="R",
+            help="Poisson arrivals, R requests/s (within --concurrency)",
         )
         w.add_argument("--max-tokens", type=int, default=128, help="default: %(default)s")
-        w.add_argument("--temperature", type=float, default=1.0, help="default: %(default)s")
+        w.add_argument(
+            "--temperature",
+            type=number("--temperature", "", zero_ok=True, example="0.7"),
+            default=1.0,
+            help="default: %(default)s",
+        )
         w.add_argument(
             "--ignore-eos", action="store_true", help="ask for exactly --max-tokens tokens (vLLM, SGLang)"
         )
@@ -151,13 +158,25 @@ class BenchCommand:
         )
         t = parser.add_argument_group("timeouts")
         t.add_argument(
-            "--request-timeout", type=float, default=600.0, metavar="S", help="per request (default: 600)"
+            "--request-timeout",
+            type=seconds("--request-timeout"),
+            default=600.0,
+            metavar="S",
+            help="per request (default: 600)",
         )
         t.add_argument(
-            "--idle-timeout", type=float, default=60.0, metavar="S", help="no byte for S s fails a request"
+            "--idle-timeout",
+            type=seconds("--idle-timeout"),
+            default=60.0,
+            metavar="S",
+            help="no byte for S s fails a request",
         )
         t.add_argument(
-            "--probe-timeout", type=float, default=10.0, metavar="S", help="GET /v1/models first (10)"
+            "--probe-timeout",
+            type=seconds("--probe-timeout"),
+            default=10.0,
+            metavar="S",
+            help="GET /v1/models first (10)",
         )
         la = parser.add_argument_group("launching the servers")
         la.add_argument(
@@ -165,21 +184,25 @@ class BenchCommand:
         )
         la.add_argument("--launch-b", metavar="CMD", help="start the --compare server with CMD")
         la.add_argument(
-            "--boot-timeout", type=float, default=900.0, metavar="S", help="boot limit (default: 900)"
+            "--boot-timeout",
+            type=seconds("--boot-timeout"),
+            default=900.0,
+            metavar="S",
+            help="boot limit (default: 900)",
         )
         la.add_argument(
-            "--stall-after", type=float, default=60.0, metavar="S", help="boot stall window (default: 60)"
+            "--stall-after",
+            type=seconds("--stall-after"),
+            default=60.0,
+            metavar="S",
+            help="boot stall window (default: 60)",
         )
         la.add_argument(
             "--run-dir", type=Path, help="launched servers' logs (default: ~/.local/state/hangwatch/runs/)"
         )
         o = parser.add_argument_group("output")
-        o.add_argument(
-            "--report-json", type=Path, metavar="FILE", help="results as JSON (schema hangwatch.bench/1)"
-        )
-        o.add_argument(
-            "--report-html", type=Path, metavar="FILE", help="a self-contained HTML report with plots"
-        )
+        add_output_file(o, "--report-json", "results as JSON (schema hangwatch.bench/1)")
+        add_output_file(o, "--report-html", "a self-contained HTML report with plots")
         o.add_argument("--quiet", action="store_true", help="no progress display")
 
     def run(self, args: argparse.Namespace) -> int:

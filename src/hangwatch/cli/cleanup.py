@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from hangwatch.cli.options import seconds
 from hangwatch.errors import UsageError
 from hangwatch.render.cleanup_text import outcome_text
 from hangwatch.render.cleanup_text import plan_text
@@ -36,14 +37,14 @@ class CleanupCommand:
         parser.add_argument("--dry-run", action="store_true", help="list what would be done; change nothing")
         parser.add_argument(
             "--grace",
-            type=float,
+            type=seconds("--grace", zero_ok=True),
             default=10.0,
             metavar="S",
             help="SIGTERM grace before SIGKILL (default: 10)",
         )
         parser.add_argument(
             "--gpu-wait",
-            type=float,
+            type=seconds("--gpu-wait", zero_ok=True),
             default=15.0,
             metavar="S",
             help="how long to wait for the GPU memory to be released (default: 15)",
@@ -51,8 +52,6 @@ class CleanupCommand:
 
     def run(self, args: argparse.Namespace) -> int:
 
-        if args.grace < 0 or args.gpu_wait < 0:
-            raise UsageError("--grace and --gpu-wait must not be negative")
         if args.port is not None and not 0 < args.port < 65536:
             raise UsageError(f"--port {args.port}: not a TCP port")
         if args.pid is not None and args.pid <= 0:
@@ -64,7 +63,12 @@ class CleanupCommand:
             elif args.port is not None:
                 plan = reclaim.plan_for_port(args.port, gpu)
             else:
-                plan = reclaim.plan_for_run(args.run, gpu)
+                try:
+                    plan = reclaim.plan_for_run(args.run, gpu)
+                except reclaim.TreeGone:
+                    # A finished run (the usual case: hangwatch run cleans up after itself): nothing to do.
+                    print(f"hangwatch cleanup: run {args.run}: already clean (no process of it is left)")
+                    return 0
             if args.dry_run:
                 print(plan_text(plan, args.grace), flush=True)
                 return 0

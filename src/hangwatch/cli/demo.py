@@ -7,9 +7,29 @@ import sys
 import tempfile
 from pathlib import Path
 
+from hangwatch.cli.options import add_output_file
+from hangwatch.cli.options import seconds
+from hangwatch.errors import UsageError
 from hangwatch.model.vocabulary import State
 
 STALLED_EXIT = State.STALLED.exit_code
+MIN_RANKS = 2  # the deadlock is between ranks: one rank alone has nobody to wait for
+MAX_RANKS = 64
+
+
+def _ranks(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"--ranks {text!r}: not a whole number; give e.g. --ranks 4") from None
+    if value < MIN_RANKS:
+        raise UsageError(
+            f"--ranks {value}: the demo's deadlock is between ranks, so it needs at least {MIN_RANKS} "
+            "(default: 4)"
+        )
+    if value > MAX_RANKS:
+        raise UsageError(f"--ranks {value}: at most {MAX_RANKS} (each rank is a process of this machine)")
+    return value
 
 
 class DemoCommand:
@@ -23,11 +43,22 @@ class DemoCommand:
     name = "demo"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--ranks", type=int, default=4, help="scheduler ranks (default: 4)")
         parser.add_argument(
-            "--stall-after", type=float, default=12.0, metavar="S", help="stall window (default: 12 s)"
+            "--ranks",
+            type=_ranks,
+            default=4,
+            help=f"scheduler ranks, {MIN_RANKS} to {MAX_RANKS} (default: 4)",
         )
-        parser.add_argument("--report-json", type=Path, metavar="FILE", help="write the report as JSON")
+        parser.add_argument(
+            "--stall-after",
+            type=seconds("--stall-after"),
+            default=12.0,
+            metavar="S",
+            help="stall window (default: 12 s)",
+        )
+        add_output_file(parser, "--report-json", "write the report as JSON")
+        add_output_file(parser, "--report-html", "write the self-contained HTML report")
+        add_output_file(parser, "--report-md", "write the Markdown summary")
         parser.add_argument("--quiet", action="store_true", help="only the verdict")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -35,9 +66,12 @@ class DemoCommand:
 
         run_dir = Path(tempfile.mkdtemp(prefix="hangwatch-demo-"))
         argv = ["run", "--engine", "sglang", "--until-ready", "--stall-after", str(args.stall_after)]
-        argv += ["--run-dir", str(run_dir), "--grace", "3"]
-        if args.report_json:
-            argv += ["--report-json", str(args.report_json)]
+        # No preflight: the demo's "engine" is a story on this machine, not a server to check it for.
+        argv += ["--run-dir", str(run_dir), "--grace", "3", "--no-doctor"]
+        for flag in ("--report-json", "--report-html", "--report-md"):
+            path = getattr(args, flag[2:].replace("-", "_"))
+            if path is not None:
+                argv += [flag, str(path)]
         if args.quiet:
             argv.append("--quiet")
         argv += ["--", sys.executable, "-m", "hangwatch.demo.story", "--ranks", str(args.ranks)]

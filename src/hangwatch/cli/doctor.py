@@ -6,8 +6,10 @@ import argparse
 from pathlib import Path
 
 from hangwatch.analyse.archcompat import parse_capability
+from hangwatch.cli.options import add_output_file
 from hangwatch.errors import UsageError
 from hangwatch.render.doctor_text import doctor_text
+from hangwatch.render.files import write_outputs
 from hangwatch.render.json_report import write_report
 from hangwatch.supervise.preflight import DoctorOptions
 from hangwatch.supervise.preflight import fast_report
@@ -73,12 +75,7 @@ class DoctorCommand:
             "--fast", action="store_true", help="only the fast checks `hangwatch run` makes before launch"
         )
         parser.add_argument("--no-cross-check", action="store_true", help="do not cross-check with cuobjdump")
-        parser.add_argument(
-            "--report-json",
-            type=Path,
-            metavar="FILE",
-            help="write the report as JSON (schema hangwatch.doctor/1)",
-        )
+        add_output_file(parser, "--report-json", "write the report as JSON (schema hangwatch.doctor/1)")
         parser.add_argument(
             "cmd",
             nargs=argparse.REMAINDER,
@@ -99,8 +96,6 @@ class DoctorCommand:
             raise UsageError(f"--port {args.port}: not a TCP port")
         if args.model is not None and not args.model.is_dir():
             raise UsageError(f"--model {args.model}: no such folder")
-        if args.report_json is not None and not args.report_json.parent.exists():
-            raise UsageError(f"--report-json: the folder {args.report_json.parent} does not exist")
         for path in args.scan:
             if not path.exists():
                 raise UsageError(f"--scan {path}: no such file or folder")
@@ -118,7 +113,6 @@ class DoctorCommand:
                 cross_check=not args.no_cross_check,
             )
             report = run_doctor(options)
-        if args.report_json is not None:
-            write_report(report, args.report_json)
         print(doctor_text(report), flush=True)
+        write_outputs([("--report-json", args.report_json, lambda path: write_report(report, path))])
         return report.exit_code

@@ -1,15 +1,82 @@
-"""Options shared by ``run`` and ``attach``, parsed once into a typed, frozen dataclass."""
+"""Options shared by the commands: the option types (output files), and ``run``/``attach``'s watch options,
+parsed once into a typed, frozen dataclass.
+
+An option type checks its value while the command line is parsed and raises ``UsageError`` (not
+argparse's error, which prints the whole usage): ``hangwatch: error: --report-md out: is a folder ...``,
+exit 2, before anything starts.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from hangwatch.collect.http_probe import validate_probe_url
 from hangwatch.engines import PROFILES
 from hangwatch.errors import UsageError
+from hangwatch.render.files import output_path_problem
 from hangwatch.supervise.plan import WatchOptions
+
+ArgGroup = argparse.ArgumentParser | argparse._ArgumentGroup
+
+
+def output_file(flag: str) -> Callable[[str], Path]:
+    """The type of an option that names a file hangwatch writes: a file in a folder that exists and
+    that we can write in, never a folder."""
+
+    example = "report." + flag.rsplit("-", 1)[-1]  # --report-md: report.md
+
+    def parse(text: str) -> Path:
+        if not text.strip():
+            raise UsageError(f"{flag} needs a file name, e.g. {flag} {example}")
+        path = Path(text).expanduser()
+        problem = output_path_problem(path, example)
+        if problem is not None:
+            raise UsageError(f"{flag} {text}: {problem}")
+        return path
+
+    return parse
+
+
+def number(
+    flag: str, unit: str = "seconds", *, zero_ok: bool = False, no_limit: bool = False, example: str = "30"
+) -> Callable[[str], float | None]:
+    """The type of a numeric option (every duration: --stall-after, --timeout, --grace, --window, ...).
+
+    A finite number, more than 0 (``zero_ok``: 0 or more); ``nan``, ``inf``, negatives and words are
+    refused with one line. ``no_limit``: the option means "no limit" when left out, and ``inf`` says
+    the same (None).
+    """
+    least = "0 or more" if zero_ok else "more than 0"
+    of_unit = f" of {unit}" if unit else ""
+
+    def parse(text: str) -> float | None:
+        try:
+            value = float(text)
+        except ValueError:
+            raise UsageError(f"{flag} {text!r}: not a number{of_unit}; give e.g. {flag} {example}") from None
+        if math.isinf(value) and value > 0 and no_limit:
+            return None
+        if not math.isfinite(value):
+            hint = f" (leave {flag} out for no limit)" if no_limit else ""
+            raise UsageError(f"{flag} {text}: give a finite number{of_unit}{hint}")
+        if value < 0 or (value == 0 and not zero_ok):
+            raise UsageError(f"{flag} {text}: must be {least}" + (f" {unit}" if unit else ""))
+        return value
+
+    return parse
+
+
+def seconds(flag: str, *, zero_ok: bool = False, no_limit: bool = False) -> Callable[[str], float | None]:
+    return number(flag, "seconds", zero_ok=zero_ok, no_limit=no_limit)
+
+
+def add_output_file(group: ArgGroup, flag: str, help_text: str) -> None:
+    """``--report-json FILE`` and its kin, the same in every command."""
+    group.add_argument(flag, type=output_file(flag), metavar="FILE", help=help_text)
 
 
 def add_watch_options(parser: argparse.ArgumentParser, stall_default: float | None = 60.0) -> None:
@@ -28,33 +95,35 @@ def add_watch_options(parser: argparse.ArgumentParser, stall_default: float | No
     )
     g.add_argument(
         "--stall-after",
-        type=float,
+        type=seconds("--stall-after"),
         default=stall_default,
         metavar="S",
         help="stalled when nothing progresses for S seconds (default: %(default)s)",
     )
     g.add_argument(
-        "--timeout", type=float, metavar="S", help="give up (verdict timeout) after S seconds if not ready"
+        "--timeout",
+        type=seconds("--timeout", no_limit=True),
+        metavar="S",
+        help="give up (verdict timeout) after S seconds if not ready (default: no limit)",
     )
     g.add_argument(
-        "--interval", type=float, default=1.0, metavar="S", help="sampling interval (default: 1 s)"
+        "--interval",
+        type=seconds("--interval"),
+        default=1.0,
+        metavar="S",
+        help="sampling interval (default: 1 s)",
     )
     g.add_argument(
-        "--probe-timeout", type=float, default=2.0, metavar="S", help="HTTP probe timeout (default: 2 s)"
+        "--probe-timeout",
+        type=seconds("--probe-timeout"),
+        default=2.0,
+        metavar="S",
+        help="HTTP probe timeout (default: 2 s)",
     )
     o = parser.add_argument_group("output")
-    o.add_argument(
-        "--report-json",
-        type=Path,
-        metavar="FILE",
-        help="write the report as JSON (schema hangwatch.report/1)",
-    )
-    o.add_argument(
-        "--report-html", type=Path, metavar="FILE", help="write a self-contained HTML report (works offline)"
-    )
-    o.add_argument(
-        "--report-md", type=Path, metavar="FILE", help="write a short Markdown summary for an issue tracker"
-    )
+    add_output_file(o, "--report-json", "write the report as JSON (schema hangwatch.report/1)")
+    add_output_file(o, "--report-html", "write a self-contained HTML report (works offline)")
+    add_output_file(o, "--report-md", "write a short Markdown summary for an issue tracker")
     o.add_argument(
         "--no-stacks", action="store_true", help="never take stacks (py-spy), even when the tree goes quiet"
     )
@@ -72,14 +141,8 @@ def watch_options(args: argparse.Namespace, stall_after: float | None = None) ->
     stall = stall_after if stall_after is not None else args.stall_after
     if stall is None or stall <= 0:
         raise UsageError("--stall-after must be a positive number of seconds")
-    if args.interval <= 0 or args.interval > stall:
-        raise UsageError("--interval must be positive and no longer than --stall-after")
-    if args.timeout is not None and args.timeout <= 0:
-        raise UsageError("--timeout must be a positive number of seconds")
-    for flag in ("report_json", "report_html", "report_md"):
-        path = getattr(args, flag, None)
-        if path is not None and not path.parent.exists():
-            raise UsageError(f"--{flag.replace('_', '-')}: the folder {path.parent} does not exist")
+    if args.interval > stall:
+        raise UsageError(f"--interval {args.interval:g} must be no longer than --stall-after {stall:g}")
     return WatchOptions(
         engine=args.engine,
         ready_url=validate_probe_url(args.ready_url) if args.ready_url else None,

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from hangwatch.cli.options import add_watch_options
+from hangwatch.cli.options import seconds
 from hangwatch.cli.options import watch_options
 from hangwatch.errors import UsageError
 
@@ -33,7 +34,11 @@ class RunCommand:
             help="where the log and reports go (default: ~/.local/state/hangwatch/runs/...)",
         )
         parser.add_argument(
-            "--grace", type=float, default=10.0, metavar="S", help="SIGTERM grace before SIGKILL at cleanup"
+            "--grace",
+            type=seconds("--grace", zero_ok=True),
+            default=10.0,
+            metavar="S",
+            help="SIGTERM grace before SIGKILL at cleanup",
         )
         parser.add_argument(
             "--no-doctor", action="store_true", help="skip the fast preflight checks (see `hangwatch doctor`)"
@@ -61,7 +66,7 @@ class RunCommand:
                 "no command to run", "Put the command after `--`: hangwatch run -- CMD [ARGS...]"
             )
         if not args.no_doctor:
-            _preflight(tuple(command))
+            _preflight(tuple(command), args.engine)
         options = RunOptions(
             watch=replace(watch_options(args), own_request=not args.no_own_request),
             command=tuple(command),
@@ -72,12 +77,12 @@ class RunCommand:
         return run_supervised(options)
 
 
-def _preflight(command: tuple[str, ...]) -> None:
+def _preflight(command: tuple[str, ...], engine: str | None) -> None:
     """Print what would make this launch hang or fail (wrong GPU architecture, port taken, ...), then go on:
     the checks inform, the verdict decides."""
     from hangwatch.render.doctor_text import preflight_text
     from hangwatch.supervise.preflight import fast_preflight
 
-    text = preflight_text(fast_preflight(command, None))
+    text = preflight_text(fast_preflight(command, None, engine=engine))
     if text:
         print(text, file=sys.stderr, flush=True)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from hangwatch.cli.options import add_output_file
+from hangwatch.cli.options import seconds
 from hangwatch.engines import PROFILES
 from hangwatch.errors import UsageError
 
@@ -29,14 +30,16 @@ class StacksCommand:
             help="capture rounds, to see what moves (default: 1)",
         )
         parser.add_argument(
-            "--every", type=float, default=2.0, metavar="S", help="seconds between rounds (default: 2)"
+            "--every",
+            type=seconds("--every"),
+            default=2.0,
+            metavar="S",
+            help="seconds between rounds (default: 2)",
         )
         parser.add_argument(
             "--no-native", action="store_true", help="Python frames only (no --native unwinding)"
         )
-        parser.add_argument(
-            "--report-json", type=Path, metavar="FILE", help="write the samples and the merged tree"
-        )
+        add_output_file(parser, "--report-json", "write the samples and the merged tree")
 
     def run(self, args: argparse.Namespace) -> int:
         from hangwatch.supervise.snapshot import SnapshotOptions
@@ -44,10 +47,6 @@ class StacksCommand:
 
         if args.samples < 1 or args.samples > 100:
             raise UsageError("--samples must be between 1 and 100")
-        if args.every <= 0:
-            raise UsageError("--every must be a positive number of seconds")
-        if args.report_json is not None and not args.report_json.parent.exists():
-            raise UsageError(f"--report-json: the folder {args.report_json.parent} does not exist")
         options = SnapshotOptions(
             pid=args.pid,
             engine=args.engine,

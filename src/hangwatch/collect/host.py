@@ -22,6 +22,7 @@ from hangwatch.model.doctor import DeviceHolder
 from hangwatch.model.doctor import DirSpace
 from hangwatch.model.doctor import HostFacts
 from hangwatch.model.doctor import PortFacts
+from hangwatch.words import plural
 
 SHM = Path("/dev/shm")  # noqa: S108 - the POSIX shared-memory mount
 SYS = Path("/sys")
@@ -216,7 +217,7 @@ def checkpoint_size(model_dir: Path) -> CheckpointFacts:
         files = [f for f in model_dir.iterdir() if f.name.endswith(suffix) and f.is_file()]
         if files:
             return CheckpointFacts(
-                path, sum(f.stat().st_size for f in files), f"sum of {len(files)} *{suffix} files"
+                path, sum(f.stat().st_size for f in files), f"sum of {plural(len(files), f'*{suffix} file')}"
             )
     return CheckpointFacts(
         path, None, "", error=f"no weight files (*.safetensors, *.bin, *.gguf) in {model_dir}"

@@ -68,6 +68,8 @@ class TreeSampler:
 
     ``adopter`` is our own pid when we are the tree's subreaper: orphans of the tree are then
     reparented to us, and our children other than ``exclude`` (our own helpers) belong to it.
+    ``exclude``: processes that are never members, nor any process below them (hangwatch itself and
+    its helpers when the named tree contains it: ``exclude=own_processes``).
     ``reap`` waits for our zombie children and returns their statuses.
     """
 
@@ -189,16 +191,16 @@ class TreeSampler:
         children: dict[int, list[int]] = {}
         for pid, stat in stats.items():
             children.setdefault(stat.ppid, []).append(pid)
+        excluded = self._exclude()
         seeds = {pid for pid in self._roots if pid in stats}
         seeds |= {pid for pid, k in self._known.items() if pid in stats and stats[pid].identity == k.identity}
         if self._adopter is not None:
-            excluded = self._exclude()
-            seeds |= {pid for pid in children.get(self._adopter, []) if pid not in excluded}
+            seeds |= set(children.get(self._adopter, []))
         members: set[int] = set()
-        stack = list(seeds)
+        stack = list(seeds - excluded)
         while stack:
             pid = stack.pop()
-            if pid in members:
+            if pid in members or pid in excluded:  # an excluded process and everything below it
                 continue
             members.add(pid)
             stack.extend(children.get(pid, ()))
@@ -304,3 +306,20 @@ class TreeSampler:
             signal=sig,
             lifetime_s=t - known.first_seen,
         )
+
+
+def own_processes() -> set[int]:
+    """hangwatch itself, to exclude from a tree it watches but did not start (attach, stacks): the tree of
+    pid 1, of the shell that started hangwatch, of a tmux server, contains it. Excluding our pid cuts
+    everything below it too: the py-spy dumpers, the guardian, any helper we start."""
+    return {os.getpid()}
+
+
+def whole_machine_note(pid: int) -> str | None:
+    """What ``--pid 1`` means, said where it is asked for."""
+    if pid != 1:
+        return None
+    return (
+        "pid 1 is the ancestor of every process of this machine (or of this container, in one): the tree "
+        "watched is all of them, hangwatch itself and its helpers excepted"
+    )

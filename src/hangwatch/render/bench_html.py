@@ -17,9 +17,11 @@ from markupsafe import Markup
 from hangwatch.model.bench import CURVE_STEP_PCT
 from hangwatch.model.bench import BenchReport
 from hangwatch.model.bench import ServerResult
+from hangwatch.redact import scrub
 from hangwatch.render.bench_text import report_notes
 from hangwatch.render.bench_text import server_rows
 from hangwatch.render.bench_text import workload_line
+from hangwatch.render.files import write_atomically
 from hangwatch.render.svgplot import Bars
 from hangwatch.render.svgplot import Labels
 from hangwatch.render.svgplot import Series
@@ -118,26 +120,26 @@ def _round_rows(report: BenchReport) -> list[list[str]]:
 def bench_html(report: BenchReport) -> str:
     env = get_environment()
     c = report.comparison
-    return env.get_template("bench.html.j2").render(
-        title=" vs ".join(s.url for s in report.servers),
-        started_at=report.started_at,
-        version=report.hangwatch_version,
-        schema=report.schema,
-        workload=workload_line(report.workload, len(report.servers)).removeprefix("hangwatch bench: "),
-        verdict=c.verdict if c is not None else None,
-        outcome=c.outcome.value if c is not None else "",
-        servers=report.servers,
-        rows=_summary_rows(report),
-        round_rows=_round_rows(report),
-        compared=c is not None,
-        throughput_chart=Markup(throughput_chart(report)),  # noqa: S704 - built by svgplot, which escapes every text
-        latency_charts=[Markup(x) for x in latency_charts(report)],  # noqa: S704
-        acceptance_chart=Markup(acceptance_chart(report)),  # noqa: S704
-        notes=report_notes(report),
+    return scrub(
+        env.get_template("bench.html.j2").render(
+            title=" vs ".join(s.url for s in report.servers),
+            started_at=report.started_at,
+            version=report.hangwatch_version,
+            schema=report.schema,
+            workload=workload_line(report.workload, len(report.servers)).removeprefix("hangwatch bench: "),
+            verdict=c.verdict if c is not None else None,
+            outcome=c.outcome.value if c is not None else "",
+            servers=report.servers,
+            rows=_summary_rows(report),
+            round_rows=_round_rows(report),
+            compared=c is not None,
+            throughput_chart=Markup(throughput_chart(report)),  # noqa: S704 - built by svgplot, which escapes every text
+            latency_charts=[Markup(x) for x in latency_charts(report)],  # noqa: S704
+            acceptance_chart=Markup(acceptance_chart(report)),  # noqa: S704
+            notes=report_notes(report),
+        )
     )
 
 
 def write_bench_html(report: BenchReport, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(bench_html(report), encoding="utf-8")
-    tmp.replace(path)
+    write_atomically(path, bench_html(report))

@@ -16,6 +16,8 @@ from rich.progress import TimeElapsedColumn
 
 from hangwatch.model.bench import LoadRun
 from hangwatch.model.bench import RequestRecord
+from hangwatch.render.live import event_text
+from hangwatch.words import plural
 
 
 def _share_summary(label: str, run: LoadRun) -> str:
@@ -24,7 +26,7 @@ def _share_summary(label: str, run: LoadRun) -> str:
     rate = tokens / run.duration_s if run.duration_s > 0 else 0.0
     failed = len(run.records) - len(ok)
     text = (
-        f"{label}: {len(run.records)} requests, {failed} failed, "
+        f"{label}: {plural(len(run.records), 'request')}, {failed} failed, "
         f"{tokens} output tokens in {run.duration_s:.1f} s ({rate:.0f} tok/s)"
     )
     return text + (f"; {run.aborted}" if run.aborted else "")
@@ -60,7 +62,7 @@ class PlainProgress(QuietProgress):
         self, label: str, round_: int, rounds: int, requests: int | None, duration_s: float | None
     ) -> None:
         self._round = f"round {round_ + 1}/{rounds}"
-        amount = f"{requests} requests" if requests is not None else f"{duration_s:g} s"
+        amount = plural(requests, "request") if requests is not None else f"{duration_s:g} s"
         self.note(f"{label} {self._round}: {amount}")
 
     def share_finished(self, label: str, run: LoadRun) -> None:
@@ -77,8 +79,9 @@ class RichProgress(PlainProgress):
         super().__init__(out)
         self._console = Console(file=out)
         self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.fields[status]}"), console=self._console, transient=False,
+            TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), TextColumn("{task.fields[status]}", markup=False), console=self._console,
+            transient=False,
         )  # fmt: skip
         self._progress.start()
         self._task: Any = None
@@ -113,7 +116,7 @@ class RichProgress(PlainProgress):
             self._task = None
 
     def note(self, text: str) -> None:
-        self._progress.console.print(f"[bold cyan][bench][/] {text}", highlight=False)
+        self._progress.console.print(event_text(text, "[bench]"), highlight=False)
 
     def close(self) -> None:
         self._progress.stop()

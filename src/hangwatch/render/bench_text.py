@@ -7,6 +7,8 @@ from hangwatch.model.bench import Percentiles
 from hangwatch.model.bench import ServerResult
 from hangwatch.model.bench import SpecStats
 from hangwatch.model.bench import Workload
+from hangwatch.redact import scrub
+from hangwatch.words import plural
 
 LABEL_WIDTH = 28
 MIN_COLUMN = 24
@@ -41,7 +43,7 @@ def _spec_rows(spec: SpecStats | None) -> tuple[str, str, str]:
 
 
 def workload_line(w: Workload, servers: int) -> str:
-    amount = f"{w.requests} requests" if w.requests is not None else f"{w.duration_s:g} s"
+    amount = plural(w.requests, "request") if w.requests is not None else f"{w.duration_s:g} s"
     pace = (
         f"rate {w.rate:g}/s (Poisson), at most {w.concurrency} at once"
         if w.rate
@@ -119,7 +121,7 @@ def bench_text(report: BenchReport) -> str:
     if notes:
         lines.append("notes:")
         lines.extend(f"  - {n}" for n in notes)
-    return "\n".join(lines)
+    return scrub("\n".join(lines))
 
 
 def report_notes(report: BenchReport) -> list[str]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from hangwatch.model.cleanup import CleanupOutcome
 from hangwatch.model.cleanup import CleanupPlan
+from hangwatch.redact import scrub
+from hangwatch.words import plural
 
 MiB = 2**20
 
@@ -15,8 +17,8 @@ def _mib(n: int | None) -> str:
 def plan_text(plan: CleanupPlan, grace_s: float) -> str:
     live = [m for m in plan.members if m.state != "Z"]
     lines = [
-        f"hangwatch cleanup --dry-run: {plan.target}: {len(live)} processes would be stopped (nothing was "
-        "changed)"
+        f"hangwatch cleanup --dry-run: {plan.target}: {plural(len(live), 'process')} would be stopped "
+        "(nothing was changed)"
     ]
     for m in plan.members:
         extra = {"T": " (stopped: SIGCONT after SIGTERM)", "Z": " (zombie: already exited)"}.get(m.state, "")
@@ -35,13 +37,15 @@ def plan_text(plan: CleanupPlan, grace_s: float) -> str:
             f"(now: pid {', '.join(map(str, s.holders))})"
         )
     lines += [f"  note: {n}" for n in plan.notes]
-    return "\n".join(lines)
+    return scrub("\n".join(lines))
 
 
 def outcome_text(outcome: CleanupOutcome) -> str:
     plan = outcome.plan
     stopped = len(outcome.terminated) + len(outcome.killed)
-    head = f"hangwatch cleanup: {plan.target}: stopped {stopped} processes in {outcome.seconds:.1f} s"
+    head = (
+        f"hangwatch cleanup: {plan.target}: stopped {plural(stopped, 'process')} in {outcome.seconds:.1f} s"
+    )
     if outcome.killed:
         head += f" ({len(outcome.killed)} needed SIGKILL)"
     lines = [head]
@@ -67,10 +71,10 @@ def outcome_text(outcome: CleanupOutcome) -> str:
             f"  shm {s.path}: {s.action} ({_mib(s.allocated_bytes)}){': ' + s.reason if s.reason else ''}"
         )
     lines.append(
-        f"  freed: {stopped} processes, {_mib(outcome.shm_freed_bytes)} of /dev/shm"
+        f"  freed: {plural(stopped, 'process')}, {_mib(outcome.shm_freed_bytes)} of /dev/shm"
         + "".join(
             f", GPU {g.gpu_index} {_mib(g.tree_before - g.tree_after)}" for g in outcome.gpu if g.tree_before
         )
     )
     lines += [f"  note: {n}" for n in plan.notes]
-    return "\n".join(lines)
+    return scrub("\n".join(lines))

@@ -8,6 +8,8 @@ from hangwatch.model.doctor import Check
 from hangwatch.model.doctor import Coverage
 from hangwatch.model.doctor import DoctorReport
 from hangwatch.model.doctor import Status
+from hangwatch.redact import scrub
+from hangwatch.words import plural
 
 WIDTH = 110
 _LABEL = {Status.PASS: "ok", Status.WARN: "WARN", Status.FAIL: "FAIL"}
@@ -18,7 +20,9 @@ def headline(report: DoctorReport) -> str:
     fails = sum(c.status is Status.FAIL for c in report.checks)
     warns = sum(c.status is Status.WARN for c in report.checks)
     caps = f"GPU capability {', '.join(report.capabilities)}" if report.capabilities else "no GPU"
-    verdict = "all checks passed" if not fails and not warns else f"{fails} failed, {warns} warnings"
+    verdict = (
+        "all checks passed" if not fails and not warns else f"{fails} failed, {plural(warns, 'warning')}"
+    )
     return f"hangwatch doctor ({report.mode}, {caps}): {verdict}"
 
 
@@ -79,12 +83,24 @@ def doctor_text(report: DoctorReport) -> str:
         lines += ["", "notes:", *(f"  - {n}" for n in report.notes)]
     if report.timings:
         lines.append("timings: " + ", ".join(f"{k} {v:.2f}" for k, v in report.timings.items()))
-    return "\n".join(lines)
+    return scrub("\n".join(lines))
 
 
 def preflight_text(checks: list[Check]) -> str:
-    """What ``hangwatch run`` prints before launching: the failures and warnings only, with their fixes."""
+    """What ``hangwatch run`` prints before launching: the failures and warnings only, each once, in one
+    format: ``WARN name: summary``, the evidence the summary does not already say, the fix."""
     bad = [c for c in checks if c.status is not Status.PASS]
     if not bad:
         return ""
-    return "\n".join(["hangwatch preflight:", *checks_table(bad), *details(bad)])
+    lines = ["hangwatch preflight (the launch goes on; `hangwatch doctor` runs every check):"]
+    for c in bad:
+        head = c.summary if c.summary.startswith(c.name) else f"{c.name}: {c.summary}"
+        lines += textwrap.wrap(
+            f"{_LABEL[c.status]} {head}", WIDTH, initial_indent="  ", subsequent_indent="      "
+        )
+        for e in c.evidence:
+            if e.strip() and e not in c.summary:
+                lines += textwrap.wrap(e, WIDTH, initial_indent="    - ", subsequent_indent="      ")
+        if c.fix:
+            lines += textwrap.wrap(c.fix, WIDTH, initial_indent="    fix: ", subsequent_indent="         ")
+    return scrub("\n".join(lines))

@@ -20,10 +20,12 @@ from markupsafe import escape
 from hangwatch import __version__
 from hangwatch.model.report import Report
 from hangwatch.model.stacks import StackNode
-from hangwatch.redact import redact_text
+from hangwatch.redact import scrub
+from hangwatch.render.files import write_atomically
 from hangwatch.render.stacktext import chain_text
 from hangwatch.render.stacktext import fold
 from hangwatch.render.timeline_svg import timeline_svg
+from hangwatch.words import plural
 
 _BACKTICKS = re.compile(r"`([^`]+)`")
 MAX_TREE_NODES = 400  # deeper or wider trees are cut, with a note; the JSON report has everything
@@ -36,6 +38,7 @@ def get_environment() -> Environment:
         keep_trailing_newline=True,
     )
     env.filters["code_spans"] = code_spans
+    env.filters["plural"] = plural
     return env
 
 
@@ -56,8 +59,8 @@ def _tree(node: StackNode, samples: int, budget: list[int]) -> dict[str, Any]:
     children = [_tree(c, samples, budget) for c in last.children if budget[0] > 0]
     return {
         "label": last.label,
-        "text": redact_text(chain_text(chain, keep=4)),
-        "frames": [redact_text(n.describe()) for n in chain],
+        "text": scrub(chain_text(chain, keep=4)),
+        "frames": [scrub(n.describe()) for n in chain],
         "threads": last.threads,
         "minority": last.minority,
         "moved": moved,
@@ -80,14 +83,14 @@ def html_report(report: Report) -> str:
         "version": __version__,
         "report": report,
         "verdict": v,
-        "summary": redact_text(v.summary),
+        "summary": scrub(v.summary),
         "culprits": culprits,
-        "evidence": [redact_text(e) for e in v.evidence],
-        "notes": [redact_text(n) for n in report.notes],
-        "command": redact_text(" ".join(report.command)),
+        "evidence": [scrub(e) for e in v.evidence],
+        "notes": [scrub(n) for n in report.notes],
+        "command": scrub(" ".join(report.command)),
         "timeline": Markup(timeline_svg(report)),  # noqa: S704 - built from escaped parts in timeline_svg
         "tree": tree,
-        "tree_summary": redact_text(tree.summary) if tree is not None else "",
+        "tree_summary": scrub(tree.summary) if tree is not None else "",
         "roots": roots,
         "tree_cut": budget[0] <= 0,
         "processes": report.processes,
@@ -96,10 +99,9 @@ def html_report(report: Report) -> str:
             for s in report.stacks
         ],
     }
-    return get_environment().get_template("report.html.j2").render(**context)
+    page = get_environment().get_template("report.html.j2").render(**context)
+    return scrub(page)  # every field, the process table and the timeline included
 
 
 def write_html(report: Report, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(html_report(report), encoding="utf-8")
-    tmp.replace(path)
+    write_atomically(path, html_report(report))

@@ -2,7 +2,7 @@
 
 One writer for every report (run/attach, stacks, doctor, cleanup, bench): enums become their values,
 floats are rounded to what a reader can use (non-finite ones become null, so the file is always valid
-JSON), and the file is replaced atomically.
+JSON), every string is redacted (``redact.scrub``), and the file is replaced atomically.
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
 from typing import Any
+
+from hangwatch.redact import scrub
+from hangwatch.render.files import write_atomically
 
 RUN_FLOAT_DIGITS = 4  # seconds, percentages and rates of a run: a reader needs no more
 
@@ -28,6 +31,8 @@ def plain(value: Any, float_digits: int = RUN_FLOAT_DIGITS) -> Any:
         return [plain(v, float_digits) for v in value]
     if isinstance(value, float):
         return round(value, float_digits) if math.isfinite(value) else None
+    if isinstance(value, str):
+        return scrub(value)  # every string of every report: log lines, frames, source lines, names
     return value
 
 
@@ -37,8 +42,10 @@ def report_to_dict(report: Any, float_digits: int = RUN_FLOAT_DIGITS) -> dict[st
     return data
 
 
+def json_text(data: Any) -> str:
+    """The JSON text of data already made plain (``plain``, ``report_to_dict``)."""
+    return json.dumps(data, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+
+
 def write_report(report: Any, path: Path, float_digits: int = RUN_FLOAT_DIGITS) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    text = json.dumps(report_to_dict(report, float_digits), indent=1, ensure_ascii=False, allow_nan=False)
-    tmp.write_text(text + "\n")
-    tmp.replace(path)
+    write_atomically(path, json_text(report_to_dict(report, float_digits)))

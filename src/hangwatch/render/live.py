@@ -8,10 +8,15 @@ from dataclasses import dataclass
 from typing import Protocol
 from typing import TextIO
 
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
 from hangwatch.analyse.progress import human_bytes
 from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ProcessSample
+from hangwatch.words import plural
 
 
 @dataclass(frozen=True)
@@ -93,24 +98,69 @@ class PlainView:
 
 def status_line(state: LiveState) -> str:
     cpu = sum(p.cpu_delta_s for p in state.processes) / max(state.interval_s, 1e-3)
-    probe = state.probe.describe() if state.probe else "no probe"
+    probe = f"probe {state.probe.describe()}" if state.probe else "no probe"
     stall = (
         f"stall verdict in {state.time_to_stall_s:.0f} s" if state.time_to_stall_s is not None else "serving"
     )
     return (
-        f"{state.t:6.1f}s phase {state.phase} ({state.in_phase_s:.0f} s) | {len(state.processes)} procs, "
-        f"CPU {cpu:.0%} | probe {probe} | {stall} | last progress: {state.last_progress}"
+        f"{state.t:6.1f}s phase {state.phase} ({state.in_phase_s:.0f} s) | "
+        f"{plural(len(state.processes), 'process')}, CPU {cpu:.0%} | {probe} | {stall} | "
+        f"last progress: {state.last_progress}"
     )
 
 
-class RichView:
-    """A live table on a terminal; the tree's output scrolls above it."""
+def event_text(text: str, prefix: str = "[hangwatch]") -> Text:
+    """An event line for a Rich console: our prefix styled, ``text`` literal (never parsed as markup)."""
+    return Text.assemble((prefix, "bold cyan"), " ", text)
 
-    def __init__(self) -> None:
-        from rich.console import Console
+
+def status_table(state: LiveState) -> Table:
+    """The live table. Every string in it is a ``Text``: process titles, phase labels and log lines come
+    from the server, and a ``[...]`` in them must show as written, not be parsed as Rich markup."""
+    title = Text.assemble(
+        "phase ",
+        (state.phase, "bold"),
+        f" ({state.phase_label}) for {state.in_phase_s:.0f} s — t={state.t:.0f} s",
+    )
+    table = Table(title=title, caption=Text(_caption(state)), expand=False)
+    for column in ("pid", "role/rank", "name", "state", "CPU %", "I/O /s", "RSS", "GPU mem"):
+        numeric = column in ("CPU %", "I/O /s", "RSS", "GPU mem")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=True, min_width=5)
+    for p in state.processes[:24]:
+        gpu = state.gpu_mem_by_pid.get(p.pid)
+        cells = (
+            str(p.pid),
+            f"{p.role or ''}{'/' + p.rank if p.rank else ''}",
+            p.name[:32],
+            p.state,
+            f"{100 * p.cpu_delta_s / max(state.interval_s, 1e-3):.0f}",
+            human_bytes(p.io_delta_bytes / max(state.interval_s, 1e-3)),
+            human_bytes(p.rss_bytes),
+            human_bytes(gpu) if gpu else "-",
+        )
+        table.add_row(*(Text(c) for c in cells))
+    return table
+
+
+def _caption(state: LiveState) -> str:
+    probe = f"probe: {state.probe.describe()}" if state.probe else "no probe"
+    stall = (
+        f"stall verdict in {state.time_to_stall_s:.0f} s" if state.time_to_stall_s is not None else "serving"
+    )
+    return f"{probe} | {stall} | last progress: {state.last_progress}"
+
+
+class RichView:
+    """A live table on a terminal; the tree's output scrolls above it.
+
+    Nothing from outside hangwatch is ever parsed as Rich markup: the echo goes out raw, events and
+    table cells are ``Text`` objects (see ``event_text``, ``status_table``).
+    """
+
+    def __init__(self, console: Console | None = None) -> None:
         from rich.live import Live
 
-        self._console = Console()
+        self._console = console if console is not None else Console()
         self._live = Live(console=self._console, refresh_per_second=2, transient=True, redirect_stdout=False)
         self._live.start()
         self._lock = threading.Lock()
@@ -119,50 +169,17 @@ class RichView:
         text = data.decode("utf-8", "replace").replace("\r", "\n").rstrip("\n")
         if text:
             with self._lock:
+                # Console.out: no markup, no emoji, no highlighting; the server's bytes as they are.
                 self._console.out(text, highlight=False)
 
     def event(self, text: str) -> None:
         with self._lock:
-            self._console.print(f"[bold cyan][hangwatch][/] {text}", highlight=False)
+            self._console.print(event_text(text), highlight=False)
 
     def update(self, state: LiveState) -> None:
-        from rich.table import Table
-
-        table = Table(
-            title=(
-                f"phase [bold]{state.phase}[/] ({state.phase_label}) "
-                f"for {state.in_phase_s:.0f} s — t={state.t:.0f} s"
-            ),
-            caption=self._caption(state),
-            expand=False,
-        )
-        for column in ("pid", "role/rank", "name", "state", "CPU %", "I/O /s", "RSS", "GPU mem"):
-            numeric = column in ("CPU %", "I/O /s", "RSS", "GPU mem")
-            table.add_column(column, justify="right" if numeric else "left", no_wrap=True, min_width=5)
-        for p in state.processes[:24]:
-            gpu = state.gpu_mem_by_pid.get(p.pid)
-            table.add_row(
-                str(p.pid),
-                f"{p.role or ''}{'/' + p.rank if p.rank else ''}",
-                p.name[:32],
-                p.state,
-                f"{100 * p.cpu_delta_s / max(state.interval_s, 1e-3):.0f}",
-                human_bytes(p.io_delta_bytes / max(state.interval_s, 1e-3)),
-                human_bytes(p.rss_bytes),
-                human_bytes(gpu) if gpu else "-",
-            )
+        table = status_table(state)
         with self._lock:
             self._live.update(table)
-
-    @staticmethod
-    def _caption(state: LiveState) -> str:
-        probe = state.probe.describe() if state.probe else "no probe"
-        stall = (
-            f"stall verdict in {state.time_to_stall_s:.0f} s"
-            if state.time_to_stall_s is not None
-            else "serving"
-        )
-        return f"probe: {probe} | {stall} | last progress: {state.last_progress}"
 
     def close(self) -> None:
         with self._lock:

@@ -10,18 +10,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from hangwatch.model.report import Report
-from hangwatch.redact import redact_text
+from hangwatch.redact import scrub
+from hangwatch.render.files import write_atomically
 from hangwatch.render.stacktext import tree_lines
 from hangwatch.render.text import culprit_labels
 
 
 def _safe(text: str) -> str:
-    return redact_text(text).replace("```", "`\u200b``")
+    return scrub(text).replace("```", "`\u200b``")
 
 
 def _inline(text: str) -> str:
     """For text outside code blocks: no Markdown or HTML from the server gets interpreted."""
-    out = redact_text(text)
+    out = scrub(text)
     for ch in ("\\", "`", "*", "_", "[", "]", "<", ">", "#", "|"):
         out = out.replace(ch, "\\" + ch)
     return out
@@ -55,15 +56,13 @@ def markdown_report(report: Report) -> str:
         lines.append("```")
     if v.next_steps:
         lines += ["", "Next steps:", ""]
-        lines.extend(f"- {s}" for s in v.next_steps)  # our own text, with its `commands`
+        lines.extend(f"- {scrub(s)}" for s in v.next_steps)  # our own text, with its `commands`
     if report.notes:
         lines += ["", "Notes:", ""]
         lines.extend(f"- {_inline(n)}" for n in report.notes)
     lines += ["", "_Report written by hangwatch._", ""]
-    return "\n".join(lines)
+    return scrub("\n".join(lines))  # and once more as a whole: nothing unredacted, whatever the field
 
 
 def write_markdown(report: Report, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(markdown_report(report))
-    tmp.replace(path)
+    write_atomically(path, markdown_report(report))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from hangwatch.model.stacks import StackNode
 from hangwatch.model.stacks import StackTree
+from hangwatch.words import plural
 
 ODD = "<< odd one out"
 
@@ -17,8 +18,12 @@ def tree_lines(tree: StackTree, max_lines: int = 24, width: int = 160) -> list[s
     """``[rank0-1] ... all_reduce (distributed_c10d.py:3252) > c10d::Work::wait`` lines, deepest last."""
     head = f"stacks: {tree.summary}"
     lines = [_clip(head, width)]
-    span = f"{tree.samples} sample{'s' if tree.samples != 1 else ''}"
-    lines.append(f"  ({span}; {tree.processes} processes, {tree.threads} threads)")
+    counts = [
+        plural(tree.samples, "sample"),
+        plural(tree.processes, "process"),
+        plural(tree.threads, "thread"),
+    ]
+    lines.append(f"  ({counts[0]}; {counts[1]}, {counts[2]})")
     body: list[str] = []
     for root in tree.roots:
         _walk(root, "  ", "", body, width=width, samples=tree.samples)

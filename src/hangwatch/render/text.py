@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from hangwatch.model.report import Report
 from hangwatch.model.vocabulary import State
+from hangwatch.redact import scrub
 from hangwatch.render.stacktext import tree_lines
 
 _HEADLINE = {
@@ -56,4 +57,4 @@ def verdict_text(report: Report) -> str:
         lines.extend(f"    - {n}" for n in report.notes)
     if report.log_path:
         lines.append(f"  log: {report.log_path}")
-    return "\n".join(lines)
+    return scrub("\n".join(lines))

@@ -16,6 +16,7 @@ from hangwatch.collect.logtail import FileLog
 from hangwatch.collect.nvml import NvmlGpuSource
 from hangwatch.collect.oom import OomWitness
 from hangwatch.collect.proctree import TreeSampler
+from hangwatch.collect.proctree import own_processes
 from hangwatch.errors import PTRACE_HELP
 from hangwatch.errors import NoSuchProcess
 from hangwatch.model.report import Verdict
@@ -54,8 +55,11 @@ def run_attached(options: AttachOptions) -> int:
     if stat.state == "Z":
         raise NoSuchProcess(f"PID {options.pid} has already exited (it is a zombie waiting to be reaped)")
     cmdline = procfs.read_cmdline(options.pid) or (stat.comm,)
-    # The window is a timeout: still progressing when it ends is a 'timeout' verdict, with the evidence.
-    w = replace(options.watch, timeout=min(options.window, options.watch.timeout or options.window))
+    # The window is a timeout: still progressing when it ends is a 'timeout' verdict, with the evidence,
+    # worded as the end of the window unless the user's own --timeout is the shorter limit.
+    own_limit = options.watch.timeout is not None and options.watch.timeout < options.window
+    w = replace(options.watch, timeout=options.watch.timeout if own_limit else options.window)
+    label = None if own_limit else f"the {options.window:g} s --window"
     plan = plan_for(w, cmdline)
     notes = list(plan.notes)
     io = procfs.read_io(options.pid)
@@ -70,11 +74,12 @@ def run_attached(options: AttachOptions) -> int:
         notes.append(f"GPU: unavailable: {gpu.unavailable}")
     view = make_view(w.quiet)
     clock = WatchClock()
-    sampler = TreeSampler([options.pid], plan.profile.role_of, clock=clock)
+    # Never watch ourselves: hangwatch and its helpers are left out of a tree that contains them.
+    sampler = TreeSampler([options.pid], plan.profile.role_of, clock=clock, exclude=own_processes)
     oom = OomWitness([procfs.read_cgroup_path(options.pid)])
     watch, kit = build_watch(
         plan, w, sampler=sampler, log=log, gpu=gpu, oom=oom, root_pids={options.pid}, view=view,
-        clock=clock, watch_serving=False, timeout_label=f"the {options.window:g} s window",
+        clock=clock, watch_serving=False, timeout_label=label, window_end=options.window,
     )  # fmt: skip
     notes.extend(kit.notes)
     view.event(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from hangwatch.collect import procfs
 from hangwatch.collect.nvml import GpuSource
 from hangwatch.model.samples import GpuSample
+from hangwatch.words import plural
 
 Identity = tuple[int, int]
 
@@ -31,7 +32,7 @@ class CleanupResult:
     gpu_note: str | None = None
 
     def describe(self) -> str:
-        parts = [f"stopped {len(self.terminated) + len(self.killed)} processes"]
+        parts = [f"stopped {plural(len(self.terminated) + len(self.killed), 'process')}"]
         if self.killed:
             parts.append(f"{len(self.killed)} needed SIGKILL")
         if self.remaining:

@@ -21,6 +21,7 @@ from hangwatch.collect.serving_metrics import ServingNames
 from hangwatch.collect.serving_metrics import ServingPoller
 from hangwatch.engines.profile import Profile
 from hangwatch.model.report import Report
+from hangwatch.render.files import write_outputs
 from hangwatch.render.html import write_html
 from hangwatch.render.json_report import write_report
 from hangwatch.render.markdown import write_markdown
@@ -74,7 +75,9 @@ def make_assessor(
     options: WatchOptions,
     root_pids: set[int],
     stacks: StackHistory | None = None,
+    *,
     timeout_label: str | None = None,
+    window_end: float | None = None,
 ) -> Assessor:
     statuses = frozenset(range(200, 300)) if options.ready_url else plan.profile.ready_statuses
     policy = Policy(
@@ -82,6 +85,7 @@ def make_assessor(
         timeout=options.timeout,
         ready_statuses=statuses,
         timeout_label=timeout_label,
+        window_end=window_end,
     )
     return Assessor(plan.profile, policy, root_pids, stacks)
 
@@ -109,13 +113,15 @@ def make_own_requester(plan: Plan, options: WatchOptions, clock: Callable[[], fl
 
 
 def emit(report: Report, options: WatchOptions) -> None:
-    if options.report_json is not None:
-        write_report(report, options.report_json)
-    if options.report_html is not None:
-        write_html(report, options.report_html)
-    if options.report_md is not None:
-        write_markdown(report, options.report_md)
+    """The verdict first, then the reports: a report that cannot be written is said, and costs nothing."""
     print(verdict_text(report), flush=True)
+    write_outputs(
+        [
+            ("--report-json", options.report_json, lambda path: write_report(report, path)),
+            ("--report-html", options.report_html, lambda path: write_html(report, path)),
+            ("--report-md", options.report_md, lambda path: write_markdown(report, path)),
+        ]
+    )
 
 
 def make_serving_poller(plan: Plan, clock: Callable[[], float]) -> ServingPoller | None:

@@ -46,6 +46,7 @@ from hangwatch.model.doctor import ModuleCoverage
 from hangwatch.model.doctor import ModuleScan
 from hangwatch.model.doctor import PortFacts
 from hangwatch.model.doctor import PyEnvFacts
+from hangwatch.words import plural
 
 CROSS_CHECK_BUDGET_S = 60.0
 
@@ -67,10 +68,12 @@ def select_gpus(
     gpus: tuple[int, ...] | None,
     capability: Capability | None,
     env: Mapping[str, str],
+    planned: int = 1,
 ) -> list[GpuFacts]:
-    """The GPUs the server will use: --gpus, else CUDA_VISIBLE_DEVICES, else all (--capability: planned)."""
+    """The GPUs the server will use: --gpus, else CUDA_VISIBLE_DEVICES, else all (--capability: planned,
+    ``planned`` of them: the command's tensor-parallel size)."""
     if capability is not None:
-        indices = gpus or (0,)
+        indices = gpus or tuple(range(max(planned, 1)))
         return [
             GpuFacts(
                 i, f"planned GPU of capability {format_capability(capability)}", capability, synthetic=True
@@ -173,7 +176,8 @@ def run_doctor(options: DoctorOptions, env: Mapping[str, str] | None = None) -> 
     t = time.monotonic()
     inventory = read_inventory()
     timings["nvml_s"] = time.monotonic() - t
-    gpus = select_gpus(inventory, options.gpus, options.capability, env)
+    planned = nccl_checks.tensor_parallel(options.command) or 1
+    gpus = select_gpus(inventory, options.gpus, options.capability, env, planned)
     caps = _capabilities(gpus)
     if inventory.unavailable:
         notes.append(f"GPU: {inventory.unavailable}")
@@ -203,7 +207,8 @@ def run_doctor(options: DoctorOptions, env: Mapping[str, str] | None = None) -> 
     problems = [f"{s.path}: {p}" for s in scans for p in s.problems[:2]]
     if problems:
         notes.append(
-            f"fatbin reader skipped damaged structures in {len(problems)} places, e.g. {problems[0]}"
+            f"fatbin reader skipped damaged structures in {plural(len(problems), 'place')}, "
+            f"e.g. {problems[0]}"
         )
     checks: list[Check | None] = [
         cov.check_extension_arch(modules, caps, len(scans), scan_s),
@@ -290,11 +295,24 @@ def loader_modules(
     return files
 
 
+# Checks whose advice is about what vLLM and SGLang need (their open-files limit, their compile caches):
+# not said before a program that is neither.
+ENGINE_ONLY_CHECKS = frozenset({"open-files", "cache-disk"})
+
+
 def fast_preflight(
-    command: tuple[str, ...], port: int | None, env: Mapping[str, str] | None = None
+    command: tuple[str, ...],
+    port: int | None,
+    env: Mapping[str, str] | None = None,
+    engine: str | None = None,
 ) -> list[Check]:
-    """The checks ``hangwatch run`` makes before it launches ``command`` (under 2 s, no interpreter run)."""
-    return list(fast_report(command, port, env).checks)
+    """The checks ``hangwatch run`` makes before it launches ``command`` (under 2 s, no interpreter run),
+    only those that apply to it: ``engine`` (``--engine``) or the one its command line names."""
+    checks = list(fast_report(command, port, env).checks)
+    profile = engines.by_name(engine) if engine else engines.detect(command)
+    if profile.name == "generic":
+        checks = [c for c in checks if c.name not in ENGINE_ONLY_CHECKS]
+    return checks
 
 
 def fast_report(
@@ -307,7 +325,7 @@ def fast_report(
     env = os.environ if env is None else env
     started = time.monotonic()
     inventory = read_inventory()
-    selected = select_gpus(inventory, gpus, capability, env)
+    selected = select_gpus(inventory, gpus, capability, env, nccl_checks.tensor_parallel(command) or 1)
     caps = _capabilities(selected)
     python = interpreter_of(command)
     pyenv = quick_env(python) if python else None

@@ -105,6 +105,10 @@ def _gpu_held(sample: GpuSample, pids: set[int]) -> tuple[tuple[GpuHeld, ...], s
     return tuple(held), note
 
 
+class TreeGone(NoSuchProcess):
+    """The named tree has no process left: for a run directory, that run is already clean."""
+
+
 def _plan(
     target: str,
     *,
@@ -116,7 +120,7 @@ def _plan(
 ) -> CleanupPlan:
     pids = tree_pids(root, session, stats)
     if not pids:
-        raise NoSuchProcess(f"{target}: no process of that tree is left")
+        raise TreeGone(f"{target}: no process of that tree is left")
     _guard(pids, stats, target)
     members = _members(pids, stats)
     held, note = _gpu_held(gpu.read(), pids)

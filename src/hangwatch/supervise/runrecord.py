@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hangwatch.collect import procfs
+from hangwatch.redact import scrub
 
 RUN_SCHEMA = "hangwatch.run/1"
 RUN_RECORD = "run.json"
@@ -43,7 +44,7 @@ def write_run_record(run_dir: Path, pid: int, command: tuple[str, ...]) -> RunRe
         start_ticks=stat.starttime_ticks,
         session=stat.session,
         supervisor_pid=os.getpid(),
-        command=command,
+        command=tuple(scrub(a) for a in command),
         started_at=dt.datetime.now().astimezone().isoformat(timespec="seconds"),
     )
     tmp = run_dir / (RUN_RECORD + ".tmp")

@@ -155,14 +155,10 @@ def run_supervised(options: RunOptions) -> int:
     if gpu.unavailable:
         notes.append(f"GPU: unavailable: {gpu.unavailable}")
     verdict: Verdict | None = None
-    ready_seen = False
 
     def until(v: Verdict) -> bool:
-        nonlocal ready_seen
-        if v.state is State.READY and not options.until_ready:
-            ready_seen = True  # keep serving (and watching) until it exits or we are stopped
-            return False
-        return True
+        # Ready without --until-ready: keep serving (and watching) until it exits or we are stopped.
+        return options.until_ready or v.state is not State.READY
 
     try:
         run = start_supervised(
@@ -185,6 +181,4 @@ def run_supervised(options: RunOptions) -> int:
     emit(report, w)
     if result.remaining:
         print(f"hangwatch: warning: processes of the tree remain: {result.remaining}", file=sys.stderr)
-    if verdict.state is State.INTERRUPTED and ready_seen:
-        return 0  # stopped while serving healthily: that is how a served run ends
     return verdict.exit_code

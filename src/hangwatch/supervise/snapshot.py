@@ -9,7 +9,6 @@ apart, which tells a stack that does not move from one that does.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +22,17 @@ from hangwatch.analyse.stacktree import build_tree
 from hangwatch.analyse.stackwatch import with_native_detail
 from hangwatch.collect import procfs
 from hangwatch.collect.proctree import TreeSampler
+from hangwatch.collect.proctree import own_processes
+from hangwatch.collect.proctree import whole_machine_note
 from hangwatch.collect.stacks import StackDumper
 from hangwatch.errors import HangwatchError
 from hangwatch.errors import NoSuchProcess
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import StackSample
+from hangwatch.redact import scrub
+from hangwatch.render.files import write_atomically
+from hangwatch.render.files import write_outputs
+from hangwatch.render.json_report import json_text
 from hangwatch.render.json_report import plain
 from hangwatch.render.stacktext import tree_lines
 
@@ -58,7 +63,7 @@ def take_snapshot(options: SnapshotOptions) -> int:
     dumper = StackDumper(native=options.native)
     if dumper.unavailable is not None:
         raise StacksUnavailableError(dumper.unavailable)
-    sampler = TreeSampler([options.pid], profile.role_of, watch_deaths=False)
+    sampler = TreeSampler([options.pid], profile.role_of, watch_deaths=False, exclude=own_processes)
     started = time.monotonic()
     samples: list[StackSample] = []
     ticks: list[Tick] = []
@@ -77,7 +82,7 @@ def take_snapshot(options: SnapshotOptions) -> int:
     exits = tuple(e for tick in ticks for e in tick.exits)
     diagnosis = classify(stack_context(analysed, ticks, exits))
     tree = build_tree(analysed, highlight=diagnosis.culprits or None)
-    print("\n".join(snapshot_text(options.pid, tree_lines(tree, max_lines=60), diagnosis)), flush=True)
+    print(scrub("\n".join(snapshot_text(options.pid, tree_lines(tree, max_lines=60), diagnosis))), flush=True)
     if options.report_json is not None:
         data: dict[str, Any] = {
             "schema": SNAPSHOT_SCHEMA,
@@ -88,12 +93,18 @@ def take_snapshot(options: SnapshotOptions) -> int:
             "stacks": plain([dataclasses.asdict(s) for s in samples]),
             "stack_tree": plain(dataclasses.asdict(tree)),
         }
-        options.report_json.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+        write_outputs(
+            [("--report-json", options.report_json, lambda path: write_atomically(path, json_text(data)))]
+        )
     return 0
 
 
 def snapshot_text(pid: int, lines: list[str], diagnosis: causes.Diagnosis) -> list[str]:
-    out = [f"hangwatch stacks of the tree of pid {pid}:", *lines, ""]
+    out = [f"hangwatch stacks of the tree of pid {pid}:"]
+    note = whole_machine_note(pid)
+    if note is not None:
+        out.append(f"  ({note})")
+    out += [*lines, ""]
     confidence = f", {diagnosis.confidence} confidence" if diagnosis.confidence else ""
     out.append(f"cause: {diagnosis.cause.value}{confidence}")
     out.append(f"  {diagnosis.explanation}")

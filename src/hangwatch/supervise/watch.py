@@ -269,8 +269,9 @@ class Watch:
         return sample
 
     def interrupted(self) -> Verdict:
-        how = f"stopped by {self.stopped_by}" if self.stopped_by else "interrupted by the user"
-        return self.assessor.interrupted(how)
+        if self.stopped_by in (None, "Ctrl-C"):
+            return self.assessor.interrupted("interrupted by the user (Ctrl-C)")
+        return self.assessor.interrupted(f"stopped by {self.stopped_by}")
 
     def _show(self, tick: Tick, status: Status) -> None:
         if status.phase != self._phase_shown:
@@ -345,6 +346,7 @@ def build_watch(
     clock: WatchClock,
     watch_serving: bool,
     timeout_label: str | None = None,
+    window_end: float | None = None,
 ) -> tuple[Watch, StackKit]:
     """The collectors, the analysis and the loop, wired the same way for ``run`` and ``attach``.
 
@@ -360,7 +362,9 @@ def build_watch(
     collectors = Collectors(
         sampler, log, prober, gpu, oom, kit.dumper, kit.gpm, serving, ConnectionWatcher(), own
     )
-    assessor = make_assessor(plan, options, root_pids, kit.history, timeout_label)
+    assessor = make_assessor(
+        plan, options, root_pids, kit.history, timeout_label=timeout_label, window_end=window_end
+    )
     watch = Watch(
         collectors, make_scanner(plan, options, prober), assessor, view, clock, interval_s=options.interval
     )
