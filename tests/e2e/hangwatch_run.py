@@ -27,11 +27,17 @@ class HangwatchRun:
     """`python -m hangwatch run ...` in its own session, with its merged output tailed by a thread.
 
     Every descendant ever seen is recorded with its start time, so the tree can be checked (and killed)
-    after hangwatch has exited and its orphans have been reparented away from it.
+    after hangwatch has exited and its orphans have been reparented away from it. With ``watch_shm`` the
+    /dev/shm files the descendants map are recorded too (once a second), so that a test can name what the
+    tree left there, and :meth:`kill_all` removes them.
     """
 
-    def __init__(self, args: list[str], env: dict[str, str], log_path: Path) -> None:
+    def __init__(
+        self, args: list[str], env: dict[str, str], log_path: Path, *, watch_shm: bool = False
+    ) -> None:
         self.log_path = log_path
+        self.watch_shm = watch_shm
+        self.shm_seen: set[str] = set()
         self.started_at = time.time()
         self.exited_at: float | None = None
         self.lines: list[str] = []
@@ -73,8 +79,12 @@ class HangwatchRun:
             self._lock.notify_all()
 
     def _watch_tree(self) -> None:
+        ticks = 0
         while self.proc.poll() is None:
-            self.descendants()
+            children = self.descendants()
+            if self.watch_shm and ticks % 4 == 0:
+                self.shm_seen |= mapped_shm(children)
+            ticks += 1
             time.sleep(0.25)
 
     def descendants(self) -> list[psutil.Process]:
@@ -167,10 +177,21 @@ class HangwatchRun:
         for thread in self._threads:
             thread.join(timeout=5)
         self._log.close()
+        # Every process of the tree is gone now, so nobody can use the segments it mapped.
+        for path in self.shm_left():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
-    def tail(self, lines: int = 60) -> str:
+    def shm_left(self) -> list[str]:
+        """The recorded /dev/shm files of the tree that still exist."""
+        return sorted(p for p in self.shm_seen if os.path.exists(p))
+
+    def tail(self, lines: int = 60, width: int = 400) -> str:
+        """The last lines of hangwatch's output, each cut at ``width`` (SGLang's server_args= line is 20 kB)."""
         with self._lock:
-            return "\n".join(self.lines[-lines:])
+            return "\n".join(
+                line if len(line) <= width else line[:width] + " ..." for line in self.lines[-lines:]
+            )
 
 
 def load_report(path: Path, run: HangwatchRun) -> dict[str, Any]:
@@ -192,3 +213,21 @@ def describe(report: dict[str, Any], run: HangwatchRun) -> str:
 
 def report_pids(report: dict[str, Any]) -> list[int]:
     return [int(p["pid"]) for p in report.get("processes", []) if isinstance(p.get("pid"), int)]
+
+
+def mapped_shm(procs: list[psutil.Process]) -> set[str]:
+    """The /dev/shm files the processes map or hold open (an unlinked one is skipped)."""
+    found: set[str] = set()
+    for proc in procs:
+        with (
+            contextlib.suppress(OSError),
+            open(f"/proc/{proc.pid}/maps", encoding="utf-8", errors="replace") as maps,
+        ):
+            found |= {line.split(None, 5)[5].strip() for line in maps if " /dev/shm/" in line}
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{proc.pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{proc.pid}/fd/{fd}")
+                    if target.startswith("/dev/shm/"):
+                        found.add(target)
+    return {p for p in found if not p.endswith(" (deleted)")}
