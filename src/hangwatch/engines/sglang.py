@@ -1,4 +1,4 @@
-"""SGLang (0.5.23 and the 0.5.10 legacy spellings): engines.md §1.3, §1.3.1, §7."""
+"""SGLang (0.5.23 and the 0.5.10 legacy spellings); a real 0.5.23 CPU boot: docs/sglang-cpu.md."""
 
 from __future__ import annotations
 
