@@ -23,7 +23,8 @@ order, as a module named ``hangwatch_extra_sitecustomize_<N>`` (N from 0) with `
 can install import hooks (``sys.meta_path``) as a sitecustomize would. This file itself is skipped if it
 is listed. When this file is run by another sitecustomize (the other harness first on the path, chaining
 to it), it only installs the shims and chains to nothing: the head of the chain runs the others. A
-missing file is an error (the process does not start), so a misspelt path cannot silently drop a fault.
+file that is missing or raises ends the interpreter at once (exit status 2, one line on stderr): ``site``
+would only print the error and start the process anyway, and a misspelt path would silently drop a fault.
 """
 
 from __future__ import annotations
@@ -45,7 +46,12 @@ def _chain() -> None:
     me = os.path.realpath(__file__)
     extra = [p for p in os.environ.get(EXTRA_ENV, "").split(os.pathsep) if p]
     for n, path in enumerate(p for p in extra if os.path.realpath(p) != me):
-        runpy.run_path(path, run_name=f"hangwatch_extra_sitecustomize_{n}")
+        try:
+            runpy.run_path(path, run_name=f"hangwatch_extra_sitecustomize_{n}")
+        except Exception as exc:
+            sys.stderr.write(f"hangwatch sglang shims: {EXTRA_ENV} file {path} failed: {exc!r}\n")
+            sys.stderr.flush()
+            os._exit(2)
 
 
 _chain()
