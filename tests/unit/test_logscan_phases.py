@@ -1,4 +1,4 @@
-"""Engine profiles on the engines' real log lines (from ../shared/reference/engines.md)."""
+"""Engine profiles on the engines' real log lines (SGLang 0.5.23 on CPU as measured: docs/sglang-cpu.md)."""
 
 from __future__ import annotations
 
@@ -81,6 +81,103 @@ def test_sglang_draft_model_loads_as_its_own_phase_and_ranks_do_not_move_phases_
         "kv_alloc",
         "cuda_graph",
     ]
+
+
+# SGLang 0.5.23 on its CPU engine, TP=2, as logged on 2026-12-01 (docs/sglang-cpu.md); lines shortened where
+# they run on. TP1 loads its (dummy) weights and finishes before TP0 starts: one rank's first
+# "Load weight begin" after the other's "Load weight end" is not a draft model.
+SGLANG_CPU_TP2_BOOT = [
+    "[2026-12-01 21:39:13] server_args={'model_path': '/m', 'tokenizer_path': '/m', 'load_format': 'dummy', ...}",
+    "[2026-12-01 21:39:13] The current platform does not support Intel AMX, will fallback to torch_native backend.",
+    "[2026-12-01 21:39:15] Fail to set RLIMIT_NOFILE: current limit exceeds maximum limit",
+    "[2026-12-01 21:39:29 TP1] Init parallel begin.",
+    "[2026-12-01 21:39:29 TP1] init_threads_binding: numa_index=1, world_size=2, local_omp_cpuid=1",
+    "[2026-12-01 21:39:29 TP0] Init parallel begin.",
+    "[2026-12-01 21:39:29 TP0] Init parallel ends. elapsed=0.32 s",
+    "[2026-12-01 21:39:29 TP1] Init parallel ends. elapsed=0.41 s",
+    "[2026-12-01 21:39:29 TP0] Memory baseline taken. mem usage=0.00 GB",
+    "[2026-12-01 21:39:30 TP1] Load weight begin. avail mem=21.24 GB",
+    "[2026-12-01 21:39:30 TP1] Load weight end. elapsed=0.01 s, type=LlamaForCausalLM, avail mem=21.23 GB, mem usage=0.00 GB.",
+    "[2026-12-01 21:39:30 TP0] Load weight begin. avail mem=21.23 GB",
+    "[2026-12-01 21:39:30 TP0] Load weight end. elapsed=0.01 s, type=LlamaForCausalLM, avail mem=21.23 GB, mem usage=0.00 GB.",
+    "[2026-12-01 21:39:31 TP0] KV Cache is allocated. dtype: torch.float16, #tokens: 4096, K size: 0.00 GB, V size: 0.00 GB",
+    "[2026-12-01 21:39:31 TP1] KV Cache is allocated. dtype: torch.float16, #tokens: 4096, K size: 0.00 GB, V size: 0.00 GB",
+    "[2026-12-01 21:39:31 TP0] Memory pool end. avail mem=21.20 GB",
+    "[2026-12-01 21:39:31 TP0] Disable prefill CUDA graph because cuda_graph_config resolved prefill.backend='disabled' "
+    "(e.g. via --cuda-graph-backend-prefill=disabled or auto-disable rules).",
+    "[2026-12-01 21:39:31 TP0] max_total_num_tokens=4096, chunked_prefill_size=4096, max_prefill_tokens=16384, "
+    "max_running_requests=2048, context_len=1024, available_cpu_mem=21.20 GB",
+    "[2026-12-01 21:39:31] Engine startup timings (s): load_weight=0.01, kv_cache_allocation=0.52, scheduler_e2e=1.92, "
+    "cuda_graph={prefill=0.00, decode=0.00, target_verify=0.00, draft_prefill=0.00, draft_decode=0.00, draft_extend=0.00}, "
+    "tokenizer_e2e=16.1",
+    "[2026-12-01 21:39:31] INFO:     Started server process [19082]",
+    "[2026-12-01 21:39:31] INFO:     Waiting for application startup.",
+    "[2026-12-01 21:39:31] INFO:     Application startup complete.",
+    "[2026-12-01 21:39:31] INFO:     Uvicorn running on http://127.0.0.1:34421 (Press CTRL+C to quit)",
+    '[2026-12-01 21:39:32] INFO:     127.0.0.1:39944 - "GET /health HTTP/1.1" 503 Service Unavailable',
+    '[2026-12-01 21:39:32] INFO:     127.0.0.1:39948 - "GET /model_info HTTP/1.1" 200 OK',
+    "[2026-12-01 21:39:35 TP0] Prefill batch, #new-seq: 1, #new-token: 27, #cached-token: 0, token usage: 0.01, "
+    "#running-req: 0, #queue-req: 0, #pending-token: 0, cpu graph: False, input throughput (token/s): 7.02",
+    '[2026-12-01 21:39:35] INFO:     127.0.0.1:39956 - "POST /generate HTTP/1.1" 200 OK',
+    '[2026-12-01 21:39:35] INFO:     127.0.0.1:39968 - "POST /freeze_gc HTTP/1.1" 200 OK',
+    "[2026-12-01 21:39:35] The server is fired up and ready to roll!",
+]
+
+SGLANG_CPU_PHASES = [
+    "process_start",
+    "args",
+    "dist_init",
+    "weights",
+    "weights_loaded",
+    "kv_alloc",
+    "scheduler_ready",
+    "http_up",
+]
+
+
+def test_sglang_cpu_tp2_boot_phases_from_real_lines():
+    assert _phases("sglang", SGLANG_CPU_TP2_BOOT) == SGLANG_CPU_PHASES
+
+
+# The same server at TP=1: the scheduler's lines carry no rank tag.
+SGLANG_CPU_TP1_BOOT = [
+    "[2026-12-01 21:38:19] server_args={'model_path': '/m', 'tokenizer_path': '/m', 'load_format': 'dummy', ...}",
+    "[2026-12-01 21:38:41] Init parallel begin.",
+    "[2026-12-01 21:38:41] Init parallel ends. elapsed=0.02 s",
+    "[2026-12-01 21:38:43] Load weight begin. avail mem=19.87 GB",
+    "[2026-12-01 21:38:43] Load weight end. elapsed=0.03 s, type=LlamaForCausalLM, avail mem=19.86 GB, mem usage=0.01 GB.",
+    "[2026-12-01 21:38:43] KV Cache is allocated. dtype: torch.float16, #tokens: 4096, K size: 0.00 GB, V size: 0.00 GB",
+    "[2026-12-01 21:38:43] Memory pool end. avail mem=19.85 GB",
+    "[2026-12-01 21:38:43] max_total_num_tokens=4096, chunked_prefill_size=4096, max_prefill_tokens=16384, "
+    "max_running_requests=2048, context_len=1024, available_cpu_mem=19.85 GB",
+    "[2026-12-01 21:38:43] Engine startup timings (s): load_weight=0.03, kv_cache_allocation=0.59, scheduler_e2e=2.12, "
+    "cuda_graph={prefill=0.00, decode=0.00, target_verify=0.00, draft_prefill=0.00, draft_decode=0.00, draft_extend=0.00}, "
+    "tokenizer_e2e=10.72",
+    "[2026-12-01 21:38:43] INFO:     Started server process [18330]",
+    "[2026-12-01 21:38:43] INFO:     Application startup complete.",
+    "[2026-12-01 21:38:43] INFO:     Uvicorn running on http://127.0.0.1:35029 (Press CTRL+C to quit)",
+    "[2026-12-01 21:38:45] The server is fired up and ready to roll!",
+]
+
+
+def test_sglang_cpu_tp1_boot_phases_from_real_lines():
+    assert _phases("sglang", SGLANG_CPU_TP1_BOOT) == SGLANG_CPU_PHASES
+    scanner = LogScanner(engines.by_name("sglang"))
+    assert scanner.scan((SGLANG_CPU_TP1_BOOT[-1],), 10, 0.0).ready_line
+
+
+def test_sglang_tp1_draft_model_still_opens_draft_weights():
+    # Untagged lines share one source: a second "Load weight begin" after "Load weight end" is the draft.
+    lines = [*SGLANG_CPU_TP1_BOOT[3:5], "[2026-12-01 21:38:44] Load weight begin. avail mem=19.80 GB"]
+    assert _phases("sglang", lines)[-1] == "draft_weights"
+
+
+def test_sglang_line_source_is_the_rank_tag():
+    sglang = engines.by_name("sglang")
+    assert sglang.source_of("[2026-12-01 21:39:30 TP1] Load weight begin. avail mem=21.24 GB") == " TP1"
+    assert sglang.source_of("[2026-12-01 21:39:30.123 DP0 TP3] Load weight begin.") == " DP0 TP3"
+    assert sglang.source_of("[2026-12-01 21:39:31] INFO:     Application startup complete.") == ""
+    assert engines.by_name("vllm").source_of("[2026-12-01 21:39:30 TP1] x") == ""
 
 
 def test_sglang_current_spellings():

@@ -66,7 +66,8 @@ def line_source(line: str) -> tuple[int | None, str | None]:
 
 
 class LogScanner:
-    """Stateful only in which phases were visited (SGLang loads its draft with the target's lines)."""
+    """Stateful only in which phases each source (rank) visited: SGLang loads its draft with the target's
+    lines, and at TP=2 one rank's first "Load weight begin" may follow the other's "Load weight end"."""
 
     def __init__(
         self,
@@ -78,7 +79,7 @@ class LogScanner:
         self._profile = profile
         self._ready = profile.ready_patterns + ready_patterns
         self._waiting = profile.waiting_patterns + waiting_patterns
-        self._visited: list[str] = []
+        self._visited: dict[str, list[str]] = {}  # source (profile.source_of) -> phases it opened
         self._probe_echo = probe_echo
         self._echoes = ProbeEchoes()
 
@@ -134,10 +135,11 @@ class LogScanner:
             if not any(p.search(line) for p in r.patterns):
                 continue
             name = r.name
-            # Opened again after a later phase was reached: the second pass (the draft model).
+            visited = self._visited.setdefault(self._profile.source_of(line), [])
+            # Opened again by the same source after it reached a later phase: the second pass (the draft).
             later = {x.name for x in self._profile.phases[index + 1 :]}
-            if r.again and name in self._visited and later & set(self._visited[self._visited.index(name) :]):
+            if r.again and name in visited and later & set(visited[visited.index(name) :]):
                 name = r.again
-            self._visited.append(name)
+            visited.append(name)
             return name
         return None

@@ -40,10 +40,19 @@ class Profile:
     ready_statuses: frozenset[int] = frozenset({200})
     default_port: int | None = None
     extra_phase_labels: dict[str, str] = field(default_factory=dict)
+    # Which process of the tree logged a line (SGLang's "[time TP1]" tag): a phase "opened again" (the
+    # draft model, PhaseRule.again) is a second pass of the same source, not another rank's first one.
+    # Its "source" group names it; lines it does not match share one source.
+    line_source: re.Pattern[str] | None = None
 
     def matches(self, cmdline: list[str] | tuple[str, ...]) -> bool:
         text = " ".join(cmdline)
         return any(p.search(text) for p in self.command_markers)
+
+    def source_of(self, line: str) -> str:
+        """The line's source (``TP1``), "" when the profile cannot tell."""
+        m = self.line_source.search(line) if self.line_source is not None else None
+        return m.group("source") if m else ""
 
     def label_of(self, phase: str) -> str:
         for r in self.phases:

@@ -1,4 +1,4 @@
-"""SGLang (0.5.23 and the 0.5.10 legacy spellings): engines.md §1.3, §1.3.1, §7."""
+"""SGLang (0.5.23 and the 0.5.10 legacy spellings); a real 0.5.23 CPU boot: docs/sglang-cpu.md."""
 
 from __future__ import annotations
 
@@ -34,7 +34,9 @@ SGLANG = Profile(
     name="sglang",
     command_markers=(re.compile(r"sglang(?:\.launch_server|\s+serve|::)"),),
     phases=(
-        rule("args", "resolving the configuration", r"server_args="),
+        # server_args= is the launcher's first line; the schedulers it then spawns log nothing until
+        # "Init parallel begin." (each imports sglang first: 10-30 s on a loaded CPU machine).
+        rule("args", "starting the scheduler processes", r"server_args="),
         rule("dist_init", "initialising distributed groups", r"Init (?:torch distributed|parallel) begin"),
         rule("weights", "loading weights", r"Load weight begin", again="draft_weights"),
         rule("weights_loaded", "weights loaded", r"Load weight end"),
@@ -60,4 +62,7 @@ SGLANG = Profile(
     default_port=30000,
     role_of=sglang_role,
     extra_phase_labels={"draft_weights": "loading the draft model", "ready": "serving"},
+    # Scheduler lines carry their rank after the time ("[2026-12-01 21:39:30 TP1] ..."; DP/PP/EP parts too
+    # when set), at TP=1 none; the launcher's lines never do.
+    line_source=re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?(?P<source>(?: [A-Z_]+\d+)+)\]"),
 )
