@@ -106,7 +106,16 @@ VLLM_TARGETS: dict[tuple[str, str], str] = {
     ("api", "serving"): "vllm.entrypoints.openai.completion.serving:OpenAIServingCompletion.create_completion",
 }
 
-SGLANG_TARGETS: dict[tuple[str, str], str] = {}  # filled in by sglang_targets() once its venv exists
+_S = "sglang.srt"
+SGLANG_TARGETS: dict[tuple[str, str], str] = {
+    # schedulers (TP=1: sched; TP=2: TP0 / TP1): each owns its model runner in the same process
+    ("sched", "weights"): f"{_S}.model_loader.loader:DummyModelLoader.load_model",  # after 'Load weight begin'
+    ("sched", "kv_alloc"): f"{_S}.model_executor.model_runner:ModelRunner.alloc_memory_pool",
+    ("sched", "serving"): f"{_S}.managers.tp_worker:TpModelWorker.forward_batch_generation",
+    # detokenizer, launcher (tokenizer manager + uvicorn)
+    ("detok", "serving"): f"{_S}.managers.detokenizer_manager:DetokenizerManager.handle_batch_token_id_out",
+    ("api", "serving"): f"{_S}.managers.tokenizer_manager:TokenizerManager.generate_request",
+}
 
 
 def target_for(engine: str, proc: str, phase: str) -> tuple[str, str]:
@@ -495,6 +504,7 @@ class Result:
     log_path: str | None = None
     requests: list[str] = field(default_factory=list)
     processes: list[str] = field(default_factory=list)  # "pid role/rank exit" of the report
+    stacks: list[str] = field(default_factory=list)  # the last capture round, innermost frames
     error: str | None = None
 
     def row(self) -> dict[str, Any]:
@@ -505,6 +515,24 @@ def _label(proc: dict[str, Any]) -> str:
     role = proc.get("role") or proc.get("name") or "?"
     rank = proc.get("rank")
     return f"{role}/{rank}" if rank else str(role)
+
+
+def stack_digest(report: dict[str, Any], frames: int = 4) -> list[str]:
+    """Each process's main-thread stack in the last capture round: its innermost frames, outermost first."""
+    rounds = report.get("stacks") or []
+    if not rounds:
+        return []
+    out = []
+    for proc in rounds[-1].get("processes", []):
+        label = _label(proc)
+        threads = proc.get("threads") or []
+        if not threads:
+            out.append(f"{label} [{proc.get('pid')}]: {proc.get('outcome')}")
+            continue
+        main = next((t for t in threads if t.get("name") == "MainThread"), threads[0])
+        names = [f"{f.get('name')} ({Path(str(f.get('file'))).name}:{f.get('line')})" for f in main.get("frames", [])]
+        out.append(f"{label} [{proc.get('pid')}]: " + " > ".join(names[-frames:]))
+    return out
 
 
 def judge(cell: Cell, result: Result, report: dict[str, Any] | None, fired_pid: int | None) -> None:
@@ -520,6 +548,7 @@ def judge(cell: Cell, result: Result, report: dict[str, Any] | None, fired_pid: 
     result.summary = verdict.get("summary")
     culprits = [int(c) for c in verdict.get("culprits") or []]
     result.got_culprits = [f"{_label(procs.get(c, {}))} {c}" for c in culprits]
+    result.stacks = stack_digest(report)
     result.processes = [
         f"{pid} {_label(p)} state={p.get('state')} exit={p.get('exit_code')}" for pid, p in procs.items()
     ]
