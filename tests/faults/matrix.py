@@ -352,9 +352,9 @@ class LineWatch:
         t.start()
         self._threads.append(t)
 
-    def find(self, pattern: re.Pattern[str]) -> tuple[float, re.Match[str]] | None:
+    def find(self, pattern: re.Pattern[str], last: bool = False) -> tuple[float, re.Match[str]] | None:
         with self._lock:
-            for t, line in self.lines:
+            for t, line in reversed(self.lines) if last else self.lines:
                 m = pattern.search(line)
                 if m:
                     return t, m
@@ -676,7 +676,8 @@ def run_cell(cell: Cell, cfg: RunConfig, tracker: Tracker) -> Result:
         m = fired[1]
         fired_pid = int(m["pid"])
         result.fired = {"pid": fired_pid, "title": m["title"], "t": float(m["t"]), "call": int(m["call"])}
-        verdict_line = watch.find(VERDICT_RE)
+        # The last verdict line: a serving cell's first one is its "ready".
+        verdict_line = watch.find(VERDICT_RE, last=True)
         if verdict_line is not None:
             result.latency_s = round(verdict_line[0] - float(m["t"]), 1)
     data = json.loads(report.read_text()) if report.is_file() else None
