@@ -97,6 +97,7 @@ class Assessor:
         self.serving_watch = ServingWatch()
         self._discount: dict[int, float] = {}
         self._pending_stall: Verdict | None = None
+        self._source_phase: dict[str, int] = {}  # "pid:812" / "rank:TP1" -> the furthest phase it logged
         self._verdict: Verdict | None = None
 
     @property
@@ -130,6 +131,9 @@ class Assessor:
         self.clock.observe(tick.t, signals)
         for event in tick.log.phase_events:
             self.phases.observe(event)
+            if event.source is not None:
+                order = self.phases.order_of(event.phase)
+                self._source_phase[event.source] = max(self._source_phase.get(event.source, -1), order)
         if tick.log.waiting_lines and tick.log.last_line:
             self._last_waiting_line = tick.log.last_line
         self.findings.extend(tick.log.findings)
@@ -141,7 +145,11 @@ class Assessor:
             self.serving_watch.observe(tick)
         self.exits.extend(tick.exits)
         for e in tick.exits:
-            if causes.is_significant_failure(e, e.pid in self._root_pids):
+            # While serving, a rank that ends is never normal, even when its status could not be read.
+            unseen_rank = (
+                self.serving and causes.ended_unseen(e) and (e.rank is not None or e.role is not None)
+            )
+            if causes.is_significant_failure(e, e.pid in self._root_pids) or unseen_rank:
                 self.failures.append(e)
         self._history.append(tick)
         self._prev = tick
@@ -254,6 +262,24 @@ class Assessor:
     def time_to_stall(self) -> float:
         return max(0.0, self.policy.stall_after - self.quiet_for(self.now))
 
+    def laggards(self, tick: Tick) -> tuple[int, ...]:
+        """Ranks whose own log lines stopped at an earlier phase than their peers': the others went on
+        (vLLM's ``(Worker_TP0 pid=N) Loading weights took``) and these never got there."""
+        if len(self._source_phase) < 2:
+            return ()
+        furthest = max(self._source_phase.values())
+        behind = [s for s, order in self._source_phase.items() if order < furthest]
+        if not behind:
+            return ()
+        pids = []
+        for source in behind:
+            kind, _, value = source.partition(":")
+            if kind == "pid" and value.isdigit():
+                pids.append(int(value))
+            else:
+                pids.extend(p.pid for p in tick.processes if p.rank == value)
+        return tuple(pids)
+
     def _spin_discount(self) -> dict[int, float]:
         """pid -> since when it spins in place: its CPU after that time was not progress."""
         h = self.stacks
@@ -280,6 +306,10 @@ class Assessor:
             return self._crashed(tick) if self.failures else self._exited(tick, root_exit)
         quiet = self.quiet_for(tick.t)
         if self.failures and quiet >= min(DEAD_PEER_GRACE_S, self.policy.stall_after):
+            return self._crashed(tick)
+        if self._decisive_failure_over(tick.t):
+            # A rank or a process killed by a signal: what the tree prints and does next (tracebacks,
+            # "waiting for worker exit", SIGTERMs to the rest) is the consequence, not progress.
             return self._crashed(tick)
         if self.failures and self.last_progress_t() > self.failures[-1].t + DEAD_PEER_GRACE_S:
             # The tree carried on after that death (a helper, or the engine restarted it): note it only.
@@ -332,6 +362,19 @@ class Assessor:
             return self._make(State.TIMEOUT, None, summary, (), [*([hint] if hint else []), *evidence])
         return None
 
+    def _decisive_failure_over(self, now: float) -> bool:
+        """A death no engine carries on from (a rank, or a death by a signal), the grace past, and no
+        process started since to replace it."""
+        decisive = [
+            f for f in self.failures if f.signal is not None or f.rank is not None or f.role is not None
+        ]
+        if not decisive:
+            return False
+        first = min(f.t for f in decisive)
+        if now - first < DEAD_PEER_GRACE_S:
+            return False
+        return self.clock.last_of("process") <= first
+
     def _readiness(self, tick: Tick) -> str | None:
         for probe in tick.probes:
             if probe.outcome is ProbeOutcome.HTTP and probe.status in self.policy.ready_statuses:
@@ -359,7 +402,7 @@ class Assessor:
         window = self.window()
         diagnosis = closed
         if diagnosis is None and self.stacks is not None:
-            diagnosis = self.stacks.diagnose(window)
+            diagnosis = self.stacks.diagnose(window, self.laggards(tick))
         if diagnosis is None or diagnosis.cause is Cause.UNKNOWN:
             basic = causes.diagnose_stall(window, self.findings)
             if diagnosis is None or basic.cause is not Cause.UNKNOWN:

@@ -109,7 +109,9 @@ class LogScanner:
                 echoes += 1  # not progress, but still read for what it names
             phase = self._phase_of(line)
             if phase is not None:
-                events.append(PhaseEvent(t, phase, redact_text(line)))
+                pid, rank = line_source(line)
+                source = f"pid:{pid}" if pid is not None else (f"rank:{rank}" if rank else None)
+                events.append(PhaseEvent(t, phase, redact_text(line), source))
             if ready_line is None and any(p.search(line) for p in self._ready):
                 ready_line = redact_text(line)
             if len(findings) < _MAX_FINDINGS_PER_TICK:

@@ -20,6 +20,10 @@ class PhaseTracker:
                 self._order[r.again] = i
         self._spans: list[PhaseSpan] = [PhaseSpan(first, 0.0, None, first_label, "")]
 
+    def order_of(self, phase: str) -> int:
+        """Where a phase stands in the profile's order (-1 for one it does not list)."""
+        return self._order.get(phase, -1)
+
     @property
     def current(self) -> PhaseSpan:
         return self._spans[-1]

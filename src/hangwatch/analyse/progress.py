@@ -172,6 +172,10 @@ class ProgressClock:
             latest = max(latest, counted)
         return latest
 
+    def last_of(self, kind: str) -> float:
+        """The latest signal of one kind ("process": a new process appeared), or the start."""
+        return max((t for (k, _), t in self._last.items() if k == kind), default=self._start)
+
     @property
     def last_progress_t(self) -> float:
         return self.last_progress()

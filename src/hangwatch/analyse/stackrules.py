@@ -53,6 +53,8 @@ class StackContext:
     window_cpu: tuple[tuple[int, float], ...] = ()  # cores used per pid over the window, from the ticks
     gpu: GpuSample | None = None
     gpm: tuple[GpuActivity, ...] = ()
+    parents: tuple[tuple[int, int], ...] = ()  # pid -> ppid, from the ticks
+    laggards: tuple[int, ...] = ()  # ranks whose own log lines stopped at an earlier phase than their peers'
 
     @property
     def peers(self) -> tuple[ProcessView, ...]:
@@ -118,6 +120,7 @@ def stack_context(
         cpu = {pid: c / seconds for pid, c in cpu.items()}
     d_state = tuple(sorted(pid for pid, n in d_counts.items() if window and n >= 0.8 * len(window)))
     gpu = next((t.gpu for t in reversed(window) if t.gpu is not None), None)
+    parents = tuple(sorted({p.pid: p.ppid for t in window for p in t.processes}.items()))
     return StackContext(
         views=views,
         samples=len(samples),
@@ -128,6 +131,7 @@ def stack_context(
         window_cpu=tuple(sorted(cpu.items())),
         gpu=gpu,
         gpm=samples[-1].gpus if samples else (),
+        parents=parents,
     )
 
 
@@ -435,11 +439,16 @@ def rule_odd_one_out(ctx: StackContext) -> Diagnosis | None:
         assert v.main is not None
         groups.setdefault(f"{v.main.where} ({v.main.location})", []).append(v)
     if len(groups) < 2:
-        return None
+        return _stuck_driver(ctx, peers)
     largest = max(len(g) for g in groups.values())
     majority = [g for g in groups.values() if len(g) == largest]
+    behind = set(ctx.laggards)
     if len(majority) == 1:
         waiting, odd = majority[0], [v for g in groups.values() if g is not majority[0] for v in g]
+    elif behind & {v.pid for v in peers}:
+        # No majority: the ranks whose own log stopped at an earlier phase are the ones left behind.
+        odd = [v for v in peers if v.pid in behind]
+        waiting = [v for v in peers if v.pid not in behind]
     else:
         waiting = [v for v in peers if v.spinning]
         odd = [v for v in peers if not v.spinning]
@@ -454,6 +463,31 @@ def rule_odd_one_out(ctx: StackContext) -> Diagnosis | None:
         f"{ctx.label(v.pid for v in odd)} elsewhere: {where}: the odd one out, which the others wait for"
     )
     return Diagnosis(Cause.COLLECTIVE_WAIT, tuple(v.pid for v in odd), text, "medium")
+
+
+def _stuck_driver(ctx: StackContext, peers: Sequence[ProcessView]) -> Diagnosis | None:
+    """Every rank waits in the same place, and the process that drives them (their nearest common
+    parent: an engine core, a launcher) is stuck elsewhere, not waiting for requests: the ranks wait
+    for it. Medium confidence, never closed."""
+    parent_of = dict(ctx.parents)
+    ppids = {parent_of.get(v.pid) for v in peers}
+    if len(ppids) != 1:
+        return None
+    driver = next((v for v in ctx.views if v.pid in ppids), None)
+    if (
+        driver is None
+        or driver.outcome is not DumpOutcome.OK
+        or driver.main is None
+        or not driver.blocked
+        or driver.main.wait is Wait.IDLE_LOOP
+    ):
+        return None
+    where = peers[0].main.where if peers[0].main else "?"
+    text = (
+        f"{ctx.label(v.pid for v in peers)} all wait in {where}, for the process that drives them: "
+        f"{_who(driver)} is stuck in {_where(driver)}"
+    )
+    return Diagnosis(Cause.UNKNOWN, (driver.pid,), text, "medium")
 
 
 def rule_unknown(ctx: StackContext) -> Diagnosis:

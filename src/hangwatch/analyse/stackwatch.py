@@ -175,13 +175,16 @@ class StackHistory:
         """
         return max(self._solid_since, self._moved_at.get(pid, self._solid_since))
 
-    def diagnose(self, window: Sequence[Tick]) -> Diagnosis | None:
-        """The stack rules over the spell's samples (None when no stack was taken in this spell)."""
+    def diagnose(self, window: Sequence[Tick], laggards: tuple[int, ...] = ()) -> Diagnosis | None:
+        """The stack rules over the spell's samples (None when no stack was taken in this spell).
+
+        ``laggards``: ranks whose own log lines stopped at an earlier phase than their peers'.
+        """
         samples = self.samples_for_analysis()
         if not samples or not any(p.threads for p in samples[-1].processes):
             return None
         exits = tuple(e for t in window for e in t.exits)
-        return classify(stack_context(samples, window, exits))
+        return classify(replace(stack_context(samples, window, exits), laggards=laggards))
 
     def closed_wait(self, window: Sequence[Tick]) -> Diagnosis | None:
         """A diagnosis the assessor may act on early: closed, over enough samples and time."""

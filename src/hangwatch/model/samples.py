@@ -88,6 +88,8 @@ class PhaseEvent:
     t: float
     phase: str
     line: str
+    # Who printed it, where the line says so: "pid:812" (vLLM's prefix) or "rank:TP1" (SGLang's).
+    source: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,298 @@
+"""The behaviour rules on hand-built model objects: code in place, the spin discount, the first fault in
+time, requests waiting while serving, probe echoes by timing, the structure when no frame names a wait."""
+
+from __future__ import annotations
+
+import signal
+
+from hangwatch import engines
+from hangwatch.analyse import causes
+from hangwatch.analyse.assess import Assessor
+from hangwatch.analyse.assess import Policy
+from hangwatch.analyse.echoes import ProbeEchoes
+from hangwatch.analyse.progress import ProgressClock
+from hangwatch.analyse.progress import ProgressSignal
+from hangwatch.analyse.stackmotion import in_place
+from hangwatch.analyse.stackrules import classify
+from hangwatch.analyse.stackrules import stack_context
+from hangwatch.collect.connections import connection_of
+from hangwatch.model.samples import ConnectionSample
+from hangwatch.model.samples import ExitHow
+from hangwatch.model.samples import ExitRecord
+from hangwatch.model.samples import LogFinding
+from hangwatch.model.samples import OwnRequest
+from hangwatch.model.samples import ProbeOutcome
+from hangwatch.model.samples import ProbeResult
+from hangwatch.model.samples import ProcessSample
+from hangwatch.model.samples import ServerConnection
+from hangwatch.model.samples import Tick
+from hangwatch.model.stacks import DumpOutcome
+from hangwatch.model.stacks import Frame
+from hangwatch.model.stacks import ProcessStacks
+from hangwatch.model.stacks import StackSample
+from hangwatch.model.stacks import ThreadStack
+from hangwatch.model.vocabulary import Cause
+from hangwatch.model.vocabulary import State
+
+
+def py(name: str, line: int, file: str = "work.py") -> Frame:
+    return Frame(name, file, line)
+
+
+def native(name: str, lib: str = "libwork.so") -> Frame:
+    return Frame(name, lib, 0, native=True)
+
+
+def thread(*frames: Frame, active: bool = True, tid: int = 1) -> ThreadStack:
+    return ThreadStack(tid, "MainThread", active, False, tuple(frames))
+
+
+# -- code in place ---------------------------------------------------------------------------------
+
+
+def test_a_poll_loop_is_in_place_wherever_it_is_caught():
+    loop = (py("main", 10), py("rank", 20))
+    caught = [
+        thread(*loop, py("poll", 5)),
+        thread(*loop, py("poll", 6), py("ready", 40)),  # inside its helper
+        thread(*loop, py("poll", 5)),
+    ]
+    assert in_place(caught)
+
+
+def test_work_moves_below_the_loop_frame():
+    loop = (py("main", 10), py("compile", 20))
+    caught = [
+        thread(*loop, py("visit", 3), py("visit_BinOp", 8), py("visit", 3), py("fold", 9)),
+        thread(*loop, py("emit", 30)),
+        thread(*loop, py("visit", 3), py("visit_Call", 12), py("visit", 3)),
+    ]
+    assert not in_place(caught)
+
+
+def test_the_caller_moving_on_is_not_in_place():
+    assert not in_place([thread(py("main", 10), py("step", 5)), thread(py("main", 11), py("step", 5))])
+
+
+def test_a_long_native_call_whose_inner_code_moves_is_work():
+    top = (py("main", 10), py("forward", 42))
+    a = thread(*top, native("at::native::mm"), native("gemm_driver"), native("kernel_a"))
+    b = thread(*top, native("at::native::mm"), native("gemm_driver"), native("pack_b"))
+    assert not in_place([a, b], native=[a, b])
+
+
+def test_a_c_poll_loop_is_in_place_inside_or_outside_its_syscall():
+    top = (py("main", 10), py("poll_flag_native", 40))
+    a = thread(*top, native("ffi_call"), native("__memcmp_avx2", "libc.so.6"))
+    b = thread(*top)
+    c = thread(*top, native("ffi_call"), native("sched_yield", "libc.so.6"))
+    assert in_place([a, b, c], native=[a, b, c])
+
+
+# -- the spin discount -----------------------------------------------------------------------------
+
+
+def test_cpu_of_a_spinning_process_is_discounted_back_to_when_the_spin_began():
+    clock = ProgressClock()
+    clock.observe(5.0, (ProgressSignal("log", None, "12 lines"),))
+    for t in range(6, 30):
+        clock.observe(float(t), (ProgressSignal("cpu", 7, "CPU 100%"),))
+    assert clock.last_progress() == 29.0
+    assert clock.last_progress({7: 5.0}) == 5.0  # the spin began with the quiet spell
+    assert clock.last_progress({8: 5.0}) == 29.0  # another process's spin says nothing of pid 7
+    assert clock.last_progress(weak=False) == 5.0
+
+
+# -- the first fault in time -----------------------------------------------------------------------
+
+
+def exit_(pid: int, t: float, *, sig: int | None = None, code: int | None = None, **kw: object) -> ExitRecord:
+    how = kw.pop("how", ExitHow.ZOMBIE_STAT)
+    return ExitRecord(t, pid, kw.pop("name", f"p{pid}"), None, kw.pop("rank", None), how, code, sig, 30.0)  # type: ignore[arg-type]
+
+
+def exc(t: float, line: str, pid: int | None = None, rank: str | None = None) -> LogFinding:
+    return LogFinding(t, Cause.EXCEPTION, line, pid, rank)
+
+
+def test_a_kill_before_the_exceptions_is_the_cause():
+    failures = [exit_(20, 10.40, sig=signal.SIGKILL, rank="TP1"), exit_(10, 11.2, code=1)]
+    findings = [exc(10.52, "RuntimeError: Engine core initialization failed. See root cause above.", pid=10)]
+    d = causes.diagnose_crash(failures, findings, root_pids={1})
+    assert d.cause is Cause.DEAD_PEER and d.culprits == (20,)
+    assert "consequence" in d.explanation and "Engine core initialization failed" in d.explanation
+
+
+def test_an_exception_before_the_tear_down_is_the_cause():
+    failures = [
+        exit_(21, 7.31, sig=signal.SIGKILL),
+        exit_(22, 7.31, sig=signal.SIGKILL),
+        exit_(1, 7.33, sig=9),
+    ]
+    findings = [
+        exc(7.20, "[TP1] Scheduler hit an exception: Traceback", rank="TP1"),
+        exc(7.21, "[TP1] ValueError: bad"),
+    ]
+    exits = [exit_(23, 7.25, code=1, rank="TP1")]
+    d = causes.diagnose_crash(failures, findings, root_pids={1}, exits=exits)
+    assert d.cause is Cause.EXCEPTION and d.culprits == (23,)
+    assert "ValueError: bad" in d.explanation and "torn down" in d.explanation
+
+
+def test_a_quiet_kill_does_not_invent_peers_failing_after_it():
+    d = causes.diagnose_crash([exit_(30, 4.0, sig=signal.SIGKILL)], [], root_pids={1})
+    assert d.cause is Cause.DEAD_PEER and "the rest of the tree waits for it" in d.explanation
+    assert "after it" not in d.explanation
+
+
+def test_a_rank_reaped_unseen_before_the_first_failure_is_where_it_began():
+    unseen = exit_(40, 3.0, how=ExitHow.VANISHED, rank="TP1")
+    failures = [exit_(10, 3.6, code=1)]
+    findings = [exc(3.4, "RuntimeError: Worker proc died", pid=10)]
+    d = causes.diagnose_crash(failures, findings, root_pids={1}, exits=[unseen])
+    assert d.cause is Cause.DEAD_PEER and d.culprits == (40,)
+    assert "reaped it before its exit status could be read" in d.explanation
+
+
+# -- requests waiting while serving ----------------------------------------------------------------
+
+
+def _info(sent_ms: int, recv_ms: int, acked: int, received: int) -> bytes:
+    info = bytearray(136)
+    info[44:48] = sent_ms.to_bytes(4, "little")
+    info[52:56] = recv_ms.to_bytes(4, "little")
+    info[120:128] = acked.to_bytes(8, "little")
+    info[128:136] = received.to_bytes(8, "little")
+    return bytes(info)
+
+
+def test_a_connection_whose_last_word_was_the_clients_waits_for_an_answer():
+    waiting = connection_of(8000, 50001, _info(sent_ms=9000, recv_ms=3000, acked=0, received=240), False)
+    answered = connection_of(8000, 50002, _info(sent_ms=100, recv_ms=3000, acked=900, received=240), False)
+    idle = connection_of(8000, 50003, _info(sent_ms=100, recv_ms=200, acked=0, received=0), False)
+    assert waiting.unanswered_s == 3.0
+    assert answered.unanswered_s is None and idle.unanswered_s is None
+
+
+def _serving_assessor(stall: float = 8.0) -> Assessor:
+    a = Assessor(engines.by_name("vllm"), Policy(stall_after=stall), root_pids={1})
+    green = ProbeResult(0.0, "http://127.0.0.1:8000/health", ProbeOutcome.HTTP, 200)
+    assert a.observe(Tick(0.0, (proc(1),), probes=(green,))) is not None  # ready
+    return a
+
+
+def proc(pid: int, cpu: float = 0.0) -> ProcessSample:
+    return ProcessSample(pid, 0, f"p{pid}", ("x",), "S", 10.0, cpu, 0, 0, 0, 4, 1 << 20, (8000,), None, None)
+
+
+def test_clients_waiting_and_nothing_moving_is_a_wedge_while_serving():
+    a = _serving_assessor()
+    conn = ConnectionSample((8000,), (ServerConnection(8000, 50001, 240, 0, 1.0),))
+    verdict = None
+    t = 1.0
+    while verdict is None and t < 30:
+        verdict = a.observe(Tick(t, (proc(1),), connections=conn))
+        t += 1.0
+    assert verdict is not None and verdict.state is State.STALLED
+    assert verdict.summary.startswith("stalled while serving")
+    assert any("client connection" in e for e in verdict.evidence)
+    assert t - 1.0 <= 1.0 + 8.0 + 1.0  # from the first tick that saw them waiting
+
+
+def test_an_idle_server_with_clients_connected_but_answered_is_healthy():
+    a = _serving_assessor()
+    conn = ConnectionSample((8000,), (ServerConnection(8000, 50001, 240, 900, None),))
+    assert all(a.observe(Tick(float(t), (proc(1),), connections=conn)) is None for t in range(1, 40))
+
+
+def test_our_own_request_pending_counts_as_waiting():
+    a = _serving_assessor()
+    own = OwnRequest(1.0, "http://127.0.0.1:8000/v1/completions")
+    verdict = None
+    t = 1.0
+    while verdict is None and t < 30:
+        verdict = a.observe(Tick(t, (proc(1),), own_request=own))
+        t += 1.0
+    assert verdict is not None and any("pending" in e for e in verdict.evidence)
+
+
+# -- probe echoes by timing ------------------------------------------------------------------------
+
+
+def test_a_line_at_a_slow_probe_answer_is_an_echo_and_news_away_from_probes_is_not():
+    echoes = ProbeEchoes()
+    echoes.observe_probes([ProbeResult(10.0, "u", ProbeOutcome.HTTP, 503, elapsed_s=20.0)])
+    line = "Health check failed. Server couldn't get a response from detokenizer for last 20 seconds."
+    assert echoes.is_echo(line, 30.05)
+    assert not echoes.is_echo("Decode batch. #running-req: 3", 25.0)
+
+
+def test_after_quick_probes_a_kind_of_line_is_an_echo_from_its_second_time():
+    echoes = ProbeEchoes()
+    for t in range(5):
+        echoes.observe_probes([ProbeResult(float(t), "u", ProbeOutcome.HTTP, 200, elapsed_s=0.002)])
+    assert not echoes.is_echo("Load weight end. elapsed=0.02 s", 1.01)  # once, by chance: progress
+    assert echoes.is_echo("probe-ish line 3", 2.01) is False
+    assert echoes.is_echo("probe-ish line 4", 3.01)  # the same kind, again at an answer
+    assert not echoes.is_echo("probe-ish line 9", 3.7)  # seen away from a probe: news for good
+    assert not echoes.is_echo("probe-ish line 10", 4.01)
+
+
+# -- the structure, when no frame names the wait ---------------------------------------------------
+
+
+def _sample(t: float, *procs: tuple[int, str, ThreadStack, float]) -> StackSample:
+    return StackSample(
+        t,
+        tuple(
+            ProcessStacks(pid, title, "Worker", title.rsplit("_", 1)[-1], DumpOutcome.OK, (th,), "S", cpu)
+            for pid, title, th, cpu in procs
+        ),
+        0.1,
+    )
+
+
+def test_with_no_majority_the_rank_whose_log_stopped_earlier_is_the_odd_one_out():
+    a = thread(py("main", 1), py("wait_until_ready", 30, "executor.py"), active=False)
+    b = thread(
+        py("main", 1),
+        py("load_weights", 80, "loader.py"),
+        py("Event.wait", 600, "threading.py"),
+        active=False,
+    )
+    samples = [_sample(t, (10, "W_TP0", a, 5.0), (11, "W_TP1", b, 5.0)) for t in (3.0, 5.0, 7.0)]
+    ctx = stack_context(samples)
+    assert classify(ctx).culprits == ()  # nothing to tell them apart
+    from dataclasses import replace
+
+    d = classify(replace(ctx, laggards=(11,)))
+    assert d.culprits == (11,) and "odd one out" in d.explanation
+
+
+def test_ranks_waiting_alike_for_their_stuck_driver_name_the_driver():
+    rank = thread(py("worker_busy_loop", 5, "executor.py"), py("acquire_read", 40, "mq.py"), active=False)
+    core = thread(
+        py("run", 3, "core.py"),
+        py("initialize", 70, "core.py"),
+        py("Event.wait", 600, "threading.py"),
+        active=False,
+    )
+    samples = [
+        StackSample(
+            t,
+            (
+                ProcessStacks(5, "Core", "EngineCore", None, DumpOutcome.OK, (core,), "S", 1.0),
+                ProcessStacks(10, "W_TP0", "Worker", "TP0", DumpOutcome.OK, (rank,), "S", 1.0),
+                ProcessStacks(11, "W_TP1", "Worker", "TP1", DumpOutcome.OK, (rank,), "S", 1.0),
+            ),
+            0.1,
+        )
+        for t in (3.0, 5.0, 7.0)
+    ]
+    window = [Tick(7.0, (proc_with_parent(5, 1), proc_with_parent(10, 5), proc_with_parent(11, 5)))]
+    d = classify(stack_context(samples, window))
+    assert d.culprits == (5,) and "drives them" in d.explanation
+
+
+def proc_with_parent(pid: int, ppid: int) -> ProcessSample:
+    return ProcessSample(pid, ppid, f"p{pid}", ("x",), "S", 10.0, 0.0, 0, 0, 0, 4, 1 << 20, (), None, None)
