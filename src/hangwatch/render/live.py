@@ -65,6 +65,7 @@ class PlainView:
 
     def __init__(self, out: TextIO = sys.stdout, every_s: float = 15.0, echo_output: bool = True) -> None:
         self._out = out
+        self._midline = False
         self._every = every_s
         self._last = -every_s
         self._lock = threading.Lock()
@@ -81,9 +82,18 @@ class PlainView:
                 buffer.flush()
             else:
                 self._out.write(data.decode("utf-8", "replace"))
+            if data:
+                # A last line without its newline (SGLang ends on one): what we print next starts a line.
+                self._midline = not data.endswith((b"\n", b"\r"))
+
+    def _end_line(self) -> None:
+        if self._midline:
+            self._out.write("\n")
+            self._midline = False
 
     def event(self, text: str) -> None:
         with self._lock:
+            self._end_line()
             print(f"[hangwatch] {text}", file=self._out, flush=True)
 
     def update(self, state: LiveState) -> None:
@@ -93,6 +103,8 @@ class PlainView:
         self.event(status_line(state))
 
     def close(self) -> None:
+        with self._lock:
+            self._end_line()
         self._out.flush()
 
 

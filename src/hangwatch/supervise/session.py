@@ -19,12 +19,14 @@ from hangwatch.collect.logtail import PipeLog
 from hangwatch.collect.nvml import NvmlGpuSource
 from hangwatch.collect.oom import OomWitness
 from hangwatch.collect.proctree import TreeSampler
+from hangwatch.model.cleanup import SegmentOutcome
 from hangwatch.model.report import Verdict
 from hangwatch.model.vocabulary import State
 from hangwatch.redact import redact_argv
 from hangwatch.render.live import View
 from hangwatch.render.live import make_view
 from hangwatch.supervise import cleanup
+from hangwatch.supervise import shm
 from hangwatch.supervise.clock import WatchClock
 from hangwatch.supervise.launcher import Launched
 from hangwatch.supervise.launcher import become_subreaper
@@ -85,14 +87,21 @@ class Supervised:
     kit: StackKit
     assessor: Assessor
     watch: Watch
+    shm_outcomes: tuple[SegmentOutcome, ...] = ()  # the tree's /dev/shm segments after tear-down
 
     def tear_down(self, gpu: NvmlGpuSource, grace: float) -> tuple[cleanup.CleanupResult, str | None]:
         """Whatever happened (a verdict, Ctrl-C, an error of ours), the tree does not outlive us."""
         self.watch.c.stop_threads()
         known = self.sampler.identities() | self.launched.guardian_known
+        # The engine's shared-memory segments, noted while the tree still maps them: SGLang leaves
+        # sglang_loads_*.shm behind even after a clean SIGTERM, and a killed tree leaves more.
+        alive = {pid for pid, _ in known}
+        segments = shm.segments_of(alive)
+        tree_start = min((start for _, start in known), default=0)
         result = cleanup.stop_tree(known, self.launched.pid, reap, grace)
         pids = {pid for pid, _ in self.launched.guardian_known} | self.sampler.known_pids()
         gpu_note = cleanup.wait_gpu_release(gpu, pids)
+        self.shm_outcomes = tuple(shm.release(segments, tree_start=tree_start))
         self.watch.recorder.add(self.watch.tick())  # record the exits the clean-up caused
         self.log.close()
         self.launched.release_guardian()
@@ -145,6 +154,18 @@ def start_supervised(
     return Supervised(launched, sampler, log, watch.c.prober, kit, watch.assessor, watch)
 
 
+def shm_notes(outcomes: tuple[SegmentOutcome, ...]) -> list[str]:
+    """One line for the segments removed, one per segment kept (and why)."""
+    removed = [o for o in outcomes if o.action == "removed"]
+    notes = []
+    if removed:
+        names = ", ".join(o.path.rsplit("/", 1)[-1] for o in removed[:4])
+        more = f" and {len(removed) - 4} more" if len(removed) > 4 else ""
+        notes.append(f"cleanup: removed {len(removed)} /dev/shm segment(s) the tree left: {names}{more}")
+    notes += [f"cleanup: kept {o.path}: {o.reason}" for o in outcomes if o.action == "kept"]
+    return notes
+
+
 def run_supervised(options: RunOptions) -> int:
     w = options.watch
     plan = plan_for(w, options.command)
@@ -177,6 +198,7 @@ def run_supervised(options: RunOptions) -> int:
     notes.append("cleanup: " + result.describe())
     if gpu_note:
         notes.append(gpu_note)
+    notes.extend(shm_notes(run.shm_outcomes))
     report = run.watch.report(verdict, plan.profile.name, "run", redact_argv(options.command), tuple(notes))
     emit(report, w)
     if result.remaining:
