@@ -150,8 +150,12 @@ class StackHistory:
                 self._moved_at[pid] = after.t
 
     def spinning(self, pid: int) -> bool:
-        """CPU rising while the code stays in place, whatever it is called: the progress model's veto."""
-        if len(self._solid) < 2:
+        """CPU rising while the code stays in place, whatever it is called: the progress model's veto.
+
+        Over the burst's three samples, not two: two captures of a busy recursive workload can find it
+        at the same depth and line by chance; three rarely do.
+        """
+        if len(self._solid) < self.policy.samples:
             return False
         if self._spin_views is None:
             self._spin_views = process_views(_enriched(self._solid))
