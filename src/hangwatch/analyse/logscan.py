@@ -93,12 +93,16 @@ class LogScanner:
     ) -> LogSample:
         """``times``: when each line arrived (empty: unknown); ``probes``: the answers since the last scan."""
         waiting = echoes = 0
+        named: dict[int, str] = {}
         markers = self._probe_echo() if lines else ()
         self._echoes.observe_probes(probes)
         events: list[PhaseEvent] = []
         findings: list[LogFinding] = []
         ready_line = None
         for index, line in enumerate(lines):
+            writer = _SOURCE_PID.search(line[:200])
+            if writer is not None:
+                named[int(writer.group(2))] = writer.group(1)
             if any(p.search(line) for p in self._waiting):
                 waiting += 1
                 continue
@@ -130,6 +134,7 @@ class LogScanner:
             findings=tuple(findings),
             ready_line=ready_line,
             last_line=redact_text(lines[-1]) if lines else None,
+            named=tuple(sorted(named.items())),
         )
 
     def _phase_of(self, line: str) -> str | None:

@@ -98,6 +98,11 @@ class TreeSampler:
         self._deaths = DeathWatcher(root, clock) if watch_deaths else None
         self._root_identities: set[Identity] = set()
         self._last_full_scan: float | None = None
+        self._hints: dict[int, str] = {}  # pid -> the title its log lines give it
+
+    def learn_titles(self, titles: Iterable[tuple[int, str]]) -> None:
+        """Titles for untitled members, from what their log lines say they are."""
+        self._hints.update(titles)
 
     @property
     def root_pids(self) -> set[int]:
@@ -233,7 +238,13 @@ class TreeSampler:
         cmdline = procfs.read_cmdline(pid, self._root) or ()
         # Titles change during startup (VLLM::Worker becomes VLLM::Worker_TP1), so rename every tick.
         name = procfs.process_title(cmdline, stat.comm)
+        if "::" not in name and pid in self._hints:
+            name = self._hints[pid]  # not titled yet, but its log lines say who it is
         role, rank = self._namer(name, cmdline, stat.identity in self._root_identities, known.rank_env or {})
+        parent = self._known.get(stat.ppid)
+        if role is not None and parent is not None and parent.name == name:
+            # A child forked with its parent's title (a compile helper of a scheduler) is not that rank.
+            role, rank = None, None
         io = procfs.read_io(pid, self._root)
         io_error = None
         rchar = wchar = None
@@ -289,6 +300,8 @@ class TreeSampler:
         name, role, rank = known.name, known.role, known.rank
         ended = self._deaths.ended_at(known.identity) if self._deaths is not None else None
         last_name = self._deaths.name_at_end(known.identity) if self._deaths is not None else None
+        if name in (known.first_comm, "") and known.identity[0] in self._hints:
+            last_name = self._hints[known.identity[0]]
         if last_name and last_name != name and name in (known.first_comm, ""):
             # It set a title after our last look and died: name it by that (comm keeps 15 bytes of it).
             name = last_name

@@ -44,6 +44,9 @@ class Profile:
     # draft model, PhaseRule.again) is a second pass of the same source, not another rank's first one.
     # Its "source" group names it; lines it does not match share one source.
     line_source: re.Pattern[str] | None = None
+    # The title a process has, from the label its log lines give it ("Worker_TP1" -> "VLLM::Worker_TP1"):
+    # before an engine sets its titles (vLLM's CPU build: for a minute or more), the log says who is who.
+    title_prefix: str = ""
 
     def matches(self, cmdline: list[str] | tuple[str, ...]) -> bool:
         text = " ".join(cmdline)
@@ -53,6 +56,9 @@ class Profile:
         """The line's source (``TP1``), "" when the profile cannot tell."""
         m = self.line_source.search(line) if self.line_source is not None else None
         return m.group("source") if m else ""
+
+    def title_from_log(self, label: str) -> str:
+        return label if label.startswith(self.title_prefix) else f"{self.title_prefix}{label}"
 
     def label_of(self, phase: str) -> str:
         for r in self.phases:

@@ -104,5 +104,6 @@ VLLM = Profile(
     health_path="/health",
     default_port=8000,
     role_of=vllm_role,
+    title_prefix="VLLM::",
     extra_phase_labels={"ready": "serving"},
 )

@@ -120,6 +120,8 @@ class LogSample:
     findings: tuple[LogFinding, ...] = ()
     ready_line: str | None = None
     last_line: str | None = None
+    # Processes the lines name by pid (vLLM's "(Worker_TP1 pid=812)"): pid -> the label they give.
+    named: tuple[tuple[int, str], ...] = ()
 
     @property
     def progress_lines(self) -> int:

@@ -193,6 +193,10 @@ class Watch:
         chunk = self.c.log.drain() if self.c.log is not None else LogChunk((), 0)
         probes = self.c.prober.drain() if self.c.prober is not None else ()
         log = self.scanner.scan(chunk.lines, chunk.new_bytes, t, chunk.times, probes)
+        if log.named:
+            self.c.tree.learn_titles(
+                (pid, self.assessor.profile.title_from_log(label)) for pid, label in log.named
+            )
         gpu = self.c.gpu.read()
         exits = reading.exits
         if self.c.oom is not None:
