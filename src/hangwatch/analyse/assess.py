@@ -26,6 +26,7 @@ from collections import deque
 from dataclasses import dataclass
 from dataclasses import field
 from dataclasses import replace
+from urllib.parse import urlsplit
 
 from hangwatch.analyse import causes
 from hangwatch.analyse.evidence import window_evidence
@@ -56,6 +57,7 @@ from hangwatch.model.vocabulary import State
 FAST_STALL_S = 10.0
 # After a rank dies, how long the rest may stay quiet before we call it a crash (they wait forever).
 DEAD_PEER_GRACE_S = 5.0
+TAIL_KEPT = 20  # lines of output kept for a crash with nothing else to say
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,9 @@ class Policy:
     timeout_label: str | None = None
     # The watch's own end (attach's --window): a server found serving is judged healthy then.
     window_end: float | None = None
+    # A readiness rule exists (a probe URL or a ready line): without one, a listening idle server
+    # cannot be told from a wedged one, and the verdict says so.
+    has_readiness: bool = True
 
 
 class Assessor:
@@ -97,7 +102,10 @@ class Assessor:
         self.serving_watch = ServingWatch()
         self._discount: dict[int, float] = {}
         self._pending_stall: Verdict | None = None
-        self._source_phase: dict[str, int] = {}  # "pid:812" / "rank:TP1" -> the furthest phase it logged
+        self._source_phase: dict[str, int] = {}
+        self._tail: deque[str] = deque(
+            maxlen=TAIL_KEPT
+        )  # the tree's last lines of output  # "pid:812" / "rank:TP1" -> the furthest phase it logged
         self._verdict: Verdict | None = None
 
     @property
@@ -134,6 +142,7 @@ class Assessor:
             if event.source is not None:
                 order = self.phases.order_of(event.phase)
                 self._source_phase[event.source] = max(self._source_phase.get(event.source, -1), order)
+        self._tail.extend(tick.log.tail)
         if tick.log.waiting_lines and tick.log.last_line:
             self._last_waiting_line = tick.log.last_line
         self.findings.extend(tick.log.findings)
@@ -280,6 +289,31 @@ class Assessor:
                 pids.extend(p.pid for p in tick.processes if p.rank == value)
         return tuple(pids)
 
+    def _port_hints(self, tick: Tick) -> list[str]:
+        """What the tree's listening sockets say: an idle server without a readiness rule, or a probe on
+        the wrong port. First the line for the summary, then the evidence."""
+        ports = sorted({port for p in tick.processes for port in p.listening_ports})
+        if not ports:
+            return []
+        listed = ", ".join(map(str, ports))
+        url = f"http://127.0.0.1:{ports[0]}/health"
+        probe = self.last_probe
+        if probe is not None and probe.outcome is ProbeOutcome.REFUSED:
+            probed = urlsplit(probe.url).port
+            if probed is not None and probed not in ports:
+                line = (
+                    f"nothing listens on port {probed} of the probe, but the tree listens on {listed}: "
+                    f"is the readiness URL right (--ready-url {url})?"
+                )
+                return [line, line]
+        if self.policy.has_readiness:
+            return []
+        line = (
+            f"the tree listens on port {listed} and waits, so the likelier reading is a healthy idle server: "
+            f"give a readiness rule (--ready-url {url}, or --ready-pattern) to tell"
+        )
+        return [line, f"listening on {listed}"]
+
     def _spin_discount(self) -> dict[int, float]:
         """pid -> since when it spins in place: its CPU after that time was not progress."""
         h = self.stacks
@@ -408,6 +442,9 @@ class Assessor:
             if diagnosis is None or basic.cause is not Cause.UNKNOWN:
                 diagnosis = basic
         summary = f"stalled: nothing progressed for {quiet:.0f} s; {diagnosis.explanation}"
+        hints = self._port_hints(tick)
+        if hints and not self.policy.has_readiness and closed is None:
+            summary += f"; {hints[0]}"
         if closed is not None:
             summary += (
                 " (nothing inside the tree can end this wait: not waiting out"
@@ -417,21 +454,27 @@ class Assessor:
         evidence = [
             *diagnosis.evidence,
             *([hint] if hint else []),
+            *hints[1:],
             *window_evidence(window, quiet, self.last_probe, self._last_waiting_line),
         ]
         verdict = self._make(State.STALLED, diagnosis.cause, summary, diagnosis.culprits, evidence)
         return replace(verdict, confidence=diagnosis.confidence)
 
     def _crashed(self, tick: Tick) -> Verdict:
-        diagnosis = causes.diagnose_crash(self.failures, self.findings, self._root_pids, self.exits)
+        diagnosis = causes.diagnose_crash(
+            self.failures, self.findings, self._root_pids, self.exits, tuple(self._tail)
+        )
         evidence = [
             f"{e.name} [{e.pid}] {e.status_text} at {e.t:.1f} s ({e.how.value})" for e in self.failures
         ]
         evidence += [f"log: {f.line[:200]}" for f in self._first_findings()]
         evidence += window_evidence(self.window(), self.quiet_for(tick.t), self.last_probe, None)[1:]
-        return self._make(
+        if diagnosis.cause is Cause.UNKNOWN and self._tail:
+            evidence += ["last lines of output:", *(f"  {line}" for line in list(self._tail)[-8:])]
+        verdict = self._make(
             State.CRASHED, diagnosis.cause, f"crashed: {diagnosis.explanation}", diagnosis.culprits, evidence
         )
+        return replace(verdict, next_steps=diagnosis.steps) if diagnosis.steps else verdict
 
     def _exited(self, tick: Tick, root_exit: ExitRecord) -> Verdict:
         if root_exit.exit_code is None and root_exit.signal is None:

@@ -5,6 +5,7 @@ Each rule is a small named function over model objects. Stack-based rules plug i
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -98,6 +99,8 @@ class Diagnosis:
     # a lock cycle): the verdict need not wait out the whole stall window.
     closed: bool = False
     evidence: tuple[str, ...] = ()
+    # Next steps that fit this case better than the cause's usual ones (a rejected command line).
+    steps: tuple[str, ...] = ()
 
 
 def is_significant_failure(exit_: ExitRecord, is_root: bool) -> bool:
@@ -166,6 +169,7 @@ def diagnose_crash(
     findings: Sequence[LogFinding],
     root_pids: set[int],
     exits: Sequence[ExitRecord] = (),
+    last_lines: Sequence[str] = (),
 ) -> Diagnosis:
     """Name the cause of a crash: the first fault in time, with what came after it as consequences.
 
@@ -200,7 +204,7 @@ def diagnose_crash(
     exceptions = sorted((f for f in findings if f.cause is Cause.EXCEPTION), key=lambda f: f.t)
     raised_first = bool(exceptions) and exceptions[0].t < first.t - SIMULTANEOUS_S
     if (first.signal is not None or first.how is ExitHow.VANISHED) and not raised_first:
-        return _signal_death_first(first, ordered, exceptions)
+        return _signal_death_first(first, ordered, exceptions, first.pid in root_pids)
     if exceptions:
         raiser = _raiser(exceptions, ordered, exits)
         pids = (raiser,) if raiser is not None else culprits
@@ -210,13 +214,50 @@ def diagnose_crash(
         if signalled:
             text += f"; then {_count(len(signalled), 'process')} killed by a signal (the tree torn down)"
         return Diagnosis(Cause.EXCEPTION, pids, text)
-    if first.pid not in root_pids:
+    if first.pid not in root_pids and first.signal not in _NATIVE_CRASHES:
         return Diagnosis(Cause.DEAD_PEER, (first.pid,), f"{_death(first)}; the rest of the tree waits for it")
     if first.how is ExitHow.VANISHED:
         return Diagnosis(Cause.UNKNOWN, culprits, _death(first))
-    return Diagnosis(
-        Cause.UNKNOWN, culprits, f"{_death(first)} without a traceback or known message in the log"
+    return _without_traceback(first, culprits, last_lines)
+
+
+_NATIVE_CRASHES = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT})
+_USAGE = re.compile(
+    r"\berror: (?:unrecognized arguments|argument |the following arguments are required)|^usage: "
+)
+
+NATIVE_CRASH_STEPS = (
+    "A native crash (no Python traceback): re-run with `PYTHONFAULTHANDLER=1` to get the Python stack "
+    "at the crash, allow a core dump (`ulimit -c unlimited`, then `gdb python core`), and read "
+    "`dmesg -T | tail` for the faulting library.",
+)
+
+
+def _without_traceback(first: ExitRecord, culprits: tuple[int, ...], last_lines: Sequence[str]) -> Diagnosis:
+    """No traceback and no known message: what the process said last, and next steps that fit it."""
+    said = next((line for line in reversed(last_lines) if _USAGE.search(line)), None)
+    if first.exit_code == 2 and said is not None:
+        text = f"{_death(first)}: the command line was rejected: {said.strip()[:200]}"
+        steps = (
+            "The program rejected its command line (exit 2, a usage error): fix the flag it names "
+            "(`--help` lists them), then run again.",
+        )
+        return Diagnosis(Cause.UNKNOWN, culprits, text, steps=steps)
+    if first.signal in _NATIVE_CRASHES:
+        return Diagnosis(
+            Cause.UNKNOWN,
+            culprits,
+            f"{_death(first)}: a native crash, no Python traceback",
+            steps=NATIVE_CRASH_STEPS,
+        )
+    text = f"{_death(first)} without a traceback or known message in the log"
+    if last_lines:
+        text += f"; its last words: {last_lines[-1].strip()[:200]}"
+    steps = (
+        "Read the last lines of its output (in the evidence, and the run's log): what it said before it "
+        "ended.",
     )
+    return Diagnosis(Cause.UNKNOWN, culprits, text, steps=steps)
 
 
 def _unseen_deaths(
@@ -235,24 +276,32 @@ def _unseen_deaths(
 
 
 def _signal_death_first(
-    death: ExitRecord, ordered: Sequence[ExitRecord], exceptions: Sequence[LogFinding]
+    death: ExitRecord, ordered: Sequence[ExitRecord], exceptions: Sequence[LogFinding], is_root: bool
 ) -> Diagnosis:
     later = [f for f in ordered if f.pid != death.pid]
     what = _death(death)
     if death.how is ExitHow.VANISHED and death.signal is None:
         what = f"{death.name} [{death.pid}] ended (its parent reaped it before its exit status could be read)"
-    if death.signal == signal.SIGKILL:
+    native = death.signal in _NATIVE_CRASHES
+    if native:
+        what += ": a native crash, no Python traceback"
+    elif death.signal == signal.SIGKILL:
         what += " (SIGKILL: the OOM killer or a kill; no kernel or cgroup record names the OOM killer)"
+    steps = NATIVE_CRASH_STEPS if native else ()
     parts = []
     if exceptions:
-        parts.append(
-            f"the exceptions logged after it are its consequences ({_exception_summary(exceptions)})"
-        )
+        summary = _exception_summary(exceptions)
+        parts.append(f"the exceptions logged after it are its consequences ({summary})")
     if later:
         names = ", ".join(f"{f.name} [{f.pid}] ({f.status_text})" for f in later[:3])
         parts.append(f"then {names} ended")
-    text = f"{what} first; " + "; ".join(parts) if parts else f"{what}; the rest of the tree waits for it"
-    return Diagnosis(Cause.DEAD_PEER, (death.pid,), text)
+    if parts:
+        text = f"{what} first; " + "; ".join(parts)
+    elif is_root:
+        return Diagnosis(Cause.UNKNOWN, (death.pid,), what, steps=steps)
+    else:
+        text = f"{what}; the rest of the tree waits for it"
+    return Diagnosis(Cause.DEAD_PEER, (death.pid,), text, steps=steps)
 
 
 def _raiser(

@@ -45,6 +45,7 @@ _FINDINGS: tuple[tuple[Cause, re.Pattern[str]], ...] = (
     ),
 )
 _MAX_FINDINGS_PER_TICK = 20
+TAIL_LINES = 12  # kept per tick: the last words before a crash
 # Who wrote a line: vLLM prefixes ``(EngineCore pid=812)`` / ``(Worker_TP1 pid=90)``; SGLang ``[time TP1]``.
 _SOURCE_PID = re.compile(r"\((\w+?) pid=(\d+)\)")
 _SOURCE_RANK = re.compile(r"^\[[^\]]*?\b((?:TP|DP|PP|EP)\d+)\]|\b((?:TP|DP|PP)\d+)\b pid=")
@@ -135,6 +136,7 @@ class LogScanner:
             ready_line=ready_line,
             last_line=redact_text(lines[-1]) if lines else None,
             named=tuple(sorted(named.items())),
+            tail=tuple(redact_text(line)[:300] for line in lines[-TAIL_LINES:]),
         )
 
     def _phase_of(self, line: str) -> str | None:

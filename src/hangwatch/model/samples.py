@@ -122,6 +122,7 @@ class LogSample:
     last_line: str | None = None
     # Processes the lines name by pid (vLLM's "(Worker_TP1 pid=812)"): pid -> the label they give.
     named: tuple[tuple[int, str], ...] = ()
+    tail: tuple[str, ...] = ()  # the last few lines (redacted): a crash with no traceback is quoted
 
     @property
     def progress_lines(self) -> int:

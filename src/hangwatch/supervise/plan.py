@@ -86,6 +86,7 @@ def make_assessor(
         ready_statuses=statuses,
         timeout_label=timeout_label,
         window_end=window_end,
+        has_readiness=bool(plan.probe_url or options.ready_pattern or plan.profile.ready_patterns),
     )
     return Assessor(plan.profile, policy, root_pids, stacks)
 
