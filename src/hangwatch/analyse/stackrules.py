@@ -230,7 +230,30 @@ def rule_lock_deadlock(ctx: StackContext) -> Diagnosis | None:
             closed=ctx.over_time and v.unchanged,
             evidence=tuple(lines),
         )
-    return None
+    return _lock_cycle_across_processes(ctx)
+
+
+def _lock_cycle_across_processes(ctx: StackContext) -> Diagnosis | None:
+    """Two or more processes each wait for a process-shared lock (multiprocessing's) and none moves:
+    each holds what another wants. Closed once every process of the tree waits."""
+    locked = [
+        v
+        for v in ctx.views
+        if v.outcome is DumpOutcome.OK and v.main is not None and v.main.wait is Wait.LOCK and v.blocked
+    ]
+    if len(locked) < 2:
+        return None
+    lines = [
+        f"{_who(v)} waits at {v.main.at}" + (f" `{v.main.code}`" if v.main.code else "")
+        for v in locked
+        if v.main
+    ]
+    text = f"{len(locked)} processes each wait for a shared lock another holds ({'; '.join(lines)})"
+    pids = tuple(v.pid for v in locked)
+    closed = ctx.over_time and all(v.unchanged for v in locked) and ctx.all_blocked()
+    return Diagnosis(
+        Cause.LOCK_DEADLOCK, pids, text, ctx.confidence(*pids), closed=closed, evidence=tuple(lines)
+    )
 
 
 def rule_io_wait(ctx: StackContext) -> Diagnosis | None:

@@ -160,6 +160,7 @@ _IDLE_LOOP = _rx(
     r"socketserver\.py",
 )
 _LOCK_NATIVE = re.compile(r"^(?:lock_PyThread_acquire_lock|rlock_acquire|PyThread_acquire_lock\w*)$")
+_SEMLOCK = re.compile(r"^(?:SemLock\.(?:__enter__|acquire)|(?:R?Lock|(?:Bounded)?Semaphore)\.acquire)$")
 _LOCK_CODE = re.compile(r"^with\b.*\block\w*\b|\.acquire\(|\block\w*\.__enter__")
 
 
@@ -208,6 +209,9 @@ def _classify(frames: tuple[Frame, ...], active: bool) -> tuple[Wait, Frame | No
     below = frames[frames.index(leaf_py) + 1 :] if leaf_py is not None else list(frames)
     if _is_lock_wait(leaf_py, below):
         return Wait.LOCK, leaf_py
+    shared = _shared_lock_caller(python)
+    if shared is not None:
+        return Wait.LOCK, shared
     # What it waits in is decided at the leaf: the innermost Python frame and the native calls below.
     leaf = [_text(f) for f in ([leaf_py] if leaf_py is not None else []) + list(below)]
     if any(_IO.search(t) for t in texts[-4:]):
@@ -221,6 +225,16 @@ def _classify(frames: tuple[Frame, ...], active: bool) -> tuple[Wait, Frame | No
     if any(_IDLE_LOOP.search(t) for t in texts[-6:]):
         return Wait.IDLE_LOOP, leaf_py
     return (Wait.RUNNING if active else Wait.OTHER), leaf_py
+
+
+def _shared_lock_caller(python: Sequence[Frame]) -> Frame | None:
+    """A process-shared lock or semaphore (multiprocessing's SemLock) taken by the program's own code:
+    the caller frame (``with lock_b:``). One taken inside multiprocessing itself (a Queue's internal
+    lock) is part of that queue's wait, not a lock of the program's."""
+    if len(python) < 2 or not _SEMLOCK.match(python[-1].name) or "multiprocessing/" not in python[-1].file:
+        return None
+    caller = python[-2]
+    return None if "multiprocessing/" in caller.file else caller
 
 
 def _is_lock_wait(leaf_py: Frame | None, below: Sequence[Frame]) -> bool:
