@@ -46,6 +46,9 @@ def test_wedged_while_serving_is_stalled_with_the_servers_own_counters(hw):
             "--stall-after",
             "6",
             "--no-stacks",
+            # The engine's counters are the witness here: hangwatch's own one-token request would be
+            # answered (this stub hangs streams after two tokens), proving generation still works.
+            "--no-own-request",
             "--",
             *program("stub_openai", "--port", str(port), "--mode", "hang-stream", "--token-interval", "0.05"),
         )
