@@ -296,3 +296,18 @@ def test_ranks_waiting_alike_for_their_stuck_driver_name_the_driver():
 
 def proc_with_parent(pid: int, ppid: int) -> ProcessSample:
     return ProcessSample(pid, ppid, f"p{pid}", ("x",), "S", 10.0, 0.0, 0, 0, 0, 4, 1 << 20, (), None, None)
+
+
+def test_a_process_py_spy_cannot_read_is_shown_where_the_kernel_has_it(tmp_path):
+    from hangwatch.collect.stacks import kernel_wait
+
+    proc = tmp_path / "77"
+    proc.mkdir()
+    (proc / "wchan").write_text("futex_wait_queue")
+    (proc / "stack").write_text(
+        "[<0>] futex_wait_queue+0x60/0x90\n[<0>] futex_wait+0x177/0x270\n[<0>] do_futex+0x11b/0x1d0\n"
+    )
+    assert kernel_wait(77, tmp_path) == (
+        "; in the kernel at futex_wait_queue, kernel stack futex_wait_queue < futex_wait < do_futex"
+    )
+    assert kernel_wait(78, tmp_path) == ""

@@ -213,6 +213,8 @@ class StackDumper:
             outcome, detail = classify_failure(run.stderr, run.stdout)
             if outcome is DumpOutcome.GONE and procfs.read_stat(base.pid, self._root) is not None:
                 outcome = DumpOutcome.FAILED
+            if outcome is DumpOutcome.NOT_PYTHON:
+                detail += kernel_wait(base.pid, self._root)
             return replace(base, outcome=outcome, detail=detail)
         try:
             threads = parse_dump(run.stdout, self._source_line(base.pid))
@@ -329,6 +331,23 @@ def _with_source(
             frames[i] = Frame(f.name, f.file, f.line, False, code)
         break
     return frames
+
+
+def kernel_wait(pid: int, root: Path = procfs.PROC) -> str:
+    """Where the kernel has a process py-spy cannot read (a C++ server, ``sleep``): its wait channel, and
+    the innermost frames of its kernel stack where readable (root)."""
+    parts = []
+    wchan = procfs.read_wchan(pid, root)
+    if wchan and wchan != "0":
+        parts.append(f"in the kernel at {wchan}")
+    try:
+        lines = (root / str(pid) / "stack").read_text().splitlines()
+    except OSError:
+        lines = []
+    frames = [line.split("] ", 1)[-1].split("+", 1)[0] for line in lines[:4] if line.strip()]
+    if frames:
+        parts.append("kernel stack " + " < ".join(frames))
+    return f"; {', '.join(parts)}" if parts else ""
 
 
 def classify_failure(stderr: str, stdout: str = "") -> tuple[DumpOutcome, str]:
