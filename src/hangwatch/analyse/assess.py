@@ -28,6 +28,7 @@ from dataclasses import field
 from dataclasses import replace
 from urllib.parse import urlsplit
 
+from hangwatch import engines
 from hangwatch.analyse import causes
 from hangwatch.analyse.evidence import window_evidence
 from hangwatch.analyse.phases import PhaseTracker
@@ -102,10 +103,10 @@ class Assessor:
         self.serving_watch = ServingWatch()
         self._discount: dict[int, float] = {}
         self._pending_stall: Verdict | None = None
+        # "pid:812" / "rank:TP1" -> the furthest phase that source logged
         self._source_phase: dict[str, int] = {}
-        self._tail: deque[str] = deque(
-            maxlen=TAIL_KEPT
-        )  # the tree's last lines of output  # "pid:812" / "rank:TP1" -> the furthest phase it logged
+        self._tail: deque[str] = deque(maxlen=TAIL_KEPT)  # the tree's last lines of output
+        self.engine_hint: str | None = None  # the log is an engine's, but the command line did not say
         self._verdict: Verdict | None = None
 
     @property
@@ -143,6 +144,9 @@ class Assessor:
                 order = self.phases.order_of(event.phase)
                 self._source_phase[event.source] = max(self._source_phase.get(event.source, -1), order)
         self._tail.extend(tick.log.tail)
+        if self.profile.name == "generic" and self.engine_hint is None:
+            found: list[str] = [e for e in map(engines.recognise_log, tick.log.tail) if e is not None]
+            self.engine_hint = found[0] if found else None
         if tick.log.waiting_lines and tick.log.last_line:
             self._last_waiting_line = tick.log.last_line
         self.findings.extend(tick.log.findings)
@@ -249,6 +253,15 @@ class Assessor:
             f"{how} after {self.now:.0f} s, before a verdict",
             (),
             (f"last progress {quiet:.0f} s ago",),
+        )
+
+    def notes(self) -> tuple[str, ...]:
+        """What the analysis noticed that the report should say."""
+        if self.engine_hint is None:
+            return ()
+        return (
+            f"the log looks like {self.engine_hint}'s but the command line did not say so (a wrapper "
+            f"script?): --engine {self.engine_hint} gives its phases, readiness rule and process names",
         )
 
     def stack_samples(self) -> tuple[StackSample, ...]:

@@ -26,3 +26,11 @@ def by_name(name: str) -> Profile:
         raise UsageError(
             f"unknown engine {name!r}", f"Choose one of: {', '.join(sorted(PROFILES))}."
         ) from None
+
+
+def recognise_log(line: str) -> str | None:
+    """The engine whose startup lines this is (for a wrapper script the command line did not name)."""
+    for profile in (VLLM, SGLANG):
+        if any(p.search(line) for rule in profile.phases for p in rule.patterns):
+            return profile.name
+    return None

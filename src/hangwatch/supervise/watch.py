@@ -323,7 +323,10 @@ class Watch:
             processes=tuple(sorted(self.recorder.processes.values(), key=lambda p: p.first_seen)),
             probes=tuple(self.recorder.probes),
             timeline=tuple(self.recorder.timeline),
-            notes=notes + tuple(dict.fromkeys(self.resumed)) + self._own_request_note(),
+            notes=notes
+            + self.assessor.notes()
+            + tuple(dict.fromkeys(self.resumed))
+            + self._own_request_note(),
             stacks=self.assessor.stack_samples(),
             stack_tree=self.assessor.stack_tree(verdict),
         )
