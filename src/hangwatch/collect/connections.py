@@ -16,20 +16,13 @@ import struct
 from collections.abc import Iterable
 
 from hangwatch.collect import procfs
+from hangwatch.collect.sockdiag import inet_diag
 from hangwatch.model.samples import ConnectionSample
 from hangwatch.model.samples import ServerConnection
 
-_NETLINK_SOCK_DIAG = 4
-_SOCK_DIAG_BY_FAMILY = 20
-_NLM_F_REQUEST = 0x1
-_NLM_F_DUMP = 0x300
-_NLMSG_DONE = 3
-_NLMSG_ERROR = 2
 _TCP_ESTABLISHED = 1
 _TCP_CLOSE_WAIT = 8
 _INET_DIAG_INFO = 2
-_NLMSG_HEADER = struct.Struct("=IHHII")
-_REQUEST = struct.Struct("=BBBxI48s")  # inet_diag_req_v2: family, protocol, ext, pad, states, sockid
 _MSG_SIZE = 72  # inet_diag_msg
 _PORTS = struct.Struct(">HH")  # sport, dport at offset 4, network byte order
 _RTA = struct.Struct("=HH")
@@ -43,29 +36,12 @@ _BYTES_RECEIVED = 128
 def _dump(family: int) -> list[tuple[int, int, int, bytes]]:
     """(sport, dport, inode, tcp_info) of every established or close-wait TCP socket of the family."""
     states = (1 << _TCP_ESTABLISHED) | (1 << _TCP_CLOSE_WAIT)
-    out: list[tuple[int, int, int, bytes]] = []
-    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG) as sock:
-        body = _REQUEST.pack(family, socket.IPPROTO_TCP, 1 << (_INET_DIAG_INFO - 1), states, b"\0" * 48)
-        header = _NLMSG_HEADER.pack(
-            _NLMSG_HEADER.size + len(body), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST | _NLM_F_DUMP, 1, 0
-        )
-        sock.sendall(header + body)
-        while True:
-            data = sock.recv(1 << 17)
-            if not data:
-                return out
-            offset = 0
-            while offset + _NLMSG_HEADER.size <= len(data):
-                length, kind, _, _, _ = _NLMSG_HEADER.unpack_from(data, offset)
-                if kind == _NLMSG_DONE or length == 0:
-                    return out
-                if kind == _NLMSG_ERROR:
-                    raise OSError("sock_diag returned an error")
-                msg = offset + _NLMSG_HEADER.size
-                sport, dport = _PORTS.unpack_from(data, msg + 4)
-                inode = struct.unpack_from("=I", data, msg + 4 + 48 + 16)[0]
-                out.append((sport, dport, inode, _info(data, msg + _MSG_SIZE, offset + length)))
-                offset += (length + 3) & ~3
+    out = []
+    for data, msg, end in inet_diag(family, states, 1 << (_INET_DIAG_INFO - 1)):
+        sport, dport = _PORTS.unpack_from(data, msg + 4)
+        inode = struct.unpack_from("=I", data, msg + 4 + 48 + 16)[0]
+        out.append((sport, dport, inode, _info(data, msg + _MSG_SIZE, end)))
+    return out
 
 
 def _info(data: bytes, start: int, end: int) -> bytes:

@@ -25,32 +25,41 @@ _REQUEST = struct.Struct("=BBBxI48s")  # inet_diag_req_v2: family, protocol, ext
 _MSG_SPORT = struct.Struct(">H")  # inet_diag_msg.id.idiag_sport, network byte order
 
 
-def _dump(family: int) -> dict[int, int]:
+def inet_diag(family: int, states: int, ext: int = 0) -> list[tuple[bytes, int, int]]:
+    """Every TCP socket of ``family`` in ``states`` (a bitmask of TCP states): (buffer, start, end) of
+    each inet_diag_msg with its attributes (``ext`` asks for them: 1 << (INET_DIAG_INFO - 1) for
+    tcp_info). One netlink request; the kernel answers in tens of microseconds."""
+    out: list[tuple[bytes, int, int]] = []
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG) as sock:
-        body = _REQUEST.pack(family, socket.IPPROTO_TCP, 0, 1 << _TCP_LISTEN, b"\0" * 48)
+        body = _REQUEST.pack(family, socket.IPPROTO_TCP, ext, states, b"\0" * 48)
         header = _NLMSG_HEADER.pack(
             _NLMSG_HEADER.size + len(body), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST | _NLM_F_DUMP, 1, 0
         )
         sock.sendall(header + body)
-        found: dict[int, int] = {}
         while True:
-            data = sock.recv(65536)
+            data = sock.recv(1 << 17)
+            if not data:
+                return out
             offset = 0
             while offset + _NLMSG_HEADER.size <= len(data):
                 length, kind, _, _, _ = _NLMSG_HEADER.unpack_from(data, offset)
-                if kind == _NLMSG_DONE:
-                    return found
+                if kind == _NLMSG_DONE or length == 0:
+                    return out
                 if kind == _NLMSG_ERROR:
                     raise OSError("sock_diag returned an error")
-                msg = offset + _NLMSG_HEADER.size
-                # inet_diag_msg: family, state, timer, retrans (4 bytes), sockid (48), expires, rqueue,
-                # wqueue, uid (16), inode (4).
-                port = _MSG_SPORT.unpack_from(data, msg + 4)[0]
-                inode = struct.unpack_from("=I", data, msg + 4 + 48 + 16)[0]
-                found[inode] = port
+                out.append((data, offset + _NLMSG_HEADER.size, offset + length))
                 offset += (length + 3) & ~3
-                if length == 0:
-                    return found
+
+
+def _dump(family: int) -> dict[int, int]:
+    found: dict[int, int] = {}
+    for data, msg, _ in inet_diag(family, 1 << _TCP_LISTEN):
+        # inet_diag_msg: family, state, timer, retrans (4 bytes), sockid (48), expires, rqueue,
+        # wqueue, uid (16), inode (4).
+        port = _MSG_SPORT.unpack_from(data, msg + 4)[0]
+        inode = struct.unpack_from("=I", data, msg + 4 + 48 + 16)[0]
+        found[inode] = port
+    return found
 
 
 def listening_inodes() -> dict[int, int]:
