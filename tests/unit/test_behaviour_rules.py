@@ -311,3 +311,19 @@ def test_a_process_py_spy_cannot_read_is_shown_where_the_kernel_has_it(tmp_path)
         "; in the kernel at futex_wait_queue, kernel stack futex_wait_queue < futex_wait < do_futex"
     )
     assert kernel_wait(78, tmp_path) == ""
+
+
+def test_attach_to_a_serving_server_ends_healthy_at_the_end_of_its_window():
+    a = Assessor(
+        engines.by_name("vllm"),
+        Policy(stall_after=30, timeout=3, timeout_label=None, window_end=10),  # the user's --timeout 3 < --window
+        root_pids={1},
+    )
+    green = ProbeResult(0.0, "http://127.0.0.1:8000/health", ProbeOutcome.HTTP, 200)
+    first = a.observe(Tick(0.0, (proc(1),), probes=(green,)))
+    assert first is not None and first.state is State.READY
+    later = [a.observe(Tick(float(t), (proc(1),))) for t in range(1, 11)]
+    assert later[:-1] == [None] * 9  # serving: --timeout does not apply, the window does
+    end = later[-1]
+    assert end is not None and end.state is State.READY and "end of the 10 s --window" in end.summary
+    assert a.window_over

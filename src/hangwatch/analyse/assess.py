@@ -116,11 +116,7 @@ class Assessor:
     @property
     def window_over(self) -> bool:
         """The watch's own end (attach's window) has come."""
-        return (
-            self.policy.timeout_label is not None
-            and self.policy.timeout is not None
-            and (self.now >= self.policy.timeout)
-        )
+        return self.policy.window_end is not None and self.now >= self.policy.window_end
 
     # -- what the loop calls -------------------------------------------------------------------------
 
