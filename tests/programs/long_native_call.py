@@ -5,7 +5,8 @@ unchanged or nearly, CPU busy.
 here): a single native call, the Python stack on one line throughout, the native frames in MKL's
 kernels. ``--what compile``: a real ``torch.compile`` (Inductor, C++ code generation and a compiler
 run in a child process) into a fresh cache, so that it really compiles. Both print ``work begin``,
-then ``work done`` when finished, and exit 0. torch (the CPU build) is needed.
+then ``work done`` when finished, and then wait like a server that is up (until killed). torch (the
+CPU build) is needed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import os
 import tempfile
 
+from _util import block_forever
 from _util import log
 from _util import require_torch
 
@@ -42,6 +44,7 @@ def main() -> None:
         log("work begin")
         torch.compile(f, backend="inductor", mode="max-autotune-no-cudagraphs")(torch.randn(64, 64))
     log("work done")
+    block_forever()
 
 
 if __name__ == "__main__":
