@@ -10,7 +10,9 @@ process serves ``GET /health`` on ``--port``:
 * Any of ``--spec off`` (or no ``--spec``), ``--graphs off``, ``--backend safe``: the capture completes
   and the server boots.
 
-``--marker FILE`` appends one line per boot (``pid flags``), so a test sees which trials ran and when.
+``--marker FILE`` appends one line per process (``boot PID alive=... port=... FLAGS`` for the main
+process, ``rank PID`` for the child): at each boot, ``alive=`` lists the processes of earlier boots still
+there (``none`` when clean-up did its job) and ``port=`` says whether ``--port`` was free to bind.
 
 Example::
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -60,8 +63,37 @@ class CudaGraphRunner:
         assert got == bs
 
 
-def rank1(to_peer: Any, from_peer: Any, draft: Any, spec: bool, fast: bool) -> None:
+def rank1(to_peer: Any, from_peer: Any, draft: Any, spec: bool, fast: bool, marker: str | None) -> None:
+    if marker:
+        with Path(marker).open("a") as f:
+            f.write(f"rank {os.getpid()}\n")
     CudaGraphRunner(1, to_peer, from_peer, draft, spec, fast).capture()
+
+
+def earlier_alive(marker: Path) -> list[int]:
+    """The processes of earlier boots (from the marker file) that still exist and are not zombies."""
+    if not marker.exists():
+        return []
+    alive = []
+    for line in marker.read_text().splitlines():
+        pid = int(line.split()[1])
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            alive.append(pid)
+    return alive
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def main() -> None:
@@ -74,8 +106,11 @@ def main() -> None:
     parser.add_argument("--marker", help="append one line per boot to this file")
     args = parser.parse_args()
     if args.marker:
+        alive = earlier_alive(Path(args.marker))
         with Path(args.marker).open("a") as f:
-            f.write(f"{os.getpid()} {' '.join(sys.argv[1:])}\n")
+            port = "free" if port_free(args.port) else "busy"
+            f.write(f"boot {os.getpid()} alive={','.join(map(str, alive)) or 'none'} port={port} ")
+            f.write(" ".join(sys.argv[1:]) + "\n")
     log("Loading weights")
     time.sleep(0.2)
     if args.strict:
@@ -85,7 +120,7 @@ def main() -> None:
     if args.graphs == "on":
         ctx = mp.get_context("fork")
         to_1, to_0, draft = ctx.Queue(), ctx.Queue(), ctx.Queue()
-        child = ctx.Process(target=rank1, args=(to_0, to_1, draft, spec, fast), name="rank1")
+        child = ctx.Process(target=rank1, args=(to_0, to_1, draft, spec, fast, args.marker), name="rank1")
         child.start()
         CudaGraphRunner(0, to_1, to_0, draft, spec, fast).capture()
         child.join()
