@@ -240,3 +240,42 @@ def test_no_changes_to_try_is_a_usage_error(tmp_path: Path) -> None:
     done = run([sys.executable, "-m", "hangwatch", "isolate", "--run-dir", str(tmp_path / "r"), "--", "true"],
                timeout=30)  # fmt: skip
     assert done.returncode == 2 and "--matrix FILE" in done.stderr
+
+
+def test_pairs_find_two_changes_that_are_needed_together(tmp_path: Path) -> None:
+    port, marker, matrix = free_port(), tmp_path / "marker", tmp_path / "m.toml"
+    matrix.write_text(
+        '[[toggle]]\nname = "lenient"\nremove = ["--strict"]\n'
+        '[[toggle]]\nname = "no-spec"\nremove = ["--spec"]\n'
+    )
+    # --strict crashes it; without --strict it deadlocks (spec and graphs on): only both changes boot it.
+    done = run(isolate_argv(tmp_path, port, "--matrix", str(matrix), "--pairs", "--run-dir", str(tmp_path / "r"),
+                            program=flag_program(port, marker, "--strict")))  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((tmp_path / "isolate.json").read_text())
+    assert report["baseline"]["verdict"]["state"] == "crashed"
+    assert {t["name"]: t["verdict"]["state"] for t in report["trials"]} == {
+        "lenient": "stalled", "no-spec": "crashed", "lenient+no-spec": "ready",
+    }  # fmt: skip
+    assert report["conclusion"]["culprit_toggles"] == []
+    assert report["conclusion"]["minimal_changes"] == ["lenient+no-spec"]
+    assert "no single change" in report["conclusion"]["summary"]
+    assert_clean_between_trials(marker)
+
+
+def test_the_budget_stops_isolate_and_a_cut_run_does_not_count(tmp_path: Path) -> None:
+    port, marker, matrix = free_port(), tmp_path / "marker", tmp_path / "m.toml"
+    matrix.write_text('[[toggle]]\nname = "p2p-off"\nenv = { NCCL_P2P_DISABLE = "1" }\n'
+                      '[[toggle]]\nname = "strict"\nadd = ["--strict"]\n')
+    started = time.monotonic()
+    # The baseline stalls after about 4 s; the next trial (stalls too) has 2 s left: cut, not counted.
+    done = run(isolate_argv(tmp_path, port, "--matrix", str(matrix), "--all", "--budget", "6",
+                            "--run-dir", str(tmp_path / "r"), program=flag_program(port, marker)))  # fmt: skip
+    assert time.monotonic() - started < 25
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads((tmp_path / "isolate.json").read_text())
+    assert report["stopped"] == "budget spent"
+    assert report["baseline"]["verdict"]["state"] == "stalled"
+    assert report["trials"] == [] and report["not_run"] == ["p2p-off", "strict"]
+    assert "cut short by --budget" in done.stderr
+    assert_clean_between_trials(marker)

@@ -90,7 +90,7 @@ def _failure_word(baseline: TrialResult) -> str:
 def conclude(baseline: TrialResult | None, trials: tuple[TrialResult, ...]) -> Conclusion:
     if baseline is None or baseline.done == 0:
         return Conclusion(
-            (), "none", "interrupted before the baseline ran to a verdict: nothing is known yet"
+            (), "none", "no verdict for the baseline (interrupted, or out of --budget): nothing is known yet"
         )
     if baseline.all_booted:
         return Conclusion(
@@ -137,9 +137,10 @@ def conclude(baseline: TrialResult | None, trials: tuple[TrialResult, ...]) -> C
                 else ""
             )
         summary = f"the {failure} disappears {lead}{changes} ({evidence}); {baseline_words(baseline)}"
+        # Only a toggle that does it alone is a culprit; a pair that does is a minimal change.
         culprits = tuple(n for t, _, _ in singles for n in t.toggles)
         return Conclusion(
-            culprits or tuple(n for t, _, _ in named for n in t.toggles),
+            culprits,
             best_conf,
             summary,
             minimal,
