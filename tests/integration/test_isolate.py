@@ -77,7 +77,9 @@ def boots(marker: Path) -> list[dict[str, Any]]:
         if parts[0] != "boot":
             continue
         fields = dict(p.split("=", 1) for p in parts[2:4])
-        out.append({"pid": int(parts[1]), "alive": fields["alive"], "port": fields["port"], "args": parts[4:]})
+        out.append(
+            {"pid": int(parts[1]), "alive": fields["alive"], "port": fields["port"], "args": parts[4:]}
+        )
     return out
 
 
@@ -161,7 +163,8 @@ def test_a_flaky_hang_with_weak_evidence_is_inconclusive(tmp_path: Path) -> None
     port, counter, matrix = free_port(), tmp_path / "counter", tmp_path / "m.toml"
     matrix.write_text('[[toggle]]\nname = "calmer"\nreplace = { "--hang-fraction" = "0.3" }\n')
     seed = next(
-        s for s in range(1000)
+        s
+        for s in range(1000)
         if [outcome(s, n, 0.5) for n in range(3)].count(True) == 2
         and [outcome(s, n, 0.3) for n in range(3, 6)].count(True) == 1
     )  # fmt: skip — 1 of 3 boots without the change, 2 of 3 with it
@@ -204,9 +207,24 @@ def test_ctrl_c_stops_cleanly_and_resume_skips_finished_trials(tmp_path: Path) -
     assert list(state["runs"]) and all(k.startswith("baseline") for k in state["runs"])
 
     resumed = run(
-        [sys.executable, "-m", "hangwatch", "isolate", "--resume", str(runs), "--stall-after", "3",
-         "--ready-url", f"http://127.0.0.1:{port}/health", "--grace", "2", "--all", "--no-doctor",
-         "--report-json", str(tmp_path / "resumed.json")]
+        [
+            sys.executable,
+            "-m",
+            "hangwatch",
+            "isolate",
+            "--resume",
+            str(runs),
+            "--stall-after",
+            "3",
+            "--ready-url",
+            f"http://127.0.0.1:{port}/health",
+            "--grace",
+            "2",
+            "--all",
+            "--no-doctor",
+            "--report-json",
+            str(tmp_path / "resumed.json"),
+        ]
     )  # fmt: skip — no command: the one kept in the run directory
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     report = json.loads((tmp_path / "resumed.json").read_text())
@@ -265,8 +283,10 @@ def test_pairs_find_two_changes_that_are_needed_together(tmp_path: Path) -> None
 
 def test_the_budget_stops_isolate_and_a_cut_run_does_not_count(tmp_path: Path) -> None:
     port, marker, matrix = free_port(), tmp_path / "marker", tmp_path / "m.toml"
-    matrix.write_text('[[toggle]]\nname = "p2p-off"\nenv = { NCCL_P2P_DISABLE = "1" }\n'
-                      '[[toggle]]\nname = "strict"\nadd = ["--strict"]\n')
+    matrix.write_text(
+        '[[toggle]]\nname = "p2p-off"\nenv = { NCCL_P2P_DISABLE = "1" }\n'
+        '[[toggle]]\nname = "strict"\nadd = ["--strict"]\n'
+    )
     started = time.monotonic()
     # The baseline stalls after about 4 s; the next trial (stalls too) has 2 s left: cut, not counted.
     done = run(isolate_argv(tmp_path, port, "--matrix", str(matrix), "--all", "--budget", "6",

@@ -55,7 +55,10 @@ def test_replace_keeps_the_form_and_adds_when_absent() -> None:
     assert "--graphs=off" in apply_edits(ARGV, (Edit(EditKind.REPLACE, "--graphs", "off"),)).argv
     got = apply_edits(ARGV, (Edit(EditKind.REPLACE, "--spec", "off"),)).argv
     assert got[2:4] == ("--spec", "off") and len(got) == len(ARGV)
-    assert apply_edits(ARGV, (Edit(EditKind.REPLACE, "--backend", "safe"),)).argv[-2:] == ("--backend", "safe")
+    assert apply_edits(ARGV, (Edit(EditKind.REPLACE, "--backend", "safe"),)).argv[-2:] == (
+        "--backend",
+        "safe",
+    )
 
 
 def test_add_and_environment() -> None:
@@ -119,7 +122,11 @@ def test_bad_matrix_files_say_what_to_fix(text: str, says: str) -> None:
 
 def test_the_baseline_cause_orders_the_toggles() -> None:
     toggles = parse_matrix(MATRIX)
-    assert [t.name for t in order(toggles, Cause.CUDA_GRAPH_CAPTURE)][:3] == ["no-spec", "graphs-off", "eager"]
+    assert [t.name for t in order(toggles, Cause.CUDA_GRAPH_CAPTURE)][:3] == [
+        "no-spec",
+        "graphs-off",
+        "eager",
+    ]
     assert [t.name for t in order(toggles, Cause.COLLECTIVE_WAIT)][:2] == ["no-spec", "p2p-off"]
     assert order(toggles, None) == toggles
 
@@ -225,7 +232,9 @@ def test_a_baseline_that_boots_has_nothing_to_isolate() -> None:
 
 
 def test_state_round_trip(tmp_path: Path) -> None:
-    toggle = Toggle("no-spec", (Edit(EditKind.REMOVE, "--spec", aliases=("-s",)),), "spec off", (Cause.STOPPED,))
+    toggle = Toggle(
+        "no-spec", (Edit(EditKind.REMOVE, "--spec", aliases=("-s",)),), "spec off", (Cause.STOPPED,)
+    )
     state = IsolateState(tmp_path / "isolate-state.json", ("prog", "--spec", "on"), 2, (toggle,))
     run = RunResult(_verdict(S, Cause.CUDA_GRAPH_CAPTURE), 3.5, str(tmp_path / "trial-00"), ("a [1]",), 0.4)
     state.add("baseline", (), run)
