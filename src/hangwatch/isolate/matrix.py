@@ -78,6 +78,8 @@ def parse_matrix(text: str, source: str = "the matrix") -> tuple[Toggle, ...]:
 
 
 def _toggle(table: dict[str, Any], where: str) -> Toggle:
+    if isinstance(table.get("name"), str):
+        where = f"{where} ({table['name']})"
     unknown = sorted(set(table) - set(KEYS))
     if unknown:
         raise MatrixError(f"{where}: unknown key(s) {', '.join(unknown)}; a toggle takes {', '.join(KEYS)}")
