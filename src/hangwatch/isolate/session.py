@@ -64,11 +64,24 @@ class Stop:
 
     def __init__(self) -> None:
         self.requested = False
+        self.signum = signal.SIGINT
+        self._passed_on = False
+
+    def new_run(self) -> None:
+        self._passed_on = False
+
+    def pass_on(self) -> None:
+        """Called from inside a run's watch: a signal that came while the run was being launched (our
+        handler's, not the watch's) is sent again, once, so that the watch stops the run now."""
+        if self.requested and not self._passed_on:
+            self._passed_on = True
+            os.kill(os.getpid(), self.signum)
 
     @contextmanager
     def installed(self) -> Iterator[None]:
         def handler(signum: int, frame: FrameType | None) -> None:
             self.requested = True
+            self.signum = signal.Signals(signum)
 
         previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
@@ -154,9 +167,9 @@ class Isolation:
             self.progress.start(
                 label, number, self.o.repeat, toggle.describe() if toggle else "as given", left
             )
-            run = run_once(
-                applied, watch, run_dir, grace=self.o.grace, view=self.progress.view(label), port=self.port
-            )
+            self.stop.new_run()
+            view = self.progress.view(label, self.stop.pass_on)
+            run = run_once(applied, watch, run_dir, grace=self.o.grace, view=view, port=self.port)
             if run.verdict.state is State.INTERRUPTED:
                 self.interrupted = True
                 self.progress.say(f"{label}: interrupted; its tree is cleaned up")

@@ -28,17 +28,26 @@ def _left(left_s: float | None) -> str:
 
 
 class TrialView:
-    """A run's view: no echo, one line per phase change."""
+    """A run's view: no echo, one line per phase change.
 
-    def __init__(self, label: str, say: Callable[[str], None]) -> None:
+    ``on_tick`` is called on every tick of the run's watch, from inside it (isolate passes on a Ctrl-C
+    that came while the run was being launched, before the watch's own handler was in place).
+    """
+
+    def __init__(
+        self, label: str, say: Callable[[str], None], on_tick: Callable[[], None] | None = None
+    ) -> None:
         self._label = label
         self._say = say
         self._phase: str | None = None
+        self._on_tick = on_tick
 
     def echo(self, data: bytes) -> None:
         return None
 
     def update(self, state: LiveState) -> None:
+        if self._on_tick is not None:
+            self._on_tick()
         if state.phase != self._phase:
             self._phase = state.phase
             self._say(f"{self._label}: phase {state.phase} ({state.phase_label}) at {state.t:.1f} s")
@@ -54,8 +63,8 @@ class Progress:
     def __init__(self, say: Callable[[str], None]) -> None:
         self.say = say
 
-    def view(self, label: str) -> TrialView:
-        return TrialView(label, self.say)
+    def view(self, label: str, on_tick: Callable[[], None] | None = None) -> TrialView:
+        return TrialView(label, self.say, on_tick)
 
     def start(self, label: str, number: int, repeat: int, change: str, left_s: float | None) -> None:
         run = f", run {number} of {repeat}" if repeat > 1 else ""
