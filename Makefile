@@ -50,6 +50,7 @@ bench: test-deps
 	$(BIN)/python benchmarks/bench_stacks.py
 	$(BIN)/python benchmarks/bench_doctor.py
 	$(BIN)/python benchmarks/bench_loadgen.py
+	$(BIN)/python benchmarks/bench_isolate.py
 
 check: lint
 	$(BIN)/python -m pytest -ra -m "not slow"

@@ -1,4 +1,5 @@
-"""The command line: ``hangwatch run``, ``attach``, ``stacks``, ``doctor``, ``cleanup``, ``bench``, ``demo``.
+"""The command line: ``hangwatch run``, ``attach``, ``stacks``, ``doctor``, ``cleanup``, ``bench``,
+``isolate``, ``demo``.
 
 ``main(argv) -> int`` returns the exit code so tests can call it directly; errors a user can act
 on are ``HangwatchError`` subclasses, caught here and only here.
@@ -17,6 +18,7 @@ from hangwatch.cli.cleanup import CleanupCommand
 from hangwatch.cli.command import Command
 from hangwatch.cli.demo import DemoCommand
 from hangwatch.cli.doctor import DoctorCommand
+from hangwatch.cli.isolate import IsolateCommand
 from hangwatch.cli.run import RunCommand
 from hangwatch.cli.stacks import StacksCommand
 from hangwatch.errors import HangwatchError
@@ -29,6 +31,7 @@ COMMANDS: tuple[Command, ...] = (
     DoctorCommand(),
     CleanupCommand(),
     BenchCommand(),
+    IsolateCommand(),
     DemoCommand(),
 )
 
@@ -49,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=(
             "Exit codes (run, attach): 0 ready or clean exit, 2 usage error, 3 stalled, 4 crashed, "
             "5 timeout, "
-            "130 interrupted. doctor: 0 pass, 1 warnings, 3 failures."
+            "130 interrupted. doctor: 0 pass, 1 warnings, 3 failures. "
+            "isolate: 0 a change makes it boot, 1 none found or inconclusive."
         ),
     )
     parser.add_argument("--version", action="version", version=f"hangwatch {__version__}")

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
 
+from hangwatch.model.isolate import Toggle
+
 
 @dataclass(frozen=True)
 class PhaseRule:
@@ -25,6 +27,13 @@ def rule(name: str, label: str, *patterns: str, again: str | None = None) -> Pha
 
 
 RoleOf = Callable[[str, tuple[str, ...], bool, dict[str, str]], tuple[str | None, str | None]]
+# The built-in changes ``hangwatch isolate`` tries: (command line, the engine's installed version or None)
+# -> the toggles that apply to that command (docs/isolate.md).
+TogglesOf = Callable[[tuple[str, ...], str | None], tuple[Toggle, ...]]
+
+
+def _no_toggles(argv: tuple[str, ...], version: str | None) -> tuple[Toggle, ...]:
+    return ()
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,8 @@ class Profile:
     # The title a process has, from the label its log lines give it ("Worker_TP1" -> "VLLM::Worker_TP1"):
     # before an engine sets its titles (vLLM's CPU build: for a minute or more), the log says who is who.
     title_prefix: str = ""
+    toggles: TogglesOf = _no_toggles
+    distribution: str | None = None  # the package whose installed version picks the toggles ("sglang")
 
     def matches(self, cmdline: list[str] | tuple[str, ...]) -> bool:
         text = " ".join(cmdline)
@@ -89,3 +100,47 @@ def flag_value(cmdline: list[str] | tuple[str, ...], flag: str) -> str | None:
         elif arg.startswith(flag + "="):
             value = arg.split("=", 1)[1]
     return value
+
+
+def has_flag(cmdline: tuple[str, ...], *flags: str) -> bool:
+    """Whether any of ``flags`` is given (``--flag``, ``--flag=v``; ``--prefix-*``: any flag of it)."""
+    for arg in cmdline:
+        for flag in flags:
+            if flag.endswith("*"):
+                if arg.startswith(flag[:-1]) and len(arg) > len(flag) - 1:
+                    return True
+            elif arg == flag or arg.startswith(flag + "="):
+                return True
+    return False
+
+
+def int_flag(cmdline: tuple[str, ...], *flags: str, default: int = 1) -> int:
+    """The integer value of the last of ``flags`` given (``--tp 2``); ``default`` when absent or not one."""
+    value = None
+    for flag in flags:
+        got = flag_value(cmdline, flag)
+        if got is not None:
+            value = got
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
+
+
+def version_tuple(version: str | None) -> tuple[int, ...] | None:
+    """``0.5.23.post1`` -> (0, 5, 23); None when it does not start with a number."""
+    if not version:
+        return None
+    parts: list[int] = []
+    for piece in version.split("."):
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+        if len(digits) < len(piece):
+            break
+    return tuple(parts) or None

@@ -5,7 +5,15 @@ from __future__ import annotations
 import re
 
 from hangwatch.engines.profile import Profile
+from hangwatch.engines.profile import flag_value
+from hangwatch.engines.profile import has_flag
+from hangwatch.engines.profile import int_flag
 from hangwatch.engines.profile import rule
+from hangwatch.engines.profile import version_tuple
+from hangwatch.model.isolate import Edit
+from hangwatch.model.isolate import EditKind
+from hangwatch.model.isolate import Toggle
+from hangwatch.model.vocabulary import Cause
 
 _TITLE = re.compile(
     r"^sglang::(?P<role>[a-z_]+?)(?:_(?P<rank>(?:DP|PP|TP|EP|ATTN_CP|MOE_DP)\d+(?:_[A-Z_]+\d+)*))?$"
@@ -29,6 +37,87 @@ _CAPTURE_BEGIN = (
     r"|(?:target|draft) (?:decode|verify|prefill|extend) (?:CUDA|CPU|NPU) graph"
     r"|draft (?:extend )?cuda graph|piecewise CUDA graph) begin"
 )
+
+_TP_FLAGS = ("--tp-size", "--tensor-parallel-size", "--tp")
+_GRAPHS_OFF_FLAGS = (
+    "--disable-cuda-graph",
+    "--disable-decode-cuda-graph",
+    "--disable-prefill-cuda-graph",
+)
+_GRAPH_BACKENDS = ("--cuda-graph-backend-decode", "--cuda-graph-backend-prefill")
+# 0.5.23 deprecates --disable-cuda-graph (still accepted) for --cuda-graph-backend-{decode,prefill}.
+_GRAPH_BACKEND_SINCE = (0, 5, 23)
+_ATTENTION = ("triton", "torch_native", "flashinfer", "fa3")
+_RANKS_WAIT = (Cause.COLLECTIVE_WAIT, Cause.RENDEZVOUS_WAIT, Cause.DEAD_PEER, Cause.GPU_SPIN)
+
+
+def _graphs_off(argv: tuple[str, ...], version: str | None) -> Toggle | None:
+    if has_flag(argv, *_GRAPHS_OFF_FLAGS) or all(flag_value(argv, f) == "disabled" for f in _GRAPH_BACKENDS):
+        return None
+    why = "CUDA graphs off"
+    causes = (Cause.CUDA_GRAPH_CAPTURE, Cause.GPU_SPIN, *_RANKS_WAIT)
+    parsed = version_tuple(version)
+    if parsed is not None and parsed >= _GRAPH_BACKEND_SINCE:
+        edits = tuple(Edit(EditKind.REPLACE, f, "disabled") for f in _GRAPH_BACKENDS)
+        return Toggle("graphs-off", edits, why, causes)
+    return Toggle("graphs-off", (Edit(EditKind.ADD, "--disable-cuda-graph"),), why, causes)
+
+
+def sglang_toggles(argv: tuple[str, ...], version: str | None) -> tuple[Toggle, ...]:
+    """What ``hangwatch isolate`` tries on an SGLang command, each only where it changes something here."""
+    out: list[Toggle] = []
+    if has_flag(argv, "--speculative-*"):
+        out.append(
+            Toggle(
+                "no-spec",
+                (Edit(EditKind.REMOVE, "--speculative-*"),),
+                "speculative decoding off",
+                (Cause.CUDA_GRAPH_CAPTURE, *_RANKS_WAIT),
+            )
+        )
+    graphs = _graphs_off(argv, version)
+    if graphs is not None:
+        out.append(graphs)
+    tp = int_flag(argv, *_TP_FLAGS)
+    if tp > 1:
+        if not has_flag(argv, "--disable-custom-all-reduce"):
+            out.append(
+                Toggle(
+                    "custom-all-reduce-off",
+                    (Edit(EditKind.ADD, "--disable-custom-all-reduce"),),
+                    "the custom all-reduce kernel off (NCCL's instead)",
+                    (*_RANKS_WAIT, Cause.CUDA_GRAPH_CAPTURE),
+                )
+            )
+        out.append(
+            Toggle(
+                "nccl-p2p-off",
+                (Edit(EditKind.ENV, "NCCL_P2P_DISABLE", "1"),),
+                "NCCL's peer-to-peer transport off",
+                _RANKS_WAIT,
+            )
+        )
+        out.append(
+            Toggle(
+                "tp-1",
+                (Edit(EditKind.REPLACE, _TP_FLAGS[0], "1", aliases=_TP_FLAGS[1:]),),
+                "tensor parallelism off (one GPU)",
+                _RANKS_WAIT,
+            )
+        )
+    backend = flag_value(argv, "--attention-backend")
+    for other in _ATTENTION:
+        if other != backend and (backend is not None or other == "triton"):
+            out.append(
+                Toggle(
+                    f"attention-{other.replace('_', '-')}",
+                    (Edit(EditKind.REPLACE, "--attention-backend", other),),
+                    f"the {other} attention backend" + (f" instead of {backend}" if backend else ""),
+                    (Cause.CUDA_GRAPH_CAPTURE, Cause.COMPILE_STALL, Cause.EXCEPTION),
+                )
+            )
+    return tuple(out)
+
 
 SGLANG = Profile(
     name="sglang",
@@ -61,6 +150,8 @@ SGLANG = Profile(
     health_path="/health",
     default_port=30000,
     role_of=sglang_role,
+    toggles=sglang_toggles,
+    distribution="sglang",
     extra_phase_labels={"draft_weights": "loading the draft model", "ready": "serving"},
     # Scheduler lines carry their rank after the time ("[2026-12-01 21:39:30 TP1] ..."; DP/PP/EP parts too
     # when set), at TP=1 none; the launcher's lines never do.

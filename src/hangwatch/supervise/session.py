@@ -20,6 +20,7 @@ from hangwatch.collect.nvml import NvmlGpuSource
 from hangwatch.collect.oom import OomWitness
 from hangwatch.collect.proctree import TreeSampler
 from hangwatch.model.cleanup import SegmentOutcome
+from hangwatch.model.report import Report
 from hangwatch.model.report import Verdict
 from hangwatch.model.vocabulary import State
 from hangwatch.redact import redact_argv
@@ -166,11 +167,29 @@ def shm_notes(outcomes: tuple[SegmentOutcome, ...]) -> list[str]:
     return notes
 
 
+@dataclass(frozen=True)
+class Supervision:
+    """What one supervised launch ended with: its report, and what clean-up could not stop."""
+
+    report: Report
+    remaining: tuple[int, ...]
+
+
 def run_supervised(options: RunOptions) -> int:
+    outcome = supervise(options)
+    emit(outcome.report, options.watch)
+    if outcome.remaining:
+        print(f"hangwatch: warning: processes of the tree remain: {outcome.remaining}", file=sys.stderr)
+    return outcome.report.verdict.exit_code
+
+
+def supervise(options: RunOptions, view: View | None = None) -> Supervision:
+    """``hangwatch run``'s launch, watch and tear-down, without printing the verdict (``isolate`` runs it
+    once per trial, with a view of its own)."""
     w = options.watch
     plan = plan_for(w, options.command)
     options.run_dir.mkdir(parents=True, exist_ok=True)
-    view = make_view(w.quiet)
+    view = view if view is not None else make_view(w.quiet)
     gpu = NvmlGpuSource()
     notes = list(plan.notes)
     if gpu.unavailable:
@@ -200,7 +219,4 @@ def run_supervised(options: RunOptions) -> int:
         notes.append(gpu_note)
     notes.extend(shm_notes(run.shm_outcomes))
     report = run.watch.report(verdict, plan.profile.name, "run", redact_argv(options.command), tuple(notes))
-    emit(report, w)
-    if result.remaining:
-        print(f"hangwatch: warning: processes of the tree remain: {result.remaining}", file=sys.stderr)
-    return verdict.exit_code
+    return Supervision(report, tuple(result.remaining))

@@ -1,0 +1,269 @@
+"""The ``isolate`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hangwatch.cli.options import add_output_file
+from hangwatch.cli.options import number
+from hangwatch.cli.options import seconds
+from hangwatch.engines import PROFILES
+from hangwatch.errors import UsageError
+
+if TYPE_CHECKING:
+    from hangwatch.isolate.state import IsolateState
+    from hangwatch.model.isolate import Toggle
+
+EXIT_FOUND = 0  # a change made it boot (or the baseline boots: nothing to isolate)
+EXIT_NOT_FOUND = 1  # inconclusive, or no change tried made it boot
+EXIT_INTERRUPTED = 130
+
+
+def _count(flag: str) -> Callable[[str], int]:
+    parse = number(flag, "", example="3")
+
+    def parse_count(text: str) -> int:
+        value = parse(text)
+        if value is None or value != int(value) or value < 1:
+            raise UsageError(f"{flag} {text}: give a whole number, 1 or more, e.g. {flag} 3")
+        return int(value)
+
+    return parse_count
+
+
+class IsolateCommand:
+    """Find the setting that makes a hanging (or crashing) start-up boot: one change at a time.
+
+    Example: hangwatch isolate --stall-after 120 --repeat 3 -- vllm serve M -tp 2 --speculative-config '{...}'
+    The command as given is the baseline (trial 0); each further trial is the baseline with one change
+    (built in for vLLM and SGLang, or from --matrix FILE), supervised as `hangwatch run --until-ready`
+    would, each in its own run directory, the tree cleaned up in between. Exit 0 when a change makes it
+    boot (or the baseline boots), 1 when none does or the evidence is inconclusive, 130 on Ctrl-C.
+    """
+
+    name = "isolate"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        t = parser.add_argument_group("what to try")
+        t.add_argument(
+            "--matrix", type=Path, metavar="FILE", help="the toggles to try, as TOML (docs/isolate.md)"
+        )
+        t.add_argument(
+            "--engine",
+            choices=sorted(PROFILES),
+            help="engine profile (default: detected from the command line)",
+        )
+        t.add_argument(
+            "--repeat",
+            type=_count("--repeat"),
+            default=None,
+            metavar="N",
+            help="run every trial N times (flaky hangs): each trial is then k of N booted",
+        )
+        t.add_argument(
+            "--pairs",
+            action="store_true",
+            help="after the single changes, try pairs of those that did not make it boot alone",
+        )
+        t.add_argument(
+            "--all", dest="run_all", action="store_true", help="try every change, even after one made it boot"
+        )
+        t.add_argument(
+            "--budget",
+            type=seconds("--budget", no_limit=True),
+            metavar="S",
+            help="total seconds for every trial together (default: no limit)",
+        )
+        t.add_argument(
+            "--resume",
+            type=Path,
+            metavar="DIR",
+            help="continue an interrupted isolate in DIR, without repeating its finished runs",
+        )
+        w = parser.add_argument_group("each trial's supervision (as hangwatch run --until-ready)")
+        w.add_argument("--ready-url", help="ready when this URL answers 2xx (default: the engine's /health)")
+        w.add_argument("--ready-pattern", help="ready when a log line matches this regular expression")
+        w.add_argument(
+            "--waiting-pattern",
+            action="append",
+            default=[],
+            metavar="REGEX",
+            help="log lines that mean 'still waiting' and are not progress (repeatable)",
+        )
+        w.add_argument(
+            "--stall-after",
+            type=seconds("--stall-after"),
+            default=60.0,
+            metavar="S",
+            help="stalled when nothing progresses for S seconds (default: %(default)s)",
+        )
+        w.add_argument(
+            "--timeout",
+            type=seconds("--timeout", no_limit=True),
+            metavar="S",
+            help="per trial: verdict timeout after S seconds if not ready (default: no limit)",
+        )
+        w.add_argument(
+            "--interval",
+            type=seconds("--interval"),
+            default=1.0,
+            metavar="S",
+            help="sampling interval (default: 1 s)",
+        )
+        w.add_argument(
+            "--probe-timeout",
+            type=seconds("--probe-timeout"),
+            default=2.0,
+            metavar="S",
+            help="HTTP probe timeout (default: 2 s)",
+        )
+        w.add_argument(
+            "--grace",
+            type=seconds("--grace", zero_ok=True),
+            default=10.0,
+            metavar="S",
+            help="SIGTERM grace before SIGKILL at each clean-up (default: %(default)s)",
+        )
+        w.add_argument("--no-stacks", action="store_true", help="never take stacks (py-spy)")
+        w.add_argument("--no-doctor", action="store_true", help="skip the fast preflight checks")
+        o = parser.add_argument_group("output")
+        o.add_argument(
+            "--run-dir",
+            type=Path,
+            metavar="DIR",
+            help="where each trial's run directory goes (trial-NN; default: "
+            "~/.local/state/hangwatch/runs/...-isolate-PID)",
+        )
+        add_output_file(o, "--report-json", "write the result as JSON (schema hangwatch.isolate/1)")
+        add_output_file(o, "--report-html", "write the result as one self-contained HTML page")
+        o.add_argument("--quiet", action="store_true", help="no progress lines, only the result")
+        parser.add_argument(
+            "cmd",
+            nargs=argparse.REMAINDER,
+            metavar="-- CMD [ARGS...]",
+            help="the command to isolate (the baseline)",
+        )
+
+    def run(self, args: argparse.Namespace) -> int:
+        from dataclasses import replace
+
+        from hangwatch.cli.options import watch_options
+        from hangwatch.isolate.session import IsolateOptions
+        from hangwatch.isolate.session import run_isolate
+        from hangwatch.render.files import write_outputs
+        from hangwatch.render.isolate_html import write_isolate_html
+        from hangwatch.render.isolate_text import isolate_text
+        from hangwatch.render.json_report import write_report
+
+        command: tuple[str, ...] | None = tuple(args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd) or None
+        state, toggles, notes = _state_and_toggles(args, command)
+        command = state.command
+        repeat = args.repeat or state.repeat
+        if state.runs and repeat != state.repeat:
+            notes.append(f"--repeat {repeat} (the interrupted run had --repeat {state.repeat})")
+        state.repeat = repeat
+        state.toggles = toggles
+        show_progress = not args.quiet
+        args.report_md = None
+        args.quiet = True
+        watch = replace(watch_options(args), report_json=None, report_html=None)
+        run_dir = state.path.parent
+        if not args.no_doctor and not state.runs:
+            from hangwatch.cli.run import _preflight
+
+            _preflight(command, args.engine)
+        options = IsolateOptions(
+            command=command, watch=watch, grace=args.grace, run_dir=run_dir, repeat=repeat,
+            budget_s=args.budget, run_all=args.run_all, pairs=args.pairs, toggles=toggles, notes=tuple(notes),
+        )  # fmt: skip
+
+        def say(text: str) -> None:
+            if show_progress:
+                print(f"[isolate] {text}", file=sys.stderr, flush=True)
+
+        say(f"{len(toggles)} change(s) to try, --repeat {repeat}; runs in {run_dir}")
+        report = run_isolate(options, state, say)
+        print(isolate_text(report), flush=True)
+        write_outputs(
+            [
+                ("--report-json", args.report_json, lambda path: write_report(report, path)),
+                ("--report-html", args.report_html, lambda path: write_isolate_html(report, path)),
+            ]
+        )
+        write_report(report, run_dir / "isolate.json")
+        if report.interrupted:
+            return EXIT_INTERRUPTED
+        found = bool(report.conclusion.minimal_changes) or (
+            report.baseline is not None and report.baseline.all_booted
+        )
+        return EXIT_FOUND if found else EXIT_NOT_FOUND
+
+
+def _state_and_toggles(
+    args: argparse.Namespace, command: tuple[str, ...] | None
+) -> tuple[IsolateState, tuple[Toggle, ...], list[str]]:
+    """Where the runs go (a new run directory, or the one resumed) and the changes to try."""
+    from hangwatch.isolate.matrix import load_matrix
+    from hangwatch.isolate.state import STATE_FILE
+    from hangwatch.isolate.state import IsolateState
+    from hangwatch.isolate.state import load_state
+    from hangwatch.supervise.session import default_run_dir
+
+    notes: list[str] = []
+    if args.resume is not None:
+        if args.run_dir is not None and args.run_dir.resolve() != args.resume.resolve():
+            raise UsageError("--resume DIR and --run-dir name two folders: give only --resume DIR")
+        state = load_state(args.resume, command)
+        notes.append(f"resumed from {args.resume}")
+    else:
+        if command is None:
+            raise UsageError(
+                "no command to isolate",
+                "Put the command after `--`: hangwatch isolate [options] -- CMD [ARGS...]",
+            )
+        run_dir = args.run_dir or default_run_dir().with_name(default_run_dir().name + "-isolate")
+        if (run_dir / STATE_FILE).exists():
+            raise UsageError(
+                f"--run-dir {run_dir} already holds an isolate run",
+                f"Continue it with --resume {run_dir}, or give another --run-dir.",
+            )
+        state = IsolateState(run_dir / STATE_FILE, command, args.repeat or 1, ())
+    if args.matrix is not None:
+        toggles = load_matrix(args.matrix)
+    elif args.resume is not None and state.toggles:
+        toggles = state.toggles
+    else:
+        toggles = _builtin(state.command, args.engine, notes)
+    return state, toggles, notes
+
+
+def _builtin(command: tuple[str, ...], engine: str | None, notes: list[str]) -> tuple[Toggle, ...]:
+    from hangwatch import engines
+    from hangwatch.collect.pyenv import interpreter_of
+    from hangwatch.collect.pyenv import quick_env
+
+    profile = engines.by_name(engine) if engine else engines.detect(command)
+    if profile.distribution is None:
+        raise UsageError(
+            f"no changes to try: the {profile.name} profile has none built in",
+            "Give --matrix FILE (TOML, one [[toggle]] per change; docs/isolate.md), or --engine vllm|sglang.",
+        )
+    version = None
+    python = interpreter_of(command)
+    if python is not None:
+        version = quick_env(python).version_of(profile.distribution, f"{profile.distribution}-cpu")
+    toggles = profile.toggles(command, version)
+    notes.append(
+        f"built-in {profile.name} toggles"
+        + (f" for {profile.distribution} {version}" if version else " (installed version unknown)")
+    )
+    if not toggles:
+        raise UsageError(
+            f"no built-in {profile.name} change applies to this command",
+            "Give --matrix FILE with the changes to try (docs/isolate.md).",
+        )
+    return toggles
