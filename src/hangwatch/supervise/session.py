@@ -88,6 +88,7 @@ class Supervised:
     assessor: Assessor
     watch: Watch
     shm_outcomes: tuple[SegmentOutcome, ...] = ()  # the tree's /dev/shm segments after tear-down
+    subreaper: bool = False  # orphans of the tree are reparented to us: our children are its members
 
     def tear_down(self, gpu: NvmlGpuSource, grace: float) -> tuple[cleanup.CleanupResult, str | None]:
         """Whatever happened (a verdict, Ctrl-C, an error of ours), the tree does not outlive us."""
@@ -98,13 +99,20 @@ class Supervised:
         alive = {pid for pid, _ in known}
         segments = shm.segments_of(alive)
         tree_start = min((start for _, start in known), default=0)
-        result = cleanup.stop_tree(known, self.launched.pid, reap, grace)
+        self.launched.tell_guardian(known)
+        result = cleanup.stop_tree(
+            known, self.launched.pid, reap, grace,
+            follow_children=True,  # children forked, or sessions started, while the tree dies
+            adopter=os.getpid() if self.subreaper else None,
+            exclude={self.launched.guardian.pid},
+            on_found=self.launched.tell_guardian,  # before any is signalled: if we die now, it finishes
+        )  # fmt: skip
         pids = {pid for pid, _ in self.launched.guardian_known} | self.sampler.known_pids()
         gpu_note = cleanup.wait_gpu_release(gpu, pids)
         self.shm_outcomes = tuple(shm.release(segments, tree_start=tree_start))
         self.watch.recorder.add(self.watch.tick())  # record the exits the clean-up caused
         self.log.close()
-        self.launched.release_guardian()
+        self.launched.release_guardian(clean=not result.remaining)
         self.sampler.close()
         self.kit.close()
         return result, gpu_note
@@ -151,7 +159,7 @@ def start_supervised(
         f"supervising {plan.profile.name} command (pid {launched.pid}); log {log.path}; "
         f"probe {plan.probe_url or 'none'}; stall after {w.stall_after:g} s"
     )
-    return Supervised(launched, sampler, log, watch.c.prober, kit, watch.assessor, watch)
+    return Supervised(launched, sampler, log, watch.c.prober, kit, watch.assessor, watch, subreaper=subreaper)
 
 
 def shm_notes(outcomes: tuple[SegmentOutcome, ...]) -> list[str]:
