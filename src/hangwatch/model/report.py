@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from dataclasses import field
 
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import Tick
@@ -79,3 +80,7 @@ class Report:
     notes: tuple[str, ...] = ()  # degraded signals: "GPU: unavailable: no NVML library", ...
     stacks: tuple[StackSample, ...] = ()  # capture rounds, per process and thread (empty while healthy)
     stack_tree: StackTree | None = None  # the latest round merged across ranks
+    # Versions a bug template asks for ("Python", "torch", "torch CUDA", "vllm", "NVIDIA driver", ...),
+    # in reading order; empty where none could be read (collect/versions.py).
+    environment: dict[str, str] = field(default_factory=dict)
+    log_tail: tuple[str, ...] = ()  # the log's last lines at the end, redacted (collect/logtail.tail_lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import signal
@@ -16,13 +17,17 @@ from hangwatch.analyse.assess import Assessor
 from hangwatch.collect import procfs
 from hangwatch.collect.http_probe import Prober
 from hangwatch.collect.logtail import PipeLog
+from hangwatch.collect.logtail import tail_lines
 from hangwatch.collect.nvml import NvmlGpuSource
 from hangwatch.collect.oom import OomWitness
 from hangwatch.collect.proctree import TreeSampler
+from hangwatch.collect.versions import environment_versions
 from hangwatch.model.cleanup import SegmentOutcome
+from hangwatch.model.report import Report
 from hangwatch.model.report import Verdict
 from hangwatch.model.vocabulary import State
 from hangwatch.redact import redact_argv
+from hangwatch.redact import scrub
 from hangwatch.render.live import View
 from hangwatch.render.live import make_view
 from hangwatch.supervise import cleanup
@@ -162,6 +167,17 @@ def start_supervised(
     return Supervised(launched, sampler, log, watch.c.prober, kit, watch.assessor, watch, subreaper=subreaper)
 
 
+def with_environment(report: Report, command: tuple[str, ...], python: str | None = None) -> Report:
+    """The report with what a bug template asks for: the versions of the command's environment, and
+    the last lines of its log (redacted). Read once, at the end: about 50 ms."""
+    tail = tail_lines(Path(report.log_path)) if report.log_path else ()
+    return dataclasses.replace(
+        report,
+        environment=environment_versions(command, python=python),
+        log_tail=tuple(scrub(line) for line in tail),
+    )
+
+
 def shm_notes(outcomes: tuple[SegmentOutcome, ...]) -> list[str]:
     """One line for the segments removed, one per segment kept (and why)."""
     removed = [o for o in outcomes if o.action == "removed"]
@@ -208,6 +224,7 @@ def run_supervised(options: RunOptions) -> int:
         notes.append(gpu_note)
     notes.extend(shm_notes(run.shm_outcomes))
     report = run.watch.report(verdict, plan.profile.name, "run", redact_argv(options.command), tuple(notes))
+    report = with_environment(report, options.command)
     emit(report, w)
     if result.remaining:
         print(f"hangwatch: warning: processes of the tree remain: {result.remaining}", file=sys.stderr)
