@@ -195,3 +195,7 @@ def test_environment_of_a_command_that_is_not_python(tmp_path: Path):
         ("/bin/sleep", "1"), run=lambda argv, timeout: None, inventory=GpuInventory, proc_root=tmp_path
     )
     assert list(env) == ["hangwatch", "OS"]
+
+
+def test_one_log_line_is_one_line():
+    assert "\nLast log line of `/runs/1/output.log`:\n" in markdown_report(small_report(log_tail=("only",)))

@@ -61,6 +61,10 @@ class ProcessRecord:
     exit_how: str | None = None
     first_seen: float = 0.0
     last_seen: float = 0.0
+    # Its /proc state at the verdict, before hangwatch's own clean-up ("gone" when it had ended by then);
+    # None where the report has no clean-up (attach) or it was first seen during the clean-up.
+    verdict_state: str | None = None
+    cleanup: str | None = None  # what the clean-up did to it: "SIGTERM: -15", "SIGKILL: -9", "REMAINS"
 
 
 @dataclass(frozen=True)
@@ -83,4 +87,6 @@ class Report:
     # Versions a bug template asks for ("Python", "torch", "torch CUDA", "vllm", "NVIDIA driver", ...),
     # in reading order; empty where none could be read (collect/versions.py).
     environment: dict[str, str] = field(default_factory=dict)
+    last_progress_t: float | None = None  # when the tree last progressed, as the verdict saw it
+    stall_after_s: float | None = None  # the stall rule (--stall-after), for the timeline's stall window
     log_tail: tuple[str, ...] = ()  # the log's last lines at the end, redacted (collect/logtail.tail_lines)

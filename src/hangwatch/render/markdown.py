@@ -59,7 +59,8 @@ def markdown_report(report: Report) -> str:
     if report.log_tail:
         tail = report.log_tail[-LOG_TAIL_LINES:]
         where = f" of `{_safe(report.log_path).replace('`', '')}`" if report.log_path else ""
-        lines += ["", f"Last {len(tail)} log lines{where}:", "", "```text"]
+        count = "Last log line" if len(tail) == 1 else f"Last {len(tail)} log lines"
+        lines += ["", f"{count}{where}:", "", "```text"]
         lines.extend(_safe(line) for line in tail)
         lines.append("```")
     if report.stack_tree is not None:

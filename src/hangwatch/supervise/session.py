@@ -23,6 +23,7 @@ from hangwatch.collect.oom import OomWitness
 from hangwatch.collect.proctree import TreeSampler
 from hangwatch.collect.versions import environment_versions
 from hangwatch.model.cleanup import SegmentOutcome
+from hangwatch.model.report import ProcessRecord
 from hangwatch.model.report import Report
 from hangwatch.model.report import Verdict
 from hangwatch.model.vocabulary import State
@@ -94,6 +95,7 @@ class Supervised:
     watch: Watch
     shm_outcomes: tuple[SegmentOutcome, ...] = ()  # the tree's /dev/shm segments after tear-down
     subreaper: bool = False  # orphans of the tree are reparented to us: our children are its members
+    at_verdict: dict[int, ProcessRecord] = dataclasses.field(default_factory=dict)  # before tear-down
 
     def tear_down(self, gpu: NvmlGpuSource, grace: float) -> tuple[cleanup.CleanupResult, str | None]:
         """Whatever happened (a verdict, Ctrl-C, an error of ours), the tree does not outlive us."""
@@ -115,6 +117,7 @@ class Supervised:
         pids = {pid for pid, _ in self.launched.guardian_known} | self.sampler.known_pids()
         gpu_note = cleanup.wait_gpu_release(gpu, pids)
         self.shm_outcomes = tuple(shm.release(segments, tree_start=tree_start))
+        self.at_verdict = dict(self.watch.recorder.processes)  # before the clean-up's exits
         self.watch.recorder.add(self.watch.tick())  # record the exits the clean-up caused
         self.log.close()
         self.launched.release_guardian(clean=not result.remaining)
@@ -178,6 +181,34 @@ def with_environment(report: Report, command: tuple[str, ...], python: str | Non
     )
 
 
+def with_cleanup(
+    report: Report, at_verdict: dict[int, ProcessRecord], result: cleanup.CleanupResult
+) -> Report:
+    """Each process with its state at the verdict (``verdict_state``) and what the clean-up did to it:
+    the report's own ``state``/``exit_code`` are the last known (``gone``, ``-15`` after our SIGTERM)."""
+    records = []
+    for p in report.processes:
+        before = at_verdict.get(p.pid)
+        if before is None or before.state == "gone":  # first seen during the clean-up, or ended before
+            records.append(dataclasses.replace(p, verdict_state=before.state if before else None))
+            continue
+        records.append(dataclasses.replace(p, verdict_state=before.state, cleanup=cleanup_outcome(p, result)))
+    return dataclasses.replace(report, processes=tuple(records))
+
+
+def cleanup_outcome(p: ProcessRecord, result: cleanup.CleanupResult) -> str:
+    """``SIGTERM: -15``, ``SIGKILL: -9``, ``REMAINS`` (alive after SIGKILL): how the clean-up ended it."""
+    if p.pid in result.remaining:
+        return "REMAINS after SIGKILL"
+    sent = "SIGKILL" if p.pid in result.killed else "SIGTERM" if p.pid in result.terminated else None
+    code = "" if p.exit_code is None else str(p.exit_code)
+    if p.state != "gone":
+        return f"{sent}: not seen ending" if sent else "not seen ending"
+    if sent is None:
+        return f"ended: {code or 'status unknown'}"
+    return f"{sent}: {code or 'status unknown'}"
+
+
 def shm_notes(outcomes: tuple[SegmentOutcome, ...]) -> list[str]:
     """One line for the segments removed, one per segment kept (and why)."""
     removed = [o for o in outcomes if o.action == "removed"]
@@ -224,7 +255,10 @@ def run_supervised(options: RunOptions) -> int:
         notes.append(gpu_note)
     notes.extend(shm_notes(run.shm_outcomes))
     report = run.watch.report(verdict, plan.profile.name, "run", redact_argv(options.command), tuple(notes))
-    report = with_environment(report, options.command)
+    report = with_cleanup(with_environment(report, options.command), run.at_verdict, result)
+    report = dataclasses.replace(
+        report, last_progress_t=run.assessor.last_progress_t(), stall_after_s=w.stall_after
+    )
     emit(report, w)
     if result.remaining:
         print(f"hangwatch: warning: processes of the tree remain: {result.remaining}", file=sys.stderr)
