@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from hangwatch.analyse.stacktree import build_tree
 from hangwatch.model.report import PhaseSpan
 from hangwatch.model.report import ProcessRecord
@@ -79,4 +81,84 @@ def report_with(text: str, state: State = State.CRASHED) -> Report:
         notes=(f"note: {text}",),
         stacks=(sample,),
         stack_tree=build_tree([sample]),
+    )
+
+
+def timeline_report() -> Report:
+    """A stalled four-rank run, fixed: pids not in rank order, TP2's CPU flat from 12 s, two GPUs, five
+    phases (one too narrow for its label), the last progress at 20 s and the verdict at 32 s; the
+    ranks were sleeping at the verdict and ended on the clean-up's SIGTERM."""
+    from hangwatch.model.samples import GpuReading
+    from hangwatch.model.samples import GpuSample
+
+    ranks = {104: "TP3", 101: "TP1", 103: "TP0", 102: "TP2"}  # pid -> rank, not in rank order
+    ticks = []
+    for t in range(0, 33, 2):
+        procs = [
+            dataclasses.replace(
+                process_sample(100, "launcher"), cpu_delta_s=0.1 if 0 < t < 20 else 0.0, io_delta_bytes=0
+            )
+        ]
+        for pid, rank in ranks.items():
+            busy = 0 < t < 20 and not (rank == "TP2" and t >= 12)  # no delta at first sight
+            procs.append(
+                dataclasses.replace(
+                    process_sample(pid, f"sglang::scheduler_{rank}"),
+                    ppid=100,
+                    rank=rank,
+                    role="scheduler",
+                    cpu_delta_s=1.8 if busy else 0.0,  # the same for every busy rank: the lines overlap
+                    io_delta_bytes=(2 << 20) if busy and t < 10 else 0,
+                )
+            )
+        gpus = tuple(
+            GpuReading(i, "NVIDIA H200", 90.0 if t < 20 else 0.0, 40.0 if t < 20 else 0.0, 60 << 30, 141 << 30,
+                       500.0 if t < 20 else 120.0, 1980)
+            for i in (0, 1)
+        )  # fmt: skip
+        ticks.append(
+            Tick(
+                t=float(t),
+                processes=tuple(procs),
+                log=LogSample(new_bytes=100, new_lines=5 if t < 20 else 0),
+                gpu=GpuSample(gpus=gpus),
+            )
+        )
+    phases = (
+        PhaseSpan("launch", 0.0, 4.0, label="starting"),
+        PhaseSpan("load_weights", 4.0, 10.0, label="loading weights"),
+        PhaseSpan("kv_cache", 10.0, 10.6, label="allocating the KV cache"),
+        PhaseSpan("cuda_graph", 10.6, None, label="capturing CUDA graphs"),
+    )
+    verdict = Verdict(
+        state=State.STALLED,
+        cause=Cause.COLLECTIVE_WAIT,
+        phase="cuda_graph (capturing CUDA graphs)",
+        summary="stalled: nothing progressed for 12 s",
+        culprits=(102,),
+        evidence=("log silent 12 s",),
+    )
+    processes = tuple(
+        ProcessRecord(
+            pid, 100 if pid != 100 else 1, name, (name,), "scheduler" if rank else None, rank or None,
+            "gone", -15, "waitpid", 0.0, 33.0, verdict_state="S", cleanup="SIGTERM: -15",
+        )
+        for pid, name, rank in [(100, "launcher", "")]
+        + [(pid, f"sglang::scheduler_{rank}", rank) for pid, rank in ranks.items()]
+    )  # fmt: skip
+    return Report(
+        schema="hangwatch.report/1",
+        engine="sglang",
+        mode="run",
+        command=("python", "-m", "sglang.launch_server"),
+        started_at="2025-01-01T00:00:00+00:00",
+        duration_s=32.0,
+        log_path="/tmp/run/output.log",
+        verdict=verdict,
+        phases=phases,
+        processes=processes,
+        probes=(),
+        timeline=tuple(ticks),
+        last_progress_t=20.0,
+        stall_after_s=10.0,
     )

@@ -129,3 +129,27 @@ def test_cuobjdump_listing_parser():
 def test_cuobjdump_override_that_does_not_exist(monkeypatch):
     monkeypatch.setenv("HANGWATCH_CUOBJDUMP", "/no/such/cuobjdump")
     assert cuobjdump.find_cuobjdump() is None
+
+
+def test_section_names_from_headers_only(tmp_path):
+    from elfcraft import cuda_module
+    from elfcraft import host_module
+    from elfcraft import shared_object
+    from hangwatch.collect.fatbin import carries_device_code
+    from hangwatch.collect.fatbin import section_names
+
+    cuda, host, stripped, junk = (tmp_path / n for n in ("cuda.so", "host.so", "stripped.so", "junk.so"))
+    cuda.write_bytes(cuda_module([90]))
+    host.write_bytes(host_module())
+    stripped.write_bytes(shared_object({".nv_fatbin": b""}, strip_section_headers=True))
+    junk.write_bytes(b"not an elf at all" * 8)
+    assert section_names(cuda) == {".text", ".nv_fatbin", ".shstrtab"}
+    assert carries_device_code(cuda) is True
+    assert section_names(host) == {".text", ".data", ".shstrtab"}
+    assert carries_device_code(host) is False
+    assert (
+        section_names(stripped) is None and carries_device_code(stripped) is True
+    )  # only a full scan can tell
+    assert section_names(junk) == set() and carries_device_code(junk) is False
+    assert carries_device_code("/bin/ls") is False
+    assert carries_device_code(tmp_path / "missing.so") is False

@@ -6,6 +6,7 @@ capabilities; outputs are ``ModuleCoverage`` rows (the JSON ``modules``) and ``C
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from collections.abc import Sequence
@@ -37,6 +38,23 @@ PTX_ISA_CUDA: dict[tuple[int, int], tuple[int, int]] = {
     (9, 1): (13, 1),
 }
 _MAX_LISTED = 8
+
+# Modules that only one backend or feature loads: without code for the GPU, that feature is out, not
+# the environment (the engine picks another backend, or fails only when told to use this one).
+FEATURE_MODULES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (
+        re.compile(r"_vllm_fa3_c|flash_attn_3|flashattn_hopper"),
+        "FlashAttention-3 (an attention backend for Hopper)",
+    ),
+    (re.compile(r"flash_?mla"), "FlashMLA (the MLA attention of DeepSeek-style models)"),
+    (re.compile(r"deep_?gemm"), "DeepGEMM (FP8 GEMM kernels for Hopper and Blackwell)"),
+)
+
+
+def feature_of(path: str) -> str | None:
+    """The single feature a module serves, from its file and package names; None for core code."""
+    name = path.lower().rsplit("site-packages/", 1)[-1]
+    return next((feature for pattern, feature in FEATURE_MODULES if pattern.search(name)), None)
 
 
 def _ptx_too_new(ptx_versions: Iterable[str], driver_cuda: tuple[int, int] | None) -> list[str]:
@@ -102,6 +120,7 @@ def module_coverage(
         reason="; ".join(dict.fromkeys(reasons)),
         partial="; ".join(partial) or None,
         ptx_versions=ptx_versions,
+        feature=feature_of(scan.path),
     )
 
 
@@ -180,22 +199,38 @@ def check_extension_arch(
         )
     header = f"scanned {scanned} shared objects in {seconds:.2f} s; {len(modules)} carry GPU code"
     bad = [m for m in modules if m.verdict is Coverage.NONE]
+    core = [m for m in bad if m.feature is None]
     slow = [m for m in modules if m.verdict is Coverage.JIT]
     evidence = [header]
-    evidence += [f"NONE {m.path}: {m.reason}" for m in bad[:_MAX_LISTED]]
+    evidence += [
+        f"NONE {m.path}: {m.reason}" + (f" (only for {m.feature})" if m.feature else "")
+        for m in bad[:_MAX_LISTED]
+    ]
     evidence += [f"JIT  {m.path}: {m.reason}" for m in slow[:_MAX_LISTED]]
     if len(bad) + len(slow) > 2 * _MAX_LISTED:
         evidence.append("(more in --report-json)")
-    if bad:
+    if core:
         return Check(
             name,
             Status.FAIL,
-            f"{len(bad)} of {len(modules)} GPU modules have no code for {_caps_text(capabilities)}: their "
+            f"{len(core)} of {len(modules)} GPU modules have no code for {_caps_text(capabilities)}: their "
             "kernels "
             "fail with 'no kernel image is available', or the engine dies or hangs picking a fallback",
             tuple(evidence),
             fix="Install wheels built for this architecture (check the package's release notes "
             "for sm_XY support), or build them with TORCH_CUDA_ARCH_LIST set to it.",
+        )
+    if bad:
+        features = sorted({m.feature for m in bad if m.feature})
+        return Check(
+            name,
+            Status.WARN,
+            f"{'; '.join(features)}: not usable on {_caps_text(capabilities)} "
+            f"({plural(len(bad), 'module')} used only by it {'has' if len(bad) == 1 else 'have'} no code "
+            "for this GPU); every other GPU module has code for it",
+            tuple(evidence),
+            fix="Only matters if the server is set to use it (an attention backend, a kernel option): "
+            "let the engine pick another, or install a build for this GPU.",
         )
     if slow:
         return Check(

@@ -78,6 +78,60 @@ def read_fatbins(path: str | Path) -> ModuleScan:
     return ModuleScan(scan.path, scan.containers, scan.problems, scan.unreadable, time.monotonic() - started)
 
 
+_MAX_SECTIONS = 65536
+
+
+def section_names(path: str | Path) -> set[str] | None:
+    """The ELF section names of the file at ``path``, reading its headers only (a few kB with ``pread``,
+    whatever the file's size); None when it has no section headers (stripped: only a full scan of its
+    segments can tell), an empty set for a file that is not a 64-bit little-endian ELF or is damaged."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return set()
+    try:
+        head = os.pread(fd, 64, 0)
+        if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+            return set()
+        (shoff,) = struct.unpack_from("<Q", head, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
+        if shoff == 0:
+            return None
+        if shnum == 0 or shstrndx == 0xFFFF:  # extended numbering: counts in section 0
+            first = os.pread(fd, 64, shoff)
+            if len(first) < 64:
+                return set()
+            shnum = shnum or struct.unpack_from("<Q", first, 0x20)[0]
+            shstrndx = struct.unpack_from("<I", first, 0x28)[0] if shstrndx == 0xFFFF else shstrndx
+        if shentsize < 64 or not 0 < shnum <= _MAX_SECTIONS or shstrndx >= shnum:
+            return set()
+        table = os.pread(fd, shnum * shentsize, shoff)
+        if len(table) < shnum * shentsize:
+            return set()
+        str_off, str_size = struct.unpack_from("<QQ", table, shstrndx * shentsize + 0x18)
+        names = os.pread(fd, min(str_size, 1 << 20), str_off)
+        out = set()
+        for i in range(shnum):
+            name_off, _type, _flags, _addr, _off, sec_size = struct.unpack_from(
+                "<IIQQQQ", table, i * shentsize
+            )
+            if sec_size and name_off < len(names):
+                end = names.find(b"\0", name_off)
+                out.add(names[name_off : end if end >= 0 else len(names)].decode("ascii", "replace"))
+        return out
+    except (OSError, struct.error):
+        return set()
+    finally:
+        os.close(fd)
+
+
+def carries_device_code(path: str | Path) -> bool:
+    """Whether a shared object may hold CUDA device code: a ``.nv_fatbin``/``__nv_relfatbin`` section,
+    or no section headers at all (then only :func:`read_fatbins` can tell). Headers only: cheap."""
+    names = section_names(path)
+    return names is None or bool(names & set(FATBIN_SECTIONS))
+
+
 def read_fatbins_from_bytes(data: bytes, name: str = "<bytes>") -> ModuleScan:
     """The same reader over bytes already in memory (tests, and fat binaries outside a file)."""
     return _scan(name, data)

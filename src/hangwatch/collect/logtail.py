@@ -85,6 +85,28 @@ def clean_text(raw: bytes) -> str:
     return "".join(ch for ch in text if ch == "\t" or (ch >= " " and ch != "\x7f"))
 
 
+def tail_lines(path: Path, n: int = 30, max_bytes: int = 65536, max_chars: int = 400) -> tuple[str, ...]:
+    """The last ``n`` lines of a log file, read from its last ``max_bytes`` only: each as a terminal
+    showed it last (after its last carriage return: a progress bar's final state), control characters
+    dropped, cut to ``max_chars``; blank lines skipped."""
+    try:
+        with path.open("rb") as f:
+            start = max(0, f.seek(0, os.SEEK_END) - max_bytes - 1)
+            f.seek(start)
+            raw = f.read(max_bytes + 1)
+    except OSError:
+        return ()
+    if start > 0:  # one byte before the window: up to its first newline is the end of an earlier line
+        raw = raw[raw.find(b"\n") + 1 :] if b"\n" in raw else b""
+    pieces = raw.split(b"\n")
+    lines = []
+    for piece in pieces:
+        text = clean_text(piece.rstrip(b"\r").rsplit(b"\r", 1)[-1])
+        if text.strip():
+            lines.append(text if len(text) <= max_chars else text[: max_chars - 1] + "…")
+    return tuple(lines[-n:])
+
+
 class PipeLog:
     """Reads the tree's stdout+stderr pipe in a thread: every byte to the log file, lines to a buffer."""
 

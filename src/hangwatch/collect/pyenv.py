@@ -3,9 +3,9 @@
 ``describe_env(python)`` runs ``PYTHON -c SCRIPT ARGS_JSON``; the script prints one JSON line:
 the Python and package versions, torch's CUDA version, compiled architectures and NCCL version
 (torch is the only package it imports, with the NVML-based availability check so that CUDA is
-not initialised), the site-packages folders, and the CUDA extension modules of the packages
-that carry GPU code. Listing files is cheap; reading their fat binaries is collect/fatbin.py's
-job, in our process.
+not initialised), the site-packages folders, and every shared object in them (each with the
+package it belongs to). Listing files is cheap; telling which carry GPU code (their ELF section
+names) and reading their fat binaries is collect/fatbin.py's job, in our process.
 
 ``quick_env(python)`` is the fast path for ``hangwatch run``'s preflight: no subprocess, only
 the version files torch and the engines install (``torch/version.py``, ``*.dist-info``) read
@@ -25,8 +25,6 @@ from typing import Any
 from hangwatch.model.doctor import ExtensionModule
 from hangwatch.model.doctor import PyEnvFacts
 
-# Packages whose own *.so files carry CUDA kernels that must match the GPU. torch: only lib/*.so.
-GPU_PACKAGES = ("vllm", "sgl_kernel", "flashinfer", "flash_attn", "flash_attn_3", "deep_gemm", "torch")
 DISTRIBUTIONS = (
     "torch",
     "vllm",
@@ -79,42 +77,44 @@ try:
 except ImportError:
     out["packages"] = {}
 t1 = time.time()
-import importlib.util
 exts = []
+seen = set()
 def add(path, package):
     try:
+        real = os.path.realpath(path)
+        if real in seen:
+            return
+        seen.add(real)
         exts.append([path, package, os.path.getsize(path)])
     except OSError:
         pass
-for pkg in args["packages"]:
-    try:
-        spec = importlib.util.find_spec(pkg)
-    except Exception:
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        continue
-    for root in spec.submodule_search_locations:
-        if pkg == "torch":
-            lib = os.path.join(root, "lib")
-            for f in sorted(os.listdir(lib)) if os.path.isdir(lib) else []:
-                if f.endswith(".so") or ".so." in f:
-                    add(os.path.join(lib, f), pkg)
-            continue
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = [d for d in dirnames if d != "__pycache__"]
-            for f in sorted(filenames):
-                if f.endswith(".so") or ".so." in f:
-                    add(os.path.join(dirpath, f), pkg)
-for d in out["site_packages"]:
-    try:
-        names = sorted(os.listdir(d))
-    except OSError:
-        continue
-    for f in names:
-        if f.endswith(".so") and f.startswith(tuple(args["packages"])):
-            add(os.path.join(d, f), f.split(".")[0])
+# Every shared object of every package (site-packages, and what else is on sys.path: PYTHONPATH,
+# .pth entries; not the standard library, not the current directory): which of them carry GPU code
+# is read from their ELF headers afterwards (collect/fatbin.py), not guessed from package names.
+import sysconfig
+stdlib = set()
+for k in ("stdlib", "platstdlib"):
+    s = os.path.realpath(sysconfig.get_paths()[k])
+    stdlib |= {s, os.path.join(s, "lib-dynload")}
+roots = []
+for p in out["site_packages"] + [p for p in sys.path if p and os.path.isdir(p)]:
+    real = os.path.realpath(p)
+    if real not in roots and real not in stdlib:
+        roots.append(real)
+roots = [r for r in roots if not any(r != o and r.startswith(o + os.sep) for o in roots)]
+for d in roots:
+    for dirpath, dirnames, filenames in os.walk(d):
+        rel = os.path.relpath(dirpath, d)
+        parts = [] if rel == "." else rel.split(os.sep)
+        top = "/".join(parts[:2]) if parts[:1] == ["nvidia"] else (parts[0] if parts else None)
+        skip = (".dist-info", ".egg-info", "__pycache__")
+        dirnames[:] = sorted(x for x in dirnames if not x.endswith(skip))
+        for f in sorted(filenames):
+            if f.endswith(".so") or ".so." in f:
+                add(os.path.join(dirpath, f), top or f.split(".")[0])
 out["extensions"] = exts
 out["listing_s"] = time.time() - t1
+import importlib.util
 if args["torch"]:
     try:
         found = importlib.util.find_spec("torch") is not None
@@ -144,7 +144,7 @@ sys.stdout.write("\n" + __MARKER__ + json.dumps(out) + "\n")
 def describe_env(python: str, *, import_torch: bool = True, timeout_s: float = 120.0) -> PyEnvFacts:
     """Ask the interpreter at ``python`` about its environment; errors become ``PyEnvFacts.error``."""
     exe = shutil.which(python) or python
-    args = json.dumps({"distributions": DISTRIBUTIONS, "packages": GPU_PACKAGES, "torch": import_torch})
+    args = json.dumps({"distributions": DISTRIBUTIONS, "torch": import_torch})
     started = time.monotonic()
     try:
         proc = subprocess.run(

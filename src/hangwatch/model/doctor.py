@@ -126,6 +126,8 @@ class ModuleCoverage:
     reason: str = ""
     partial: str | None = None  # "12 of 340 containers have no code for 12.0" (runtime dispatch may be fine)
     ptx_versions: tuple[str, ...] = ()
+    # The one backend or feature that uses this module ("FlashAttention-3 ..."); None: core code.
+    feature: str | None = None
 
 
 # -- facts collected before judging ------------------------------------------------------------

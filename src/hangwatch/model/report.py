@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from dataclasses import field
 
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import Tick
@@ -60,6 +61,10 @@ class ProcessRecord:
     exit_how: str | None = None
     first_seen: float = 0.0
     last_seen: float = 0.0
+    # Its /proc state at the verdict, before hangwatch's own clean-up ("gone" when it had ended by then);
+    # None where the report has no clean-up (attach) or it was first seen during the clean-up.
+    verdict_state: str | None = None
+    cleanup: str | None = None  # what the clean-up did to it: "SIGTERM: -15", "SIGKILL: -9", "REMAINS"
 
 
 @dataclass(frozen=True)
@@ -79,3 +84,9 @@ class Report:
     notes: tuple[str, ...] = ()  # degraded signals: "GPU: unavailable: no NVML library", ...
     stacks: tuple[StackSample, ...] = ()  # capture rounds, per process and thread (empty while healthy)
     stack_tree: StackTree | None = None  # the latest round merged across ranks
+    # Versions a bug template asks for ("Python", "torch", "torch CUDA", "vllm", "NVIDIA driver", ...),
+    # in reading order; empty where none could be read (collect/versions.py).
+    environment: dict[str, str] = field(default_factory=dict)
+    last_progress_t: float | None = None  # when the tree last progressed, as the verdict saw it
+    stall_after_s: float | None = None  # the stall rule (--stall-after), for the timeline's stall window
+    log_tail: tuple[str, ...] = ()  # the log's last lines at the end, redacted (collect/logtail.tail_lines)

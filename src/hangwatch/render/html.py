@@ -18,12 +18,14 @@ from markupsafe import Markup
 from markupsafe import escape
 
 from hangwatch import __version__
+from hangwatch.model.report import ProcessRecord
 from hangwatch.model.report import Report
 from hangwatch.model.stacks import StackNode
 from hangwatch.redact import scrub
 from hangwatch.render.files import write_atomically
 from hangwatch.render.stacktext import chain_text
 from hangwatch.render.stacktext import fold
+from hangwatch.render.timeline_svg import rank_key
 from hangwatch.render.timeline_svg import timeline_svg
 from hangwatch.words import plural
 
@@ -69,6 +71,29 @@ def _tree(node: StackNode, samples: int, budget: list[int]) -> dict[str, Any]:
     }
 
 
+def _row_order(p: ProcessRecord) -> tuple[object, ...]:
+    """The timeline's order: ranks in rank order, then the others as they appeared."""
+    return (rank_key(p.rank), p.first_seen, p.pid)
+
+
+def _process_row(p: ProcessRecord) -> dict[str, Any]:
+    """The state and exit code at the verdict (not the ``gone``/``-15`` of our own clean-up's SIGTERM),
+    and what the clean-up did, apart."""
+    state = p.verdict_state if p.verdict_state is not None else p.state
+    ended_before = p.verdict_state is None or p.verdict_state == "gone"
+    return {
+        "pid": p.pid,
+        "name": p.name,
+        "role": p.role,
+        "rank": p.rank,
+        "state": state,
+        "exit": "" if p.exit_code is None or not ended_before else p.exit_code,
+        "cleanup": p.cleanup or "",
+        "first_seen": p.first_seen,
+        "last_seen": p.last_seen,
+    }
+
+
 def html_report(report: Report) -> str:
     v = report.verdict
     by_pid = {p.pid: p for p in report.processes}
@@ -93,7 +118,8 @@ def html_report(report: Report) -> str:
         "tree_summary": scrub(tree.summary) if tree is not None else "",
         "roots": roots,
         "tree_cut": budget[0] <= 0,
-        "processes": report.processes,
+        "processes": [_process_row(p) for p in sorted(report.processes, key=_row_order)],
+        "cleaned": any(p.cleanup for p in report.processes),
         "captures": [
             {"t": s.t, "elapsed": s.elapsed_s, "processes": len(s.processes), "dumped": len(s.dumped)}
             for s in report.stacks

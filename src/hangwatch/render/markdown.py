@@ -7,6 +7,7 @@ only Markdown outside the blocks is ours.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from hangwatch.model.report import Report
@@ -15,9 +16,13 @@ from hangwatch.render.files import write_atomically
 from hangwatch.render.stacktext import tree_lines
 from hangwatch.render.text import culprit_labels
 
+_BACKTICKS = re.compile(r"`{3,}")
+LOG_TAIL_LINES = 30
+
 
 def _safe(text: str) -> str:
-    return scrub(text).replace("```", "`\u200b``")
+    """For a line inside a fenced block: no run of three backticks is left that could close it."""
+    return _BACKTICKS.sub(lambda m: "\u200b".join(m.group(0)), scrub(text))
 
 
 def _inline(text: str) -> str:
@@ -46,6 +51,18 @@ def markdown_report(report: Report) -> str:
     command = " ".join(report.command).replace("\n", " ").replace("`", "")  # one code span, unbreakable
     facts.append(f"- command: `{_safe(command)[:300]}`")
     lines.extend(facts)
+    if report.environment:
+        lines += ["", "Versions:", "", "```text"]
+        width = max(len(k) for k in report.environment)
+        lines.extend(_safe(f"{k + ':':<{width + 1}} {v}") for k, v in report.environment.items())
+        lines.append("```")
+    if report.log_tail:
+        tail = report.log_tail[-LOG_TAIL_LINES:]
+        where = f" of `{_safe(report.log_path).replace('`', '')}`" if report.log_path else ""
+        count = "Last log line" if len(tail) == 1 else f"Last {len(tail)} log lines"
+        lines += ["", f"{count}{where}:", "", "```text"]
+        lines.extend(_safe(line) for line in tail)
+        lines.append("```")
     if report.stack_tree is not None:
         lines += ["", "<details><summary>Stacks merged across ranks</summary>", "", "```text"]
         lines.extend(_safe(line) for line in tree_lines(report.stack_tree, max_lines=40, width=200))

@@ -7,6 +7,9 @@ that was stopped before is never dumped and never resumed.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import os
 from dataclasses import dataclass
 from dataclasses import replace
 from pathlib import Path
@@ -28,6 +31,7 @@ from hangwatch.supervise.plan import WatchOptions
 from hangwatch.supervise.plan import emit
 from hangwatch.supervise.plan import plan_for
 from hangwatch.supervise.session import stop_on_signals
+from hangwatch.supervise.session import with_environment
 from hangwatch.supervise.watch import build_watch
 
 
@@ -96,5 +100,13 @@ def run_attached(options: AttachOptions) -> int:
         gpu.close()
         view.close()
     report = watch.report(verdict, plan.profile.name, "attach", redact_argv(cmdline), tuple(notes))
+    exe = None
+    with contextlib.suppress(OSError):
+        exe = os.readlink(f"/proc/{options.pid}/exe")  # the server's own interpreter, not ours on PATH
+    python = exe if exe and Path(exe).name.startswith("python") else None
+    report = with_environment(report, cmdline, python=python)
+    report = dataclasses.replace(
+        report, last_progress_t=watch.assessor.last_progress_t(), stall_after_s=w.stall_after
+    )
     emit(report, w)
     return verdict.exit_code

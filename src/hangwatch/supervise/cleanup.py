@@ -16,9 +16,9 @@ from collections.abc import Callable
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from hangwatch.collect import procfs
 from hangwatch.collect.nvml import GpuSource
 from hangwatch.model.samples import GpuSample
+from hangwatch.supervise import membership
 from hangwatch.words import plural
 
 Identity = tuple[int, int]
@@ -42,39 +42,57 @@ class CleanupResult:
         return "; ".join(parts)
 
 
-def alive_members(
-    identities: Iterable[Identity], session: int | None, follow_children: bool = False
-) -> set[int]:
-    """Live (not zombie) members: known identities, the session's processes, and with ``follow_children``
-    the descendants of members (children forked after the tree was listed)."""
-    wanted = set(identities)
-    alive: set[int] = set()
-    stats = []
-    for pid in procfs.list_pids():
-        stat = procfs.read_stat(pid)
-        if stat is None or pid == os.getpid():
-            continue
-        stats.append(stat)
-        if stat.state != "Z" and (
-            stat.identity in wanted or (session is not None and stat.session == session)
-        ):
-            alive.add(pid)
-    if follow_children:
-        # Only live members count as parents: the pid of a member that died may belong to a stranger now.
-        parents = set(alive)
-        grew = True
-        while grew:
-            new = {s.pid for s in stats if s.ppid in parents and s.pid not in parents}
-            grew = bool(new)
-            parents |= new
-            alive |= {s.pid for s in stats if s.pid in new and s.state != "Z"}
-    return alive
+def _members(
+    identities: set[Identity],
+    session: int | None,
+    follow: bool,
+    adopter: int | None,
+    exclude: Iterable[int],
+    *,
+    alive_only: bool,
+) -> dict[int, Identity]:
+    found = membership.scan(
+        identities,
+        () if session is None else (session,),
+        follow=follow,
+        adopter=adopter,
+        exclude={os.getpid(), *exclude},
+    )
+    if alive_only:
+        found = membership.alive(found)
+    return {pid: s.identity for pid, s in found.items()}
 
 
 def _signal_all(pids: Iterable[int], sig: int) -> None:
     for pid in pids:
         with contextlib.suppress(OSError):
             os.kill(pid, sig)
+
+
+@dataclass
+class _Sweep:
+    """What one clean-up looks for, and whom it tells before it signals anyone (the guardian)."""
+
+    identities: set[Identity]
+    session: int | None
+    reap: Callable[[Iterable[int]], dict[int, int]]
+    follow: bool
+    adopter: int | None
+    exclude: frozenset[int]
+    on_found: Callable[[set[Identity]], None] | None
+
+    def members(self, alive_only: bool) -> dict[int, Identity]:
+        return _members(
+            self.identities, self.session, self.follow, self.adopter, self.exclude, alive_only=alive_only
+        )
+
+    def alive(self) -> set[int]:
+        self.reap([pid for pid, _ in self.identities] + list(self.members(alive_only=False)))
+        found = self.members(alive_only=True)
+        if self.on_found is not None and found:
+            # Told before they are signalled: if we die now, the guardian knows every one of them.
+            self.on_found(set(found.values()))
+        return set(found)
 
 
 def stop_tree(
@@ -85,56 +103,47 @@ def stop_tree(
     kill_wait_s: float = 5.0,
     *,
     follow_children: bool = False,
+    adopter: int | None = None,
+    exclude: Iterable[int] = (),
+    on_found: Callable[[set[Identity]], None] | None = None,
 ) -> CleanupResult:
-    identities = set(identities)
-    first = alive_members(identities, session, follow_children)
+    """SIGTERM every member, SIGKILL what is left after ``grace_s``. A member that appears meanwhile (a
+    launcher re-spawning its children, crash diagnostics started on SIGTERM) is signalled too."""
+    sweep = _Sweep(set(identities), session, reap, follow_children, adopter, frozenset(exclude), on_found)
+    first = sweep.alive()
     if session is not None:
         with contextlib.suppress(OSError):
             os.killpg(session, signal.SIGTERM)  # the session leader's group: members not sampled yet too
     _signal_all(first, signal.SIGTERM)
     _signal_all(first, signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
     signalled = set(first)
-    follow = follow_children
-    newcomers = (signalled, signal.SIGTERM)
-    left = _wait_gone(identities, session, reap, grace_s, follow_children=follow, newcomers=newcomers)
+    left = _wait_gone(sweep, grace_s, signalled, signal.SIGTERM)
     killed: set[int] = set()
     if left:
         killed = set(left)
         _signal_all(left, signal.SIGKILL)
         _signal_all(left, signal.SIGCONT)
-        newcomers = (set(left), signal.SIGKILL)
-        left = _wait_gone(identities, session, reap, kill_wait_s, follow_children=follow, newcomers=newcomers)
-    reap(first | killed)
+        left = _wait_gone(sweep, kill_wait_s, killed, signal.SIGKILL)  # newcomers join ``killed``
+    sweep.reap(signalled | killed)
     return CleanupResult(
-        terminated=tuple(sorted(first - killed)),
+        terminated=tuple(sorted(signalled - killed)),
         killed=tuple(sorted(killed - left)),
         remaining=tuple(sorted(left)),
     )
 
 
-def _wait_gone(
-    identities: set[Identity],
-    session: int | None,
-    reap: Callable[[Iterable[int]], dict[int, int]],
-    timeout: float,
-    *,
-    follow_children: bool = False,
-    newcomers: tuple[set[int], int] | None = None,
-) -> set[int]:
+def _wait_gone(sweep: _Sweep, timeout: float, signalled: set[int], sig: int) -> set[int]:
+    """Wait until no member is left; a newcomer (forked while its parent died) is sent ``sig`` once.
+    ``signalled`` grows with the newcomers."""
     deadline = time.monotonic() + timeout
     while True:
-        alive = alive_members(identities, session, follow_children)
-        reap([pid for pid, _ in identities] + list(alive))
-        alive = alive_members(identities, session, follow_children)
+        alive = sweep.alive()
         if not alive or time.monotonic() >= deadline:
             return alive
-        if follow_children and newcomers is not None:
-            # A member forked while dying: the new child is in the tree by parentage; signal it once.
-            signalled, sig = newcomers
-            new = alive - signalled
-            _signal_all(new, sig)
-            _signal_all(new, signal.SIGCONT)
-            signalled |= new
+        new = alive - signalled
+        _signal_all(new, sig)
+        _signal_all(new, signal.SIGCONT)
+        signalled |= new
         time.sleep(0.1)
 
 

@@ -3,8 +3,10 @@
 hangwatch cleans up after itself on a verdict, Ctrl-C and SIGTERM; but SIGKILL (or a crash)
 gives it no chance, and a server left behind keeps its GPUs. The guardian runs in a session of
 its own, reads a pipe from hangwatch, and learns each member of the tree (``pid starttime``
-lines). When the pipe closes without the word ``clean`` (hangwatch died), it kills the session
-and every member still alive, checked by start time so that a reused pid is never touched.
+lines), before hangwatch signals any of them. When the pipe closes without the word ``clean``
+(hangwatch died, even halfway through its own clean-up), it freezes and kills the session, every
+known member still alive (checked by start time, so that a reused pid is never touched) and what
+descends from them, and keeps killing what still turns up for a bounded time.
 
 Run as ``python -m hangwatch.supervise.guardian SESSION_ID`` with the pipe as stdin.
 """
@@ -15,35 +17,54 @@ import contextlib
 import os
 import signal
 import sys
+import time
+from collections.abc import Iterable
 
 from hangwatch.collect import procfs
+from hangwatch.supervise import membership
 
 CLEAN = b"clean"
+KEEP_KILLING_S = 15.0  # after hangwatch died: how long new members of the tree are still killed
 
 
-def members(session: int, identities: set[tuple[int, int]]) -> list[int]:
-    found = []
-    me = os.getpid()
-    for pid in procfs.list_pids():
-        if pid == me:
-            continue
-        stat = procfs.read_stat(pid)
-        if stat is None:
-            continue
-        if stat.session == session or stat.identity in identities:
-            found.append(pid)
-    return found
+def members(session: int, identities: set[tuple[int, int]]) -> dict[int, procfs.Stat]:
+    """Live members: the session, known members, and what descends from them (membership.py)."""
+    return membership.alive(membership.scan(identities, (session,), exclude={os.getpid()}))
 
 
-def kill_all(session: int, identities: set[tuple[int, int]]) -> None:
-    for _ in range(3):  # a dying parent can fork once more; sweep again
-        pids = members(session, identities)
-        if not pids:
+def _signal(pids: Iterable[int], *sigs: int) -> None:
+    for pid in pids:
+        for sig in sigs:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+
+
+def kill_all(session: int, identities: set[tuple[int, int]], keep_s: float = KEEP_KILLING_S) -> None:
+    """Freeze, then kill, then keep killing for ``keep_s``.
+
+    Killing a parent first would orphan a child it just forked (reparented to init: no longer ours
+    to find); a stopped process forks no more, so every member is SIGSTOPped until a scan finds no new
+    one, and only then is everything SIGKILLed. Afterwards whatever still turns up (a member that was
+    in the kernel, a child forked on the way out) is killed, until none is left or ``keep_s`` passes.
+    """
+    frozen: dict[int, tuple[int, int]] = {}
+    for _ in range(100):
+        new = {pid: s.identity for pid, s in members(session, identities | set(frozen.values())).items()}
+        new = {pid: ident for pid, ident in new.items() if frozen.get(pid) != ident}
+        if not new:
+            break
+        _signal(new, signal.SIGSTOP)
+        frozen.update(new)
+    known = identities | set(frozen.values())
+    _signal(frozen, signal.SIGKILL, signal.SIGCONT)
+    deadline = time.monotonic() + keep_s
+    while time.monotonic() < deadline:
+        left = members(session, known)
+        if not left:
             return
-        for pid in pids:
-            for sig in (signal.SIGKILL, signal.SIGCONT):
-                with contextlib.suppress(OSError):
-                    os.kill(pid, sig)
+        known |= {s.identity for s in left.values()}
+        _signal(left, signal.SIGKILL, signal.SIGCONT)
+        time.sleep(0.05)
 
 
 def main(argv: list[str]) -> int:

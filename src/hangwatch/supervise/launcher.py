@@ -49,14 +49,21 @@ class Launched:
             return
         self.guardian_known |= new
 
-    def release_guardian(self) -> None:
-        """The tree is cleaned up: tell the guardian to stand down, and wait for it."""
+    def release_guardian(self, clean: bool = True) -> None:
+        """The tree is cleaned up: tell the guardian to stand down, and wait for it.
+
+        Not ``clean`` (processes of the tree remain, e.g. in D state in a driver): close the pipe without
+        the word, so that the guardian goes on killing what is left for a while after we are gone.
+        """
         if self.guardian.stdin is not None:
             try:
-                self.guardian.stdin.write(b"clean\n")
+                if clean:
+                    self.guardian.stdin.write(b"clean\n")
                 self.guardian.stdin.close()
             except OSError:
                 pass
+        if not clean:
+            return  # it works on alone, in a session of its own; init reaps it after we exit
         try:
             self.guardian.wait(timeout=5)
         except subprocess.TimeoutExpired:

@@ -28,6 +28,7 @@ from hangwatch.analyse.archcompat import format_capability
 from hangwatch.analyse.archcompat import loader_choice
 from hangwatch.collect import cuobjdump
 from hangwatch.collect import host as hostinfo
+from hangwatch.collect.fatbin import carries_device_code
 from hangwatch.collect.fatbin import read_fatbins
 from hangwatch.collect.nvml import read_inventory
 from hangwatch.collect.pyenv import describe_env
@@ -130,16 +131,26 @@ def _scan_paths(paths: tuple[Path, ...]) -> list[tuple[str, str | None]]:
 
 
 def scan_modules(
-    files: list[tuple[str, str | None]], capabilities: list[Capability], driver_cuda: tuple[int, int] | None
+    files: list[tuple[str, str | None]],
+    capabilities: list[Capability],
+    driver_cuda: tuple[int, int] | None,
+    timings: dict[str, float] | None = None,
 ) -> tuple[list[ModuleScan], list[ModuleCoverage], float]:
+    """Every shared object's ELF section headers first (cheap: which carry CUDA code), then the fat
+    binaries of those that do. ``timings`` gets ``elf_headers_s`` and ``fatbins_s``."""
     started = time.monotonic()
+    candidates = [(path, package) for path, package in files if carries_device_code(path)]
+    headers_done = time.monotonic()
     scans: list[ModuleScan] = []
     modules: list[ModuleCoverage] = []
-    for path, package in files:
+    for path, package in candidates:
         scan = read_fatbins(path)
         scans.append(scan)
         if scan.has_device_code:
             modules.append(cov.module_coverage(scan, capabilities, package, driver_cuda))
+    if timings is not None:
+        timings["elf_headers_s"] = headers_done - started
+        timings["fatbins_s"] = time.monotonic() - headers_done
     return scans, modules, time.monotonic() - started
 
 
@@ -187,8 +198,9 @@ def run_doctor(options: DoctorOptions, env: Mapping[str, str] | None = None) -> 
     pyenv = describe_env(python)
     timings["environment_s"] = time.monotonic() - t
     files = [(e.path, e.package) for e in pyenv.extensions] + _scan_paths(options.scan)
-    scans, modules, scan_s = scan_modules(files, caps, inventory.cuda_driver_version)
+    scans, modules, scan_s = scan_modules(files, caps, inventory.cuda_driver_version, timings)
     timings["fatbin_scan_s"] = scan_s
+    timings["listing_s"] = pyenv.listing_s
     disagreements: list[str] = []
     compared, tool = 0, None
     if options.cross_check:
@@ -211,7 +223,7 @@ def run_doctor(options: DoctorOptions, env: Mapping[str, str] | None = None) -> 
             f"e.g. {problems[0]}"
         )
     checks: list[Check | None] = [
-        cov.check_extension_arch(modules, caps, len(scans), scan_s),
+        cov.check_extension_arch(modules, caps, len(files), scan_s),
         cov.check_torch_arch(pyenv, caps),
         cov.check_arch_directories(modules, caps),
         cov.check_crosscheck(disagreements, compared, tool),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import signal
@@ -16,14 +17,18 @@ from hangwatch.analyse.assess import Assessor
 from hangwatch.collect import procfs
 from hangwatch.collect.http_probe import Prober
 from hangwatch.collect.logtail import PipeLog
+from hangwatch.collect.logtail import tail_lines
 from hangwatch.collect.nvml import NvmlGpuSource
 from hangwatch.collect.oom import OomWitness
 from hangwatch.collect.proctree import TreeSampler
+from hangwatch.collect.versions import environment_versions
 from hangwatch.model.cleanup import SegmentOutcome
+from hangwatch.model.report import ProcessRecord
 from hangwatch.model.report import Report
 from hangwatch.model.report import Verdict
 from hangwatch.model.vocabulary import State
 from hangwatch.redact import redact_argv
+from hangwatch.redact import scrub
 from hangwatch.render.live import View
 from hangwatch.render.live import make_view
 from hangwatch.supervise import cleanup
@@ -89,6 +94,8 @@ class Supervised:
     assessor: Assessor
     watch: Watch
     shm_outcomes: tuple[SegmentOutcome, ...] = ()  # the tree's /dev/shm segments after tear-down
+    subreaper: bool = False  # orphans of the tree are reparented to us: our children are its members
+    at_verdict: dict[int, ProcessRecord] = dataclasses.field(default_factory=dict)  # before tear-down
 
     def tear_down(self, gpu: NvmlGpuSource, grace: float) -> tuple[cleanup.CleanupResult, str | None]:
         """Whatever happened (a verdict, Ctrl-C, an error of ours), the tree does not outlive us."""
@@ -99,13 +106,21 @@ class Supervised:
         alive = {pid for pid, _ in known}
         segments = shm.segments_of(alive)
         tree_start = min((start for _, start in known), default=0)
-        result = cleanup.stop_tree(known, self.launched.pid, reap, grace)
+        self.launched.tell_guardian(known)
+        result = cleanup.stop_tree(
+            known, self.launched.pid, reap, grace,
+            follow_children=True,  # children forked, or sessions started, while the tree dies
+            adopter=os.getpid() if self.subreaper else None,
+            exclude={self.launched.guardian.pid},
+            on_found=self.launched.tell_guardian,  # before any is signalled: if we die now, it finishes
+        )  # fmt: skip
         pids = {pid for pid, _ in self.launched.guardian_known} | self.sampler.known_pids()
         gpu_note = cleanup.wait_gpu_release(gpu, pids)
         self.shm_outcomes = tuple(shm.release(segments, tree_start=tree_start))
+        self.at_verdict = dict(self.watch.recorder.processes)  # before the clean-up's exits
         self.watch.recorder.add(self.watch.tick())  # record the exits the clean-up caused
         self.log.close()
-        self.launched.release_guardian()
+        self.launched.release_guardian(clean=not result.remaining)
         self.sampler.close()
         self.kit.close()
         return result, gpu_note
@@ -152,7 +167,46 @@ def start_supervised(
         f"supervising {plan.profile.name} command (pid {launched.pid}); log {log.path}; "
         f"probe {plan.probe_url or 'none'}; stall after {w.stall_after:g} s"
     )
-    return Supervised(launched, sampler, log, watch.c.prober, kit, watch.assessor, watch)
+    return Supervised(launched, sampler, log, watch.c.prober, kit, watch.assessor, watch, subreaper=subreaper)
+
+
+def with_environment(report: Report, command: tuple[str, ...], python: str | None = None) -> Report:
+    """The report with what a bug template asks for: the versions of the command's environment, and
+    the last lines of its log (redacted). Read once, at the end: about 50 ms."""
+    tail = tail_lines(Path(report.log_path)) if report.log_path else ()
+    return dataclasses.replace(
+        report,
+        environment=environment_versions(command, python=python),
+        log_tail=tuple(scrub(line) for line in tail),
+    )
+
+
+def with_cleanup(
+    report: Report, at_verdict: dict[int, ProcessRecord], result: cleanup.CleanupResult
+) -> Report:
+    """Each process with its state at the verdict (``verdict_state``) and what the clean-up did to it:
+    the report's own ``state``/``exit_code`` are the last known (``gone``, ``-15`` after our SIGTERM)."""
+    records = []
+    for p in report.processes:
+        before = at_verdict.get(p.pid)
+        if before is None or before.state == "gone":  # first seen during the clean-up, or ended before
+            records.append(dataclasses.replace(p, verdict_state=before.state if before else None))
+            continue
+        records.append(dataclasses.replace(p, verdict_state=before.state, cleanup=cleanup_outcome(p, result)))
+    return dataclasses.replace(report, processes=tuple(records))
+
+
+def cleanup_outcome(p: ProcessRecord, result: cleanup.CleanupResult) -> str:
+    """``SIGTERM: -15``, ``SIGKILL: -9``, ``REMAINS`` (alive after SIGKILL): how the clean-up ended it."""
+    if p.pid in result.remaining:
+        return "REMAINS after SIGKILL"
+    sent = "SIGKILL" if p.pid in result.killed else "SIGTERM" if p.pid in result.terminated else None
+    code = "" if p.exit_code is None else str(p.exit_code)
+    if p.state != "gone":
+        return f"{sent}: not seen ending" if sent else "not seen ending"
+    if sent is None:
+        return f"ended: {code or 'status unknown'}"
+    return f"{sent}: {code or 'status unknown'}"
 
 
 def shm_notes(outcomes: tuple[SegmentOutcome, ...]) -> list[str]:
@@ -219,4 +273,8 @@ def supervise(options: RunOptions, view: View | None = None) -> Supervision:
         notes.append(gpu_note)
     notes.extend(shm_notes(run.shm_outcomes))
     report = run.watch.report(verdict, plan.profile.name, "run", redact_argv(options.command), tuple(notes))
+    report = with_cleanup(with_environment(report, options.command), run.at_verdict, result)
+    report = dataclasses.replace(
+        report, last_progress_t=run.assessor.last_progress_t(), stall_after_s=w.stall_after
+    )
     return Supervision(report, tuple(result.remaining))
