@@ -316,7 +316,9 @@ def test_a_process_py_spy_cannot_read_is_shown_where_the_kernel_has_it(tmp_path)
 def test_attach_to_a_serving_server_ends_healthy_at_the_end_of_its_window():
     a = Assessor(
         engines.by_name("vllm"),
-        Policy(stall_after=30, timeout=3, timeout_label=None, window_end=10),  # the user's --timeout 3 < --window
+        Policy(
+            stall_after=30, timeout=3, timeout_label=None, window_end=10
+        ),  # the user's --timeout 3 < --window
         root_pids={1},
     )
     green = ProbeResult(0.0, "http://127.0.0.1:8000/health", ProbeOutcome.HTTP, 200)
@@ -327,3 +329,21 @@ def test_attach_to_a_serving_server_ends_healthy_at_the_end_of_its_window():
     end = later[-1]
     assert end is not None and end.state is State.READY and "end of the 10 s --window" in end.summary
     assert a.window_over
+
+
+def test_the_merged_headline_does_not_join_processes_whose_leaves_differ():
+    from hangwatch.analyse.stacktree import equivalence_classes
+
+    top = (py("main", 1), py("all_reduce", 40, "torch/distributed/distributed_c10d.py"))
+    a = ProcessStacks(
+        10, "r0", "rank", "0", DumpOutcome.OK, (thread(*top, native("c10d::Work::wait")),), "S", 1.0
+    )
+    b = ProcessStacks(
+        11, "r1", "rank", "1", DumpOutcome.OK, (thread(*top, native("sched_yield", "libc.so.6")),), "S", 1.0
+    )
+    c = ProcessStacks(
+        12, "r2", "rank", "2", DumpOutcome.OK, (thread(*top, native("c10d::Work::wait")),), "S", 1.0
+    )
+    classes = equivalence_classes([a, b, c])
+    assert sorted(len(k.pids) for k in classes) == [1, 2]
+    assert {k.where for k in classes} == {"all_reduce > c10d::Work::wait", "all_reduce > sched_yield"}

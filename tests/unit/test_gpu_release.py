@@ -55,7 +55,13 @@ def test_a_gpu_busy_with_no_process_is_reported_as_possibly_wedged():
     source = Scripted(GpuSample(gpus=(gpu(100),)))
     note = cleanup.wait_gpu_release(source, {7}, timeout_s=1)
     assert note is not None and note.startswith("GPU 0 at 100 % with no process")
-    assert "never resets GPUs" in note
+    assert "never resets GPUs" in note and "stayed so for 5 s" in note
+
+
+def test_a_busy_reading_that_does_not_persist_is_no_wedge():
+    """NVML's utilisation averages its last period: 100 % right after the kernel died, 0 % a moment later."""
+    source = Scripted(GpuSample(gpus=(gpu(100),)), GpuSample(gpus=(gpu(100),)), GpuSample(gpus=(gpu(0),)))
+    assert cleanup.wait_gpu_release(source, {7}, timeout_s=1) == "GPU memory of the tree released"
 
 
 def test_a_busy_gpu_with_a_process_on_it_is_not_wedged():

@@ -315,7 +315,11 @@ def _classes(indexed: Sequence[_Proc]) -> tuple[StackClass, ...]:
 
 
 def _class_key(frames: tuple[Frame, ...]) -> tuple[tuple[str, str], ...]:
-    return tuple((f.name, f.file) for f in frames if not f.native)
+    """The Python frames, and the native calls below the innermost one: processes whose leaves differ
+    (one in ``c10d::Work::wait``, one in ``sched_yield``) are not one class."""
+    last_py = max((i for i, f in enumerate(frames) if not f.native), default=-1)
+    python = tuple((f.name, f.file) for f in frames if not f.native)
+    return python + tuple((f.name, f.file) for f in frames[last_py + 1 :] if f.native)
 
 
 def summarise(classes: Sequence[StackClass], peers: Sequence[StackClass] = (), limit: int = 6) -> str:

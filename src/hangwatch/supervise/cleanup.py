@@ -170,6 +170,23 @@ def busy_without_process(sample: GpuSample) -> str | None:
     return f"{names} with no process: the GPU may be wedged and need a reset (hangwatch never resets GPUs)"
 
 
+# NVML's utilisation is an average over its last sample period: a GPU whose kernel was killed a moment
+# ago still reads 100 % for up to a second. Advice that can make someone reset a shared GPU rests on a
+# reading that persists this long.
+BUSY_PERSIST_S = 5.0
+
+
+def persistently_busy(gpu: GpuSource, sample: GpuSample, persist_s: float = BUSY_PERSIST_S) -> str | None:
+    """``busy_without_process`` of ``sample``, confirmed by readings over ``persist_s``; None when any
+    reading in between says otherwise."""
+    busy = busy_without_process(sample)
+    deadline = time.monotonic() + persist_s
+    while busy is not None and time.monotonic() < deadline:
+        time.sleep(min(1.0, persist_s / 5))
+        busy = busy_without_process(gpu.read())
+    return None if busy is None else f"{busy}; it stayed so for {persist_s:.0f} s"
+
+
 def wait_gpu_release(gpu: GpuSource, pids: set[int], timeout_s: float = 15.0) -> str | None:
     """Wait (bounded) until no GPU memory is held by ``pids``; say what is left, or a GPU busy with no
     process."""
@@ -179,4 +196,4 @@ def wait_gpu_release(gpu: GpuSource, pids: set[int], timeout_s: float = 15.0) ->
     held = sample.memory_of(frozenset(pids))
     if held:
         return f"GPU memory still held by the tree after {timeout_s:.0f} s: {held / 2**20:.0f} MiB"
-    return busy_without_process(sample) or "GPU memory of the tree released"
+    return persistently_busy(gpu, sample) or "GPU memory of the tree released"

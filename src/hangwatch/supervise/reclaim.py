@@ -257,7 +257,7 @@ def _wait_gpu(
     note = plan.gpu_note
     if any(f.tree_after for f in freed):
         note = f"GPU memory still held by the tree's pids after {timeout_s:.0f} s"
-    busy = cleanup.busy_without_process(sample)
+    busy = cleanup.persistently_busy(gpu, sample)
     if busy:
         note = ((note + "; ") if note else "") + busy
     return freed, note
