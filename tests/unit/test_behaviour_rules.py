@@ -347,3 +347,61 @@ def test_the_merged_headline_does_not_join_processes_whose_leaves_differ():
     classes = equivalence_classes([a, b, c])
     assert sorted(len(k.pids) for k in classes) == [1, 2]
     assert {k.where for k in classes} == {"all_reduce > c10d::Work::wait", "all_reduce > sched_yield"}
+
+
+def test_an_exception_stamped_just_after_the_first_kill_of_a_tear_down_is_its_reason():
+    kills = [
+        exit_(21, 7.300, sig=signal.SIGKILL),
+        exit_(22, 7.301, sig=signal.SIGKILL),
+        exit_(1, 7.31, sig=9),
+    ]
+    findings = [exc(7.305, "[TP1] Scheduler hit an exception: Traceback", rank="TP1")]
+    d = causes.diagnose_crash(
+        kills, findings, root_pids={1}, exits=[exit_(23, 7.29, how=ExitHow.VANISHED, rank="TP1")]
+    )
+    assert d.cause is Cause.EXCEPTION, d
+
+
+def test_repeated_identical_lines_are_heartbeats_not_progress():
+    from hangwatch.analyse.logscan import LogScanner
+
+    scanner = LogScanner(engines.by_name("vllm"))
+    stats = "(APIServer pid=9) INFO 12-01 22:25:{:02d} [loggers.py:123] Avg prompt throughput: 0.0 tokens/s, Running: 3 reqs"
+    first = scanner.scan((stats.format(1),), 100, 1.0)
+    again = scanner.scan((stats.format(11),), 100, 11.0)
+    moved = scanner.scan((stats.format(21).replace("0.0 tokens", "12.5 tokens"),), 100, 21.0)
+    assert first.progress_lines == 1 and again.progress_lines == 0 and moved.progress_lines == 1
+
+
+def test_resident_memory_growing_is_progress_even_with_the_stack_in_place():
+    from hangwatch.analyse.progress import progress_signals
+
+    before = ProcessSample(5, 1, "w", ("w",), "R", 10.0, 1.0, 0, 0, 0, 4, 1 << 30, (), None, None)
+    after = ProcessSample(
+        5, 1, "w", ("w",), "R", 11.0, 1.0, 0, 0, 0, 4, (1 << 30) + (512 << 20), (), None, None
+    )
+    kinds = {
+        s.kind
+        for s in progress_signals(Tick(0.0, (before,)), Tick(1.0, (after,)), None, spinning=lambda pid: True)
+    }
+    assert kinds == {"memory"}  # the CPU is vetoed (a spin), the filling memory is not
+
+
+def test_a_rank_waiting_in_an_op_call_of_a_compiled_graph_waits_in_a_collective_not_a_compile():
+    from hangwatch.analyse.stackwaits import Wait
+    from hangwatch.analyse.stackwaits import classify_thread
+
+    compiled = (
+        py("profile_run", 10, "vllm/v1/worker/gpu_model_runner.py"),
+        py("_support_torch_compile.<locals>.__call__", 703, "vllm/compilation/decorators.py"),
+        py("Runner.call", 50, "/tmp/torchinductor_root/ab/cab.py"),
+        py("OpOverload.__call__", 841, "torch/_ops.py"),
+    )
+    assert classify_thread(thread(*compiled, active=False))[0] is Wait.COLLECTIVE
+    assert classify_thread(thread(*compiled, active=True))[0] is not Wait.COMPILE  # running, not compiling
+    tracing = (
+        *compiled[:2],
+        py("compile_fx", 200, "torch/_inductor/compile_fx.py"),
+        py("codegen", 5, "torch/_inductor/graph.py"),
+    )
+    assert classify_thread(thread(*tracing, active=False))[0] is Wait.COMPILE

@@ -218,7 +218,7 @@ class Assessor:
             probe=self.last_probe,
             verdict=self._verdict,
             stacks=self.stacks_wanted(),
-            hint=self._spin_hint(),
+            hint=self._spin_hint(stable=True),
             ask=self.serving
             and self.serving_watch.wants_own_request(
                 self.now, quiet, self.serving_clock.busy, self.policy.stall_after
@@ -330,12 +330,16 @@ class Assessor:
             return {}
         return {p.pid: h.spin_since(p.pid) for p in self._prev.processes if h.spinning(p.pid)}
 
-    def _spin_hint(self) -> str | None:
+    def _spin_hint(self, stable: bool = False) -> str | None:
+        """The process spinning longest, in words; ``stable``: worded by when it began (for the live
+        view, which says it once), not by how long it has lasted."""
         if not self._discount or self._prev is None:
             return None
         pid, since = min(self._discount.items(), key=lambda kv: kv[1])
         p = self._prev.process(pid)
         name = f"{p.name} [{pid}]" if p is not None else f"[{pid}]"
+        if stable:
+            return f"{name} busy in the same place since {since:.0f} s: a spin, not progress"
         return f"{name} busy in the same place for {self.now - since:.0f} s: a spin, not progress"
 
     # -- decisions -----------------------------------------------------------------------------------

@@ -160,6 +160,11 @@ def diagnose_stall(window: Sequence[Tick], findings: Sequence[LogFinding]) -> Di
 
 # Two events closer than this are not ordered: a line's arrival and a death are stamped by two threads.
 SIMULTANEOUS_S = 0.02
+# Deaths by a signal this close together are one tear-down, not one fault and its consequences.
+TEAR_DOWN_S = 1.0
+# An exception logged this close after the first kill of a tear-down was its reason (the two are
+# stamped by two threads); vLLM's "Engine core initialization failed" after a lone kill comes later.
+AROUND_S = 0.2
 # A member that ended with its status unread this long before the first failure may be where it began.
 UNSEEN_BEFORE_S = 5.0
 
@@ -203,6 +208,11 @@ def diagnose_crash(
         return Diagnosis(Cause.PORT_IN_USE, culprits, f"{_death(first)}: {line}")
     exceptions = sorted((f for f in findings if f.cause is Cause.EXCEPTION), key=lambda f: f.t)
     raised_first = bool(exceptions) and exceptions[0].t < first.t - SIMULTANEOUS_S
+    if not raised_first and exceptions and _torn_down(ordered) and exceptions[0].t <= first.t + AROUND_S:
+        # Several processes killed at once, an exception logged around the first kill: a launcher tearing
+        # its tree down because of it (SGLang's, on a scheduler's SIGQUIT). Two threads stamp the line
+        # and the deaths; the tear-down says which came first.
+        raised_first = True
     if (first.signal is not None or first.how is ExitHow.VANISHED) and not raised_first:
         return _signal_death_first(first, ordered, exceptions, first.pid in root_pids)
     if exceptions:
@@ -258,6 +268,12 @@ def _without_traceback(first: ExitRecord, culprits: tuple[int, ...], last_lines:
         "ended.",
     )
     return Diagnosis(Cause.UNKNOWN, culprits, text, steps=steps)
+
+
+def _torn_down(ordered: Sequence[ExitRecord]) -> bool:
+    """Two or more processes killed by a signal within ``TEAR_DOWN_S`` of the first death."""
+    signalled = [f for f in ordered if f.signal is not None]
+    return bool(signalled) and sum(1 for f in signalled if f.t - ordered[0].t <= TEAR_DOWN_S) >= 2
 
 
 def _unseen_deaths(

@@ -46,6 +46,15 @@ _FINDINGS: tuple[tuple[Cause, re.Pattern[str]], ...] = (
 )
 _MAX_FINDINGS_PER_TICK = 20
 TAIL_LINES = 12  # kept per tick: the last words before a crash
+# A line that says again, word for word, what an earlier one said (its time stamp aside) is a
+# heartbeat, not news: vLLM's stats line "Avg prompt throughput: 0.0 tokens/s ... Running: 3 reqs"
+# every 10 s while its worker is wedged. Numbers other than time stamps are kept: when they change
+# (throughput, a progress bar), the line is news.
+_TIMESTAMP = re.compile(
+    r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?|\b\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
+    r"|\b\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
+)
+_REMEMBERED = 4096
 # Who wrote a line: vLLM prefixes ``(EngineCore pid=812)`` / ``(Worker_TP1 pid=90)``; SGLang ``[time TP1]``.
 _SOURCE_PID = re.compile(r"\((\w+?) pid=(\d+)\)")
 _SOURCE_RANK = re.compile(r"^\[[^\]]*?\b((?:TP|DP|PP|EP)\d+)\]|\b((?:TP|DP|PP)\d+)\b pid=")
@@ -83,6 +92,7 @@ class LogScanner:
         self._visited: dict[str, list[str]] = {}  # source (profile.source_of) -> phases it opened
         self._probe_echo = probe_echo
         self._echoes = ProbeEchoes()
+        self._said: dict[str, None] = {}  # lines already said (time stamps removed), oldest first
 
     def scan(
         self,
@@ -104,7 +114,7 @@ class LogScanner:
             writer = _SOURCE_PID.search(line[:200])
             if writer is not None:
                 named[int(writer.group(2))] = writer.group(1)
-            if any(p.search(line) for p in self._waiting):
+            if any(p.search(line) for p in self._waiting) or self._repeats(line):
                 waiting += 1
                 continue
             if markers and any(m in line for m in markers):
@@ -138,6 +148,18 @@ class LogScanner:
             named=tuple(sorted(named.items())),
             tail=tuple(redact_text(line)[:300] for line in lines[-TAIL_LINES:]),
         )
+
+    def _repeats(self, line: str) -> bool:
+        """The line says again what an earlier line said, word for word, time stamps aside."""
+        said = _TIMESTAMP.sub("", line.strip())
+        if not said:
+            return False
+        if said in self._said:
+            return True
+        self._said[said] = None
+        if len(self._said) > _REMEMBERED:
+            del self._said[next(iter(self._said))]
+        return False
 
     def _phase_of(self, line: str) -> str | None:
         for index, r in enumerate(self._profile.phases):

@@ -20,6 +20,9 @@ from hangwatch.model.samples import Tick
 CPU_CORES_MIN = 0.10  # 10 % of a core; a waiting vLLM worker's background thread used ~1 %
 IO_BYTES_PER_S_MIN = 16 * 1024  # well above still-waiting log lines (~250 B/min) and probe traffic
 GPU_MEM_DELTA_MIN = 16 * 1024 * 1024  # allocator noise is smaller; real loads move GiB
+# Resident memory growing: an allocation being filled (torch.zeros of a KV cache, weights read into
+# memory) is work even inside one native call whose stack never moves. Allocator noise is smaller.
+RSS_DELTA_MIN = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -27,13 +30,14 @@ class Thresholds:
     cpu_cores: float = CPU_CORES_MIN
     io_bytes_per_s: float = IO_BYTES_PER_S_MIN
     gpu_mem_bytes: int = GPU_MEM_DELTA_MIN
+    rss_bytes: int = RSS_DELTA_MIN
 
 
 @dataclass(frozen=True)
 class ProgressSignal:
     """One reason the tree counts as progressing at one tick."""
 
-    kind: str  # log, io, cpu, stack, gpu-memory, port, probe, process, serving
+    kind: str  # log, io, cpu, stack, memory, gpu-memory, port, probe, process, serving
     pid: int | None
     text: str
 
@@ -61,6 +65,11 @@ def progress_signals(
         if p.io_delta_bytes / dt >= thresholds.io_bytes_per_s:
             signals.append(
                 ProgressSignal("io", p.pid, f"{p.name} [{p.pid}] I/O {human_bytes(p.io_delta_bytes)}")
+            )
+        grown = p.rss_bytes - old.rss_bytes
+        if grown >= thresholds.rss_bytes:
+            signals.append(
+                ProgressSignal("memory", p.pid, f"{p.name} [{p.pid}] memory +{human_bytes(grown)}")
             )
         if p.cpu_delta_s / dt >= thresholds.cpu_cores and not spinning(p.pid):
             signals.append(ProgressSignal("cpu", p.pid, f"{p.name} [{p.pid}] CPU {p.cpu_delta_s / dt:.0%}"))

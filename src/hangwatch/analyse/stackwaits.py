@@ -160,6 +160,9 @@ _IDLE_LOOP = _rx(
     r"socketserver\.py",
 )
 _LOCK_NATIVE = re.compile(r"^(?:lock_PyThread_acquire_lock|rlock_acquire|PyThread_acquire_lock\w*)$")
+_OP_CALL = re.compile(
+    r"^(?:OpOverload(?:Packet)?\.__call__ torch/_ops\.py|\S+ \S*(?:torchinductor|inductor-generated))"
+)
 _SEMLOCK = re.compile(r"^(?:SemLock\.(?:__enter__|acquire)|(?:R?Lock|(?:Bounded)?Semaphore)\.acquire)$")
 _LOCK_CODE = re.compile(r"^with\b.*\block\w*\b|\.acquire\(|\block\w*\.__enter__")
 
@@ -183,11 +186,14 @@ def _classify(frames: tuple[Frame, ...], active: bool) -> tuple[Wait, Frame | No
     def first(pattern: re.Pattern[str]) -> Frame | None:
         return next((f for f, t in zip(frames, texts, strict=True) if pattern.search(t)), None)
 
+    python = [f for f in frames if not f.native]
+    # Running a compiled graph is not compiling: its innermost Python frame is an op call (or the
+    # generated code), under the compile wrappers (vLLM's ``_support_torch_compile.__call__``).
+    running_compiled = bool(python) and _OP_CALL.match(_text(python[-1])) is not None
     for wait, pattern in ((Wait.CAPTURE, _CAPTURE), (Wait.FILE_LOCK, _FILE_LOCK), (Wait.COMPILE, _COMPILE)):
         found = first(pattern)
-        if found is not None:
+        if found is not None and not (wait is Wait.COMPILE and running_compiled):
             return wait, found
-    python = [f for f in frames if not f.native]
     # init_process_group may run a barrier of its own: still a rendezvous. A store wait under a
     # collective (NCCL's lazy communicator set-up) is part of the collective.
     init = next((f for f in python if _INIT.match(f.name)), None)
@@ -206,6 +212,10 @@ def _classify(frames: tuple[Frame, ...], active: bool) -> tuple[Wait, Frame | No
         if found is not None:
             return wait, found
     leaf_py = python[-1] if python else None
+    if running_compiled and not active:
+        # An op call that waits, not on CPU, in a model's forward: the ops that wait are collectives
+        # (an all_reduce inside a compiled graph shows only as ``OpOverload.__call__`` in Python).
+        return Wait.COLLECTIVE, leaf_py
     below = frames[frames.index(leaf_py) + 1 :] if leaf_py is not None else list(frames)
     if _is_lock_wait(leaf_py, below):
         return Wait.LOCK, leaf_py

@@ -238,8 +238,9 @@ class TreeSampler:
         cmdline = procfs.read_cmdline(pid, self._root) or ()
         # Titles change during startup (VLLM::Worker becomes VLLM::Worker_TP1), so rename every tick.
         name = procfs.process_title(cmdline, stat.comm)
-        if "::" not in name and pid in self._hints:
-            name = self._hints[pid]  # not titled yet, but its log lines say who it is
+        hint = self._hints.get(pid)
+        if hint is not None and ("::" not in name or (hint != name and hint.startswith(name))):
+            name = hint  # not titled yet (or titled less precisely), but its log lines say who it is
         role, rank = self._namer(name, cmdline, stat.identity in self._root_identities, known.rank_env or {})
         parent = self._known.get(stat.ppid)
         if role is not None and parent is not None and parent.name == name:
@@ -300,8 +301,9 @@ class TreeSampler:
         name, role, rank = known.name, known.role, known.rank
         ended = self._deaths.ended_at(known.identity) if self._deaths is not None else None
         last_name = self._deaths.name_at_end(known.identity) if self._deaths is not None else None
-        if name in (known.first_comm, "") and known.identity[0] in self._hints:
-            last_name = self._hints[known.identity[0]]
+        hint = self._hints.get(known.identity[0])
+        if hint is not None and (name in (known.first_comm, "") or (hint != name and hint.startswith(name))):
+            last_name, name = hint, known.first_comm  # named by its log lines, alive or at its death
         if last_name and last_name != name and name in (known.first_comm, ""):
             # It set a title after our last look and died: name it by that (comm keeps 15 bytes of it).
             name = last_name
