@@ -50,7 +50,9 @@ def _need(engine: str, request: pytest.FixtureRequest) -> None:
         return
     if os.environ.get("HANGWATCH_SKIP_SGLANG") == "1":
         pytest.skip("HANGWATCH_SKIP_SGLANG=1: SGLang end-to-end cells disabled by the environment")
-    request.getfixturevalue("tiny_model")
+    python = request.getfixturevalue("sglang_python")
+    model = request.getfixturevalue("sglang_tiny_model")
+    matrix.SGLANG_PYTHON, matrix.SGLANG_MODEL = Path(python), Path(model)
     why = matrix.engine_available("sglang")
     if why is not None:
         pytest.fail(f"SGLang CPU environment not usable: {why} (HANGWATCH_SKIP_SGLANG=1 skips)", pytrace=False)

