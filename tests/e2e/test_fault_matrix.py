@@ -65,6 +65,7 @@ def test_fault_cell(name: str, request: pytest.FixtureRequest, tracker: matrix.T
     _need(cell.engine, request)
     cfg = matrix.RunConfig(workdir=tmp_path, boot_timeout_s=CELL_TIMEOUT_S)
     result = matrix.run_cell(cell, cfg, tracker)
+    print(matrix.format_table([result]))  # shown with -rA: the latency of a passing cell too
     exp = cell.expected()
     assert result.fired is not None, f"{name}: the fault never fired; log {result.log_path}"
     assert result.right, (

@@ -203,8 +203,8 @@ def _cells() -> list[Cell]:
             cells.append(Cell("vllm", 2, "api", phase, kind))
     # attach: the same faults seen by a watcher that did not launch the server
     for phase, kind in (
-        ("weights", "sigkill"), ("weights", "sigstop"), ("compile", "block"), ("kv_alloc", "raise"),
-        ("serving", "block"),
+        ("weights", "sigkill"), ("weights", "sigstop"), ("weights", "spin"), ("compile", "block"),
+        ("kv_alloc", "raise"), ("serving", "block"),
     ):  # fmt: skip
         cells.append(Cell("vllm", 2, "TP1", phase, kind, mode="attach"))
     cells.append(Cell("vllm", 2, "core", "profile", "block", mode="attach"))
@@ -220,7 +220,7 @@ def _cells() -> list[Cell]:
     for kind in ("block", "sigkill", "sigstop"):
         cells.append(Cell("sglang", 1, "detok", "serving", kind))
         cells.append(Cell("sglang", 1, "api", "serving", kind))
-    for phase, kind in (("weights", "sigkill"), ("weights", "block"), ("serving", "block")):
+    for phase, kind in (("weights", "sigkill"), ("weights", "block"), ("weights", "spin"), ("serving", "block")):
         cells.append(Cell("sglang", 2, "TP1", phase, kind, mode="attach"))
     return cells
 
@@ -665,16 +665,25 @@ def run_cell(cell: Cell, cfg: RunConfig, tracker: Tracker) -> Result:
             )  # fmt: skip
             tracker.add(hw)
             watch.stream(hw.stdout)
+        limit = timeout + 120
         if cell.serving and cell.mode == "run":
             assert armfile is not None
             if _wait_ready(health, cfg.boot_timeout_s, lambda: hw is not None and hw.poll() is None):
                 cfg.echo(f"  {cell.name}: ready after {time.monotonic() - started:.0f} s; arming, sending load")
                 armfile.touch()
                 send_requests(cell, port, cfg.requests, result.requests)
+                # `run` without --until-ready supervises a ready server with no end (its --timeout
+                # only bounds the start-up): a serving cell ends serve_after_ready_s after the arming.
+                limit = cfg.serve_after_ready_s
         try:
-            result.rc = hw.wait(timeout=timeout + 120)
+            result.rc = hw.wait(timeout=limit)
         except subprocess.TimeoutExpired:
-            result.error = f"hangwatch still running after {timeout + 120:.0f} s"
+            result.error = f"no verdict: hangwatch still running {limit:.0f} s on"
+            # Ctrl-C: hangwatch gives its interrupted verdict and writes the report before it is killed.
+            with contextlib.suppress(OSError):
+                os.kill(hw.pid, signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                result.rc = hw.wait(timeout=60)
     finally:
         stop_tail.set()
         tracker.kill_all()
