@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, metavar="OUT", help="write every result as JSON")
     parser.add_argument("--workdir", type=Path, help="where logs and reports go (default: a temp dir)")
     parser.add_argument("--boot-timeout", type=float, default=300.0, help="hangwatch --timeout per cell")
+    parser.add_argument(
+        "--serve-for", type=float, default=150.0, help="serving cells: seconds from arming to Ctrl-C"
+    )
     args = parser.parse_args(argv)
 
     cells = matrix.select(args.cells, args.engine)
@@ -47,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     if not cells:
         print("no cell matches", file=sys.stderr)
         return 2
-    cfg = matrix.RunConfig(boot_timeout_s=args.boot_timeout)
+    cfg = matrix.RunConfig(boot_timeout_s=args.boot_timeout, serve_after_ready_s=args.serve_for)
     if args.workdir:
         args.workdir.mkdir(parents=True, exist_ok=True)
         cfg.workdir = args.workdir

