@@ -405,3 +405,32 @@ def test_a_rank_waiting_in_an_op_call_of_a_compiled_graph_waits_in_a_collective_
         py("codegen", 5, "torch/_inductor/graph.py"),
     )
     assert classify_thread(thread(*tracing, active=False))[0] is Wait.COMPILE
+
+
+def test_a_scheduler_stuck_outside_any_receive_is_what_the_others_wait_for():
+    sched = thread(
+        py("event_loop", 9, "scheduler.py"),
+        py("forward", 77, "tp_worker.py"),
+        py("Event.wait", 600, "threading.py"),
+        active=False,
+    )
+    detok = thread(
+        py("event_loop", 5, "detokenizer.py"), py("Socket.recv_pyobj", 3, "zmq/sugar/socket.py"), active=False
+    )
+    launcher = thread(py("run", 1, "uvicorn/server.py"), py("select", 4, "selectors.py"), active=False)
+    samples = [
+        StackSample(
+            t,
+            (
+                ProcessStacks(1, "launcher", None, None, DumpOutcome.OK, (launcher,), "S", 1.0),
+                ProcessStacks(2, "sglang::scheduler", "scheduler", None, DumpOutcome.OK, (sched,), "S", 1.0),
+                ProcessStacks(
+                    3, "sglang::detokenizer", "detokenizer", None, DumpOutcome.OK, (detok,), "S", 1.0
+                ),
+            ),
+            0.1,
+        )
+        for t in (3.0, 5.0, 7.0)
+    ]
+    d = classify(stack_context(samples))
+    assert d.culprits == (2,) and "stuck in" in d.explanation, d

@@ -158,7 +158,12 @@ class Assessor:
             unseen_rank = (
                 self.serving and causes.ended_unseen(e) and (e.rank is not None or e.role is not None)
             )
-            if causes.is_significant_failure(e, e.pid in self._root_pids) or unseen_rank:
+            # A rank that logged a traceback and then ended, whatever its status (vLLM's worker exits 0
+            # after "WorkerProc failed to start"), failed.
+            raised = (e.rank is not None or e.role is not None) and any(
+                f.cause is Cause.EXCEPTION and f.pid == e.pid for f in self.findings
+            )
+            if causes.is_significant_failure(e, e.pid in self._root_pids) or unseen_rank or raised:
                 self.failures.append(e)
         self._history.append(tick)
         self._prev = tick

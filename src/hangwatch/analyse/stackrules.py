@@ -11,6 +11,7 @@ sample or with processes whose stacks could not be read.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Sequence
@@ -513,6 +514,34 @@ def _stuck_driver(ctx: StackContext, peers: Sequence[ProcessView]) -> Diagnosis 
     return Diagnosis(Cause.UNKNOWN, (driver.pid,), text, "medium")
 
 
+_MESSAGES = re.compile(
+    r"zmq/|^socket\.recv|Connection\.(?:recv|_recv|poll)|Queue\.get|MessageQueue|selectors\.py"
+)
+
+
+def rule_stuck_worker(ctx: StackContext) -> Diagnosis | None:
+    """Everyone waits; all but a few wait for messages (a zmq or pipe receive, an event loop) and those
+    few are stuck in a wait of their own, outside any receive: the others wait for them (an engine's
+    scheduler blocked in its forward pass while the tokenizer and detokenizer wait for its output)."""
+    dumped = [v for v in ctx.views if v.outcome is DumpOutcome.OK and v.main is not None]
+    if len(dumped) < 2 or not ctx.over_time or not all(v.blocked for v in dumped):
+        return None
+
+    def receiving(v: ProcessView) -> bool:
+        assert v.main is not None
+        return v.main.wait is Wait.IDLE_LOOP or bool(_MESSAGES.search(f"{v.main.where} {v.main.at}"))
+
+    stuck = [v for v in dumped if not receiving(v)]
+    if not stuck or len(stuck) == len(dumped) or len(stuck) > 2:
+        return None
+    waiting = [v for v in dumped if receiving(v)]
+    text = (
+        f"{'; '.join(f'{_who(v)} is stuck in {_where(v)}' for v in stuck)}, while "
+        f"{_waiting_in(ctx, waiting)} for messages: they wait for it"
+    )
+    return Diagnosis(Cause.UNKNOWN, tuple(v.pid for v in stuck), text, "medium")
+
+
 def rule_unknown(ctx: StackContext) -> Diagnosis:
     """Nothing matched: say where everyone is, so a person can take it from there."""
     dumped = [v for v in ctx.views if v.outcome is DumpOutcome.OK]
@@ -539,6 +568,7 @@ RULES: tuple[Rule, ...] = (
     rule_compile_stall,
     rule_gpu_spin,
     rule_odd_one_out,
+    rule_stuck_worker,
 )
 
 

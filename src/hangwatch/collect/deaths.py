@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import select
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -57,9 +58,17 @@ class DeathWatcher:
         with self._lock:
             return self._statuses.get(identity)
 
-    def ended_at(self, identity: tuple[int, int]) -> float | None:
-        with self._lock:
-            return self._times.get(identity)
+    def ended_at(self, identity: tuple[int, int], wait_s: float = 0.05) -> float | None:
+        """When it ended; a sampler that saw the death first waits briefly for our thread to stamp it
+        (the pidfd is ready at once, the thread may just not have had the interpreter yet)."""
+        deadline = time.monotonic() + (wait_s if self.supported else 0.0)
+        while True:
+            with self._lock:
+                ended = self._times.get(identity)
+                watched = identity in self._fds.values()
+            if ended is not None or not watched or time.monotonic() >= deadline:
+                return ended
+            time.sleep(0.005)
 
     def name_at_end(self, identity: tuple[int, int]) -> str | None:
         with self._lock:

@@ -311,7 +311,7 @@ class TreeSampler:
                 name, (name,), known.identity in self._root_identities, known.rank_env or {}
             )
         return ExitRecord(
-            t=min(t, ended) if ended is not None else t,
+            t=ended if ended is not None else t,  # the moment it ended (it may fall after the tick began)
             pid=known.identity[0],
             name=name,
             role=role,
