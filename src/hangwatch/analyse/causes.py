@@ -357,12 +357,15 @@ def _count(n: int, noun: str) -> str:
 
 def _exception_summary(findings: Sequence[LogFinding]) -> str:
     """The line naming the exception (``ValueError: ...``), not the ``Traceback`` header."""
-    lines = [
-        f.line for f in findings if f.cause is Cause.EXCEPTION and not f.line.lstrip().startswith("Traceback")
-    ]
-    if not lines:
-        lines = [f.line for f in findings if f.cause is Cause.EXCEPTION]
-    return lines[-1][:300] if lines else "see the log"
+    exceptions = [f.line for f in findings if f.cause is Cause.EXCEPTION]
+    # The first traceback's own words ("ValueError: weight shape mismatch"), not the last process's
+    # report of it ("Engine core initialization failed"): the first fault is the cause.
+    named = [line for line in exceptions if _NAMED_EXCEPTION.search(line)]
+    lines = named or [line for line in exceptions if not line.lstrip().startswith("Traceback")] or exceptions
+    return lines[0][:300] if lines else "see the log"
+
+
+_NAMED_EXCEPTION = re.compile(r"(?:^|[\s\]])(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Fault)\b: ")
 
 
 def _names(tick: Tick, pids: tuple[int, ...]) -> str:

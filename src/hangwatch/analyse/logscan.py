@@ -33,6 +33,7 @@ _FINDINGS: tuple[tuple[Cause, re.Pattern[str]], ...] = (
         Cause.EXCEPTION,
         re.compile(
             r"^(?:\(\S+ pid=\d+\) |\[[^\]]{1,80}\] )?"  # vLLM's and SGLang's prefixes
+            r"(?:(?:ERROR|WARNING|CRITICAL|INFO) \S+ \S+ \[[^\]]{1,80}\] )?"  # level, time, file
             r"(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)(?::|$)"
         ),
     ),

@@ -57,12 +57,15 @@ def progress_signals(
     if tick.log.progress_lines > 0:
         signals.append(ProgressSignal("log", None, f"{tick.log.progress_lines} new log lines"))
     before = {p.pid: p for p in prev.processes}
+    ours = _our_traffic(prev, tick)
     for p in tick.processes:
         old = before.get(p.pid)
         if old is None:
             signals.append(ProgressSignal("process", p.pid, f"new process {p.pid} ({p.name})"))
             continue
-        if p.io_delta_bytes / dt >= thresholds.io_bytes_per_s:
+        # What the server read and wrote answering hangwatch itself (its /metrics, our probe) is not work.
+        io = p.io_delta_bytes - sum(ours.get(port, 0) for port in p.listening_ports)
+        if io / dt >= thresholds.io_bytes_per_s:
             signals.append(
                 ProgressSignal("io", p.pid, f"{p.name} [{p.pid}] I/O {human_bytes(p.io_delta_bytes)}")
             )
@@ -106,6 +109,25 @@ def _gpu_memory_signals(prev: Tick, tick: Tick, thresholds: Thresholds) -> list[
                 ProgressSignal("gpu-memory", None, f"GPU {g.index} memory {sign}{human_bytes(abs(delta))}")
             )
     return signals
+
+
+def _our_traffic(prev: Tick, tick: Tick) -> dict[int, int]:
+    """Bytes exchanged since ``prev`` on hangwatch's own connections to the server, per server port."""
+    if tick.connections is None:
+        return {}
+    old = {}
+    if prev.connections is not None:
+        old = {(c.port, c.peer_port): c for c in prev.connections.connections if c.ours}
+    traffic: dict[int, int] = {}
+    for c in tick.connections.connections:
+        if not c.ours:
+            continue
+        was = old.get((c.port, c.peer_port))
+        moved = (c.acked_bytes or 0) + (c.received_bytes or 0)
+        if was is not None:
+            moved -= (was.acked_bytes or 0) + (was.received_bytes or 0)
+        traffic[c.port] = traffic.get(c.port, 0) + max(0, moved)
+    return traffic
 
 
 def _serving_signals(prev: Tick, tick: Tick) -> list[ProgressSignal]:

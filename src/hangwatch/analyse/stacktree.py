@@ -39,6 +39,7 @@ _GLUE = re.compile(
 )
 _TITLE_RANK = re.compile(r"(?:^|[_:.\-])(?:rank|r)[_-]?(\d+)$", re.IGNORECASE)
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
+_UNTITLED = re.compile(r"^(?:python[\d.]*|python\d?-\w+)$")
 
 FrameKey = tuple[str, str, bool]
 T = TypeVar("T")
@@ -93,7 +94,8 @@ def peer_pids(processes: Iterable[ProcessStacks]) -> set[int]:
         return ranked
     by_name: dict[str, set[int]] = {}
     for p in processes:
-        by_name.setdefault(p.name, set()).add(p.pid)
+        if not _UNTITLED.match(p.name):  # two untitled interpreters (a launcher, a tracker) are no ranks
+            by_name.setdefault(p.name, set()).add(p.pid)
     largest = max(by_name.values(), key=len, default=set())
     return largest if len(largest) >= 2 else ranked
 

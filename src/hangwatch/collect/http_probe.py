@@ -76,6 +76,9 @@ def probe_once(
         conn.close()
 
 
+PATIENT_TIMEOUT_S = 30.0
+
+
 class Prober:
     """Probes one URL in a thread at a fixed interval; the loop collects results without waiting."""
 
@@ -105,11 +108,20 @@ class Prober:
         self._thread.start()
 
     def _loop(self) -> None:
+        timeout = self._timeout
         while not self._stop.is_set():
             started = time.monotonic()
-            outcome = probe_once(self.url, self._timeout, round(self._clock(), 3), self._remember_port)
+            outcome = probe_once(self.url, timeout, round(self._clock(), 3), self._remember_port)
             with self._lock:
                 self._results.append(outcome)
+            # A server that takes long to answer (SGLang's /health runs a generation, and answers 503
+            # after 20 s while its scheduler is wedged) gets a patient probe: its late answer, and the
+            # line it logs with it, then arrive at the probe's answer, where they are told for echoes.
+            timeout = (
+                min(timeout * 2, PATIENT_TIMEOUT_S)
+                if outcome.outcome is ProbeOutcome.TIMEOUT
+                else self._timeout
+            )
             self._stop.wait(max(0.0, self._interval - (time.monotonic() - started)))
 
     def drain(self) -> tuple[ProbeResult, ...]:

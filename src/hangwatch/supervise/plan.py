@@ -66,7 +66,13 @@ def plan_for(options: WatchOptions, cmdline: tuple[str, ...]) -> Plan:
 
 def make_scanner(plan: Plan, options: WatchOptions, prober: Prober | None) -> LogScanner:
     ready = (options.ready_pattern,) if options.ready_pattern else ()
-    echo = prober.echo_markers if prober is not None else tuple
+    # Access-log lines of hangwatch's own requests: the probe's, the /metrics scrape's, our own request's
+    # model lookup (clients rarely ask for it; our one-token completion itself is real work, not an echo).
+    ours = ('"GET /metrics HTTP', '"GET /v1/models HTTP') if plan.profile.name in ("vllm", "sglang") else ()
+
+    def echo() -> tuple[str, ...]:
+        return (*(prober.echo_markers() if prober is not None else ()), *ours)
+
     return LogScanner(plan.profile, ready, options.waiting_patterns, echo)
 
 
