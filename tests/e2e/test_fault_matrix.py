@@ -33,6 +33,9 @@ SUBSET = [
 # hangwatch's --timeout for a cell: a weights-phase fault fires ~30 s into a vLLM boot, an SGLang boot
 # takes 16-50 s; the verdict must come within the cell's bound (at most 35 s) after that.
 CELL_TIMEOUT_S = 180.0
+# A serving cell is stopped (Ctrl-C: hangwatch writes its report) this long after the fault is armed;
+# its bound is 35 s. Without it, `run` supervises a serving server with no end.
+SERVE_S = 90.0
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +72,7 @@ SANITY_MARGIN_S = 20.0
 def test_fault_cell(name: str, request: pytest.FixtureRequest, tracker: matrix.Tracker, tmp_path: Path) -> None:
     cell = matrix.cell_by_name(name)
     _need(cell.engine, request)
-    cfg = matrix.RunConfig(workdir=tmp_path, boot_timeout_s=CELL_TIMEOUT_S)
+    cfg = matrix.RunConfig(workdir=tmp_path, boot_timeout_s=CELL_TIMEOUT_S, serve_after_ready_s=SERVE_S)
     result = matrix.run_cell(cell, cfg, tracker)
     print(matrix.format_table([result]))  # shown with -rA: the latency of a passing cell too
     exp = cell.expected()
