@@ -7,7 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
 
+from hangwatch.model.isolate import Edit
+from hangwatch.model.isolate import EditKind
 from hangwatch.model.isolate import Toggle
+from hangwatch.model.vocabulary import Cause
 
 
 @dataclass(frozen=True)
@@ -144,3 +147,50 @@ def version_tuple(version: str | None) -> tuple[int, ...] | None:
         if len(digits) < len(piece):
             break
     return tuple(parts) or None
+
+
+# Isolation toggles for a tensor-parallel command, the same for every engine: the ranks waiting on each
+# other (a collective, a rendezvous, a dead peer, a GPU spinning on a flag) suggest them first.
+RANKS_WAIT = (Cause.COLLECTIVE_WAIT, Cause.RENDEZVOUS_WAIT, Cause.DEAD_PEER, Cause.GPU_SPIN)
+
+
+def parallel_toggles(argv: tuple[str, ...], tp_flags: tuple[str, ...], *, cumem: bool) -> list[Toggle]:
+    """Custom all-reduce off, NCCL P2P off, (``cumem``: NCCL's cuMem allocations off), TP 1."""
+    if int_flag(argv, *tp_flags) <= 1:
+        return []
+    out = []
+    if not has_flag(argv, "--disable-custom-all-reduce"):
+        out.append(
+            Toggle(
+                "custom-all-reduce-off",
+                (Edit(EditKind.ADD, "--disable-custom-all-reduce"),),
+                "the custom all-reduce kernel off (NCCL's instead)",
+                (*RANKS_WAIT, Cause.CUDA_GRAPH_CAPTURE),
+            )
+        )
+    out.append(
+        Toggle(
+            "nccl-p2p-off",
+            (Edit(EditKind.ENV, "NCCL_P2P_DISABLE", "1"),),
+            "NCCL's peer-to-peer transport off",
+            RANKS_WAIT,
+        )
+    )
+    if cumem:
+        out.append(
+            Toggle(
+                "nccl-cumem-off",
+                (Edit(EditKind.ENV, "NCCL_CUMEM_ENABLE", "0"),),
+                "NCCL's cuMem allocations off",
+                RANKS_WAIT,
+            )
+        )
+    out.append(
+        Toggle(
+            "tp-1",
+            (Edit(EditKind.REPLACE, tp_flags[0], "1", aliases=tp_flags[1:]),),
+            "tensor parallelism off (one GPU)",
+            RANKS_WAIT,
+        )
+    )
+    return out

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 
+from hangwatch.engines.profile import RANKS_WAIT
 from hangwatch.engines.profile import Profile
 from hangwatch.engines.profile import flag_value
 from hangwatch.engines.profile import has_flag
-from hangwatch.engines.profile import int_flag
+from hangwatch.engines.profile import parallel_toggles
 from hangwatch.engines.profile import rule
 from hangwatch.engines.profile import version_tuple
 from hangwatch.model.isolate import Edit
@@ -48,14 +49,13 @@ _GRAPH_BACKENDS = ("--cuda-graph-backend-decode", "--cuda-graph-backend-prefill"
 # 0.5.23 deprecates --disable-cuda-graph (still accepted) for --cuda-graph-backend-{decode,prefill}.
 _GRAPH_BACKEND_SINCE = (0, 5, 23)
 _ATTENTION = ("triton", "torch_native", "flashinfer", "fa3")
-_RANKS_WAIT = (Cause.COLLECTIVE_WAIT, Cause.RENDEZVOUS_WAIT, Cause.DEAD_PEER, Cause.GPU_SPIN)
 
 
 def _graphs_off(argv: tuple[str, ...], version: str | None) -> Toggle | None:
     if has_flag(argv, *_GRAPHS_OFF_FLAGS) or all(flag_value(argv, f) == "disabled" for f in _GRAPH_BACKENDS):
         return None
     why = "CUDA graphs off"
-    causes = (Cause.CUDA_GRAPH_CAPTURE, Cause.GPU_SPIN, *_RANKS_WAIT)
+    causes = (Cause.CUDA_GRAPH_CAPTURE, Cause.GPU_SPIN, *RANKS_WAIT)
     parsed = version_tuple(version)
     if parsed is not None and parsed >= _GRAPH_BACKEND_SINCE:
         edits = tuple(Edit(EditKind.REPLACE, f, "disabled") for f in _GRAPH_BACKENDS)
@@ -72,39 +72,13 @@ def sglang_toggles(argv: tuple[str, ...], version: str | None) -> tuple[Toggle, 
                 "no-spec",
                 (Edit(EditKind.REMOVE, "--speculative-*"),),
                 "speculative decoding off",
-                (Cause.CUDA_GRAPH_CAPTURE, *_RANKS_WAIT),
+                (Cause.CUDA_GRAPH_CAPTURE, *RANKS_WAIT),
             )
         )
     graphs = _graphs_off(argv, version)
     if graphs is not None:
         out.append(graphs)
-    tp = int_flag(argv, *_TP_FLAGS)
-    if tp > 1:
-        if not has_flag(argv, "--disable-custom-all-reduce"):
-            out.append(
-                Toggle(
-                    "custom-all-reduce-off",
-                    (Edit(EditKind.ADD, "--disable-custom-all-reduce"),),
-                    "the custom all-reduce kernel off (NCCL's instead)",
-                    (*_RANKS_WAIT, Cause.CUDA_GRAPH_CAPTURE),
-                )
-            )
-        out.append(
-            Toggle(
-                "nccl-p2p-off",
-                (Edit(EditKind.ENV, "NCCL_P2P_DISABLE", "1"),),
-                "NCCL's peer-to-peer transport off",
-                _RANKS_WAIT,
-            )
-        )
-        out.append(
-            Toggle(
-                "tp-1",
-                (Edit(EditKind.REPLACE, _TP_FLAGS[0], "1", aliases=_TP_FLAGS[1:]),),
-                "tensor parallelism off (one GPU)",
-                _RANKS_WAIT,
-            )
-        )
+    out += parallel_toggles(argv, _TP_FLAGS, cumem=False)
     backend = flag_value(argv, "--attention-backend")
     for other in _ATTENTION:
         if other != backend and (backend is not None or other == "triton"):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 
+from hangwatch.engines.profile import RANKS_WAIT
 from hangwatch.engines.profile import Profile
 from hangwatch.engines.profile import flag_value
 from hangwatch.engines.profile import has_flag
-from hangwatch.engines.profile import int_flag
+from hangwatch.engines.profile import parallel_toggles
 from hangwatch.engines.profile import rule
 from hangwatch.model.isolate import Edit
 from hangwatch.model.isolate import EditKind
@@ -32,7 +33,6 @@ def vllm_role(
 _SPEC_FLAGS = ("--speculative-config", "-sc", "--spec-method", "--spec-model", "--spec-tokens")
 _TP_FLAGS = ("--tensor-parallel-size", "-tp")
 _ATTENTION = ("FLASH_ATTN", "TRITON_ATTN", "FLASHINFER")
-_RANKS_WAIT = (Cause.COLLECTIVE_WAIT, Cause.RENDEZVOUS_WAIT, Cause.DEAD_PEER, Cause.GPU_SPIN)
 
 
 def vllm_toggles(argv: tuple[str, ...], version: str | None) -> tuple[Toggle, ...]:
@@ -44,7 +44,7 @@ def vllm_toggles(argv: tuple[str, ...], version: str | None) -> tuple[Toggle, ..
                 "no-spec",
                 (Edit(EditKind.REMOVE, _SPEC_FLAGS[0], aliases=_SPEC_FLAGS[1:]),),
                 "speculative decoding off",
-                (Cause.CUDA_GRAPH_CAPTURE, *_RANKS_WAIT),
+                (Cause.CUDA_GRAPH_CAPTURE, *RANKS_WAIT),
             )
         )
     if not has_flag(argv, "--enforce-eager"):
@@ -56,41 +56,7 @@ def vllm_toggles(argv: tuple[str, ...], version: str | None) -> tuple[Toggle, ..
                 (Cause.CUDA_GRAPH_CAPTURE, Cause.COMPILE_STALL, Cause.GPU_SPIN),
             )
         )
-    tp = int_flag(argv, *_TP_FLAGS)
-    if tp > 1:
-        if not has_flag(argv, "--disable-custom-all-reduce"):
-            out.append(
-                Toggle(
-                    "custom-all-reduce-off",
-                    (Edit(EditKind.ADD, "--disable-custom-all-reduce"),),
-                    "the custom all-reduce kernel off (NCCL's instead)",
-                    (*_RANKS_WAIT, Cause.CUDA_GRAPH_CAPTURE),
-                )
-            )
-        out.append(
-            Toggle(
-                "nccl-p2p-off",
-                (Edit(EditKind.ENV, "NCCL_P2P_DISABLE", "1"),),
-                "NCCL's peer-to-peer transport off",
-                _RANKS_WAIT,
-            )
-        )
-        out.append(
-            Toggle(
-                "nccl-cumem-off",
-                (Edit(EditKind.ENV, "NCCL_CUMEM_ENABLE", "0"),),
-                "NCCL's cuMem allocations off",
-                _RANKS_WAIT,
-            )
-        )
-        out.append(
-            Toggle(
-                "tp-1",
-                (Edit(EditKind.REPLACE, _TP_FLAGS[0], "1", aliases=_TP_FLAGS[1:]),),
-                "tensor parallelism off (one GPU)",
-                _RANKS_WAIT,
-            )
-        )
+    out += parallel_toggles(argv, _TP_FLAGS, cumem=True)
     backend = flag_value(argv, "--attention-backend")
     if backend is not None:
         for other in _ATTENTION:
