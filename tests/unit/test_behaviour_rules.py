@@ -434,3 +434,13 @@ def test_a_scheduler_stuck_outside_any_receive_is_what_the_others_wait_for():
     ]
     d = classify(stack_context(samples))
     assert d.culprits == (2,) and "stuck in" in d.explanation, d
+
+
+def test_a_rank_reaped_unseen_before_the_exceptions_its_death_caused_is_the_cause():
+    """vLLM: TP1 SIGKILLed and reaped at once (21.0 s); the engine core logs 'Engine core initialization
+    failed' (21.3 s), kills TP0 (30.2 s) and exits 1 (32.4 s)."""
+    unseen = exit_(98, 21.0, how=ExitHow.VANISHED, rank="TP1")
+    failures = [exit_(97, 30.2, sig=signal.SIGKILL, rank="TP0"), exit_(28, 32.4, code=1)]
+    findings = [exc(21.3, "RuntimeError: Engine core initialization failed. See root cause above.", pid=28)]
+    d = causes.diagnose_crash(failures, findings, root_pids={1}, exits=[unseen])
+    assert d.cause is Cause.DEAD_PEER and d.culprits == (98,), d

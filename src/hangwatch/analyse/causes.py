@@ -190,9 +190,9 @@ def diagnose_crash(
       ``(EngineCore pid=N)``, SGLang's ``TP1``), is the culprit.
     """
     by_cause = {f.cause: f for f in findings}
-    ordered = sorted(
-        [*failures, *_unseen_deaths(failures, exits, root_pids)], key=lambda f: (f.t, f.signal is None)
-    )
+    first_exception_t = min((f.t for f in findings if f.cause is Cause.EXCEPTION), default=None)
+    unseen = _unseen_deaths(failures, exits, root_pids, first_exception_t)
+    ordered = sorted([*failures, *unseen], key=lambda f: (f.t, f.signal is None))
     first = ordered[0]
     culprits = tuple(dict.fromkeys(f.pid for f in ordered))
     if Cause.CUDA_OOM in by_cause:
@@ -277,17 +277,23 @@ def _torn_down(ordered: Sequence[ExitRecord]) -> bool:
 
 
 def _unseen_deaths(
-    failures: Sequence[ExitRecord], exits: Sequence[ExitRecord], root_pids: set[int]
+    failures: Sequence[ExitRecord],
+    exits: Sequence[ExitRecord],
+    root_pids: set[int],
+    first_exception_t: float | None = None,
 ) -> list[ExitRecord]:
-    """Members that ended shortly before the first failure, their status unknown (their parent reaped
-    them before it could be read): a rank SIGKILLed and reaped at once is one of these."""
+    """Members that ended before the first failure, shortly before the first sign of trouble (a
+    failure or an exception), their status unknown (their parent reaped them before it could be
+    read): a rank SIGKILLed and reaped at once is one of these, and the engine core that logs its
+    death, then kills the other ranks seconds later, is its consequence."""
     if not failures:
         return []
-    start = min(f.t for f in failures)
+    first_failure = min(f.t for f in failures)
+    start = min(first_failure, first_exception_t if first_exception_t is not None else first_failure)
     return [
         e
         for e in exits
-        if ended_unseen(e) and e.pid not in root_pids and start - UNSEEN_BEFORE_S <= e.t <= start
+        if ended_unseen(e) and e.pid not in root_pids and start - UNSEEN_BEFORE_S <= e.t <= first_failure
     ]
 
 
