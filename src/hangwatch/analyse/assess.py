@@ -282,9 +282,6 @@ class Assessor:
     def quiet_for(self, now: float) -> float:
         return max(0.0, now - self.last_progress_t())
 
-    def time_to_stall(self) -> float:
-        return max(0.0, self.policy.stall_after - self.quiet_for(self.now))
-
     def laggards(self, tick: Tick) -> tuple[int, ...]:
         """Ranks whose own log lines stopped at an earlier phase than their peers': the others went on
         (vLLM's ``(Worker_TP0 pid=N) Loading weights took``) and these never got there."""
