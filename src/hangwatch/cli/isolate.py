@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hangwatch.cli.options import add_output_file
+from hangwatch.cli.options import add_supervision_options
 from hangwatch.cli.options import number
 from hangwatch.cli.options import seconds
 from hangwatch.engines import PROFILES
@@ -85,41 +86,8 @@ class IsolateCommand:
             help="continue an interrupted isolate in DIR, without repeating its finished runs",
         )
         w = parser.add_argument_group("each trial's supervision (as hangwatch run --until-ready)")
-        w.add_argument("--ready-url", help="ready when this URL answers 2xx (default: the engine's /health)")
-        w.add_argument("--ready-pattern", help="ready when a log line matches this regular expression")
-        w.add_argument(
-            "--waiting-pattern",
-            action="append",
-            default=[],
-            metavar="REGEX",
-            help="log lines that mean 'still waiting' and are not progress (repeatable)",
-        )
-        w.add_argument(
-            "--stall-after",
-            type=seconds("--stall-after"),
-            default=60.0,
-            metavar="S",
-            help="stalled when nothing progresses for S seconds (default: %(default)s)",
-        )
-        w.add_argument(
-            "--timeout",
-            type=seconds("--timeout", no_limit=True),
-            metavar="S",
-            help="per trial: verdict timeout after S seconds if not ready (default: no limit)",
-        )
-        w.add_argument(
-            "--interval",
-            type=seconds("--interval"),
-            default=1.0,
-            metavar="S",
-            help="sampling interval (default: 1 s)",
-        )
-        w.add_argument(
-            "--probe-timeout",
-            type=seconds("--probe-timeout"),
-            default=2.0,
-            metavar="S",
-            help="HTTP probe timeout (default: 2 s)",
+        add_supervision_options(
+            w, timeout_help="per trial: verdict timeout after S seconds if not ready (default: no limit)"
         )
         w.add_argument(
             "--grace",

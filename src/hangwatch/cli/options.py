@@ -84,6 +84,24 @@ def add_watch_options(parser: argparse.ArgumentParser, stall_default: float | No
     g.add_argument(
         "--engine", choices=sorted(PROFILES), help="engine profile (default: detected from the command line)"
     )
+    add_supervision_options(g, stall_default)
+    o = parser.add_argument_group("output")
+    add_output_file(o, "--report-json", "write the report as JSON (schema hangwatch.report/1)")
+    add_output_file(o, "--report-html", "write a self-contained HTML report (works offline)")
+    add_output_file(o, "--report-md", "write a short Markdown summary for an issue tracker")
+    o.add_argument(
+        "--no-stacks", action="store_true", help="never take stacks (py-spy), even when the tree goes quiet"
+    )
+    o.add_argument("--quiet", action="store_true", help="no echo of the server's output, no live view")
+
+
+def add_supervision_options(
+    g: ArgGroup,
+    stall_default: float | None = 60.0,
+    timeout_help: str = "give up (verdict timeout) after S seconds if not ready (default: no limit)",
+) -> None:
+    """How one watch decides: readiness, the stall window, the timeout, sampling and probing. Shared by
+    every command that supervises (run, attach, each of isolate's trials), read by ``watch_options``."""
     g.add_argument("--ready-url", help="ready when this URL answers 2xx (default: the engine's /health)")
     g.add_argument("--ready-pattern", help="ready when a log line matches this regular expression")
     g.add_argument(
@@ -104,7 +122,7 @@ def add_watch_options(parser: argparse.ArgumentParser, stall_default: float | No
         "--timeout",
         type=seconds("--timeout", no_limit=True),
         metavar="S",
-        help="give up (verdict timeout) after S seconds if not ready (default: no limit)",
+        help=timeout_help,
     )
     g.add_argument(
         "--interval",
@@ -120,14 +138,6 @@ def add_watch_options(parser: argparse.ArgumentParser, stall_default: float | No
         metavar="S",
         help="HTTP probe timeout (default: 2 s)",
     )
-    o = parser.add_argument_group("output")
-    add_output_file(o, "--report-json", "write the report as JSON (schema hangwatch.report/1)")
-    add_output_file(o, "--report-html", "write a self-contained HTML report (works offline)")
-    add_output_file(o, "--report-md", "write a short Markdown summary for an issue tracker")
-    o.add_argument(
-        "--no-stacks", action="store_true", help="never take stacks (py-spy), even when the tree goes quiet"
-    )
-    o.add_argument("--quiet", action="store_true", help="no echo of the server's output, no live view")
 
 
 def _regex(text: str, flag: str) -> re.Pattern[str]:
