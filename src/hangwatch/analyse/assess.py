@@ -222,7 +222,6 @@ class Assessor:
             time_to_stall_s=None if self.serving else max(0.0, self.policy.stall_after - quiet),
             probe=self.last_probe,
             verdict=self._verdict,
-            stacks=self.stacks_wanted(),
             hint=self._spin_hint(stable=True),
             ask=self.serving
             and self.serving_watch.wants_own_request(

@@ -1,7 +1,8 @@
 """What the analysis hands the watch loop after each tick: a frozen status to show, and what it wants next.
 
-The loop never reads the analysis' internals: it shows ``Status``, takes stacks when ``stacks`` asks
-for them, and stops when ``verdict`` says so.
+The loop never reads the analysis' internals: it shows ``Status``, takes stacks when
+``Assessor.stacks_wanted()`` asks for them (once a tick: deciding that moves the stack schedule on), and
+stops when ``verdict`` says so.
 """
 
 from __future__ import annotations
@@ -34,6 +35,5 @@ class Status:
     time_to_stall_s: float | None  # None while serving (an idle server is healthy)
     probe: ProbeResult | None
     verdict: Verdict | None = None
-    stacks: StackRequest = StackRequest.NONE
     hint: str | None = None  # "rank0 [812] busy in the same place for 40 s" (a hint, not a verdict)
     ask: bool = False  # serving: send hangwatch's own request now (where one is allowed)
