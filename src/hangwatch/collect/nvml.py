@@ -39,6 +39,8 @@ class NvmlGpuSource:
         self._handles: list[Any] = []
         self._names: list[str] = []
         self.unavailable: str | None = None
+        self._process_util_supported = True
+        self._util_seen: dict[int, int] = {}  # GPU index -> newest per-process sample timestamp read
         try:
             self._nvml = nvml if nvml is not None else importlib.import_module("pynvml")
         except ImportError as exc:
@@ -84,16 +86,53 @@ class NvmlGpuSource:
                 )
             )
             running = self._query(errors, nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []
+            sm_util = self._process_sm_util(index, handle, errors)
             for proc in running:
                 used = getattr(proc, "usedGpuMemory", None)
+                pid = int(proc.pid)
                 processes.append(
-                    GpuProcessMemory(int(proc.pid), index, int(used) if used is not None else None)
+                    GpuProcessMemory(
+                        pid,
+                        index,
+                        int(used) if used is not None else None,
+                        sm_util.get(pid, 0.0) if sm_util is not None else None,
+                    )
                 )
         return GpuSample(
             gpus=tuple(readings),
             processes=tuple(processes),
             error="; ".join(sorted(set(errors))) or None,
         )
+
+    def _process_sm_util(self, index: int, handle: Any, errors: list[str]) -> dict[int, float] | None:
+        """pid -> the highest SM share of its samples since the last reading; None where unsupported.
+
+        NVML keeps a short ring of per-process samples and returns those newer than the timestamp we
+        pass; "Not Found" means no process ran a kernel since then (every process read 0).
+        """
+        if not self._process_util_supported:
+            return None
+        call = getattr(self._nvml, "nvmlDeviceGetProcessUtilization", None)
+        if call is None:
+            self._process_util_supported = False
+            return None
+        try:
+            samples = call(handle, self._util_seen.get(index, 0))
+        except Exception as exc:
+            reason = _nvml_reason(exc)
+            if "Not Found" in reason:
+                return {}
+            if "Not Supported" in reason or "No Permission" in reason:
+                self._process_util_supported = False
+                return None
+            errors.append(reason)
+            return None
+        found: dict[int, float] = {}
+        for sample in samples:
+            pid = int(sample.pid)
+            found[pid] = max(found.get(pid, 0.0), float(sample.smUtil))
+            self._util_seen[index] = max(self._util_seen.get(index, 0), int(sample.timeStamp))
+        return found
 
     def _query(self, errors: list[str], call: Callable[..., T], *args: Any) -> T | None:
         try:
