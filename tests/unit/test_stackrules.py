@@ -373,3 +373,30 @@ def test_an_unnamed_host_wait_on_a_working_gpu_is_not_a_gpu_spin():
     samples = [*samples[:-1], replace(samples[-1], gpus=(WORK_GPM,))]
     d = diagnose(samples, [replace(t, gpu=gpu) for t in loader.ticks("gpu_ipc_poll", cpu_delta=0.5)])
     assert d.cause is not Cause.GPU_SPIN
+
+
+def _reading(index: int, util: float, mem_util: float, power: float) -> GpuReading:
+    return GpuReading(index, "NVIDIA H200", util, mem_util, 1 << 30, 141 << 30, power, 1980)
+
+
+@pytest.mark.parametrize("per_process_sm", [True, False], ids=["sm-samples", "no-sm-samples"])
+def test_gpu_wait_on_several_gpus_is_judged_on_each_rank_own_gpu(per_process_sm):
+    """One rank a GPU, as engines place them: rank 0's GPU spins, rank 1's idles (it never launched),
+    and another job works hard on a third GPU. The working GPU elsewhere does not veto the spin."""
+    name = "gpu_ipc_poll"
+    rank0, rank1 = _rank_pid(name, "0"), _rank_pid(name, "1")
+    sm = (99.0, 0.0) if per_process_sm else (None, None)
+    gpu = GpuSample(
+        gpus=(_reading(0, 100, 0, 123), _reading(1, 0, 0, 80), _reading(2, 100, 30, 673)),
+        processes=(GpuProcessMemory(rank0, 0, 1 << 30, sm[0]), GpuProcessMemory(rank1, 1, 1 << 30, sm[1])),
+    )
+    gpm = (SPIN_GPM, replace(IDLE_GPM, index=1), replace(WORK_GPM, index=2))
+    samples = loader.samples(name, "native")
+    samples = [*samples[:-1], replace(samples[-1], gpus=gpm)]
+    d = diagnose(samples, [replace(t, gpu=gpu) for t in loader.ticks(name, cpu_delta=0.5)])
+    assert d.cause is Cause.GPU_SPIN and d.culprits == (rank1,), d.explanation
+    assert "busy doing nothing" in d.explanation
+    # The same ranks, but rank 0's own GPU works: its host waits for real work.
+    busy = replace(gpu, processes=(GpuProcessMemory(rank0, 2, 1 << 30, sm[0]), gpu.processes[1]))
+    d = diagnose(samples, [replace(t, gpu=busy) for t in loader.ticks(name, cpu_delta=0.5)])
+    assert d.cause is not Cause.GPU_SPIN

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from collections.abc import Collection
 from collections.abc import Iterable
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import replace
 
 from hangwatch.analyse.causes import Diagnosis
 from hangwatch.analyse.causes import ended_unseen
@@ -409,21 +411,24 @@ def rule_gpu_spin(ctx: StackContext) -> Diagnosis | None:
     flags only its peers can set. Those ranks (the ones elsewhere) are the culprits; with every rank
     in the wait, the ranks waiting are. Never closed: the GPU is outside what the stacks prove.
     """
-    verdict = gpu_state(ctx.gpu, ctx.gpm)
-    if verdict == "working":
-        return None
+    overall = gpu_state(ctx.gpu, ctx.gpm)
+    states = {v.pid: _own_gpu_state(ctx, v.pid, overall) for v in ctx.views}
     named = [
         v
         for v in ctx.views
-        if v.waits(Wait.CUDA_SYNC) and v.outcome is DumpOutcome.OK and (v.unchanged or not ctx.over_time)
+        if v.waits(Wait.CUDA_SYNC)
+        and v.outcome is DumpOutcome.OK
+        and (v.unchanged or not ctx.over_time)
+        and states[v.pid] != "working"
     ]
     parked: list[ProcessView] = []
-    if verdict == "spinning" and ctx.over_time:
+    if ctx.over_time:
         on_gpu, kernels = _gpu_pids(ctx), ctx.kernels
         parked = [
             v
             for v in ctx.views
             if v not in named
+            and states[v.pid] == "spinning"
             and v.outcome is DumpOutcome.OK
             and v.blocked
             and _parked_on_gpu(v, on_gpu, kernels)
@@ -431,6 +436,7 @@ def rule_gpu_spin(ctx: StackContext) -> Diagnosis | None:
     waiting = named + parked
     if not waiting:
         return None
+    verdict = states[waiting[0].pid]
     where = "; ".join(f"{_who(v)} in {_gpu_wait_at(v)}" for v in waiting[:4])
     spin_cpu = [v for v in waiting if v.spinning]
     text = f"{where}: the host waits for the GPU" + (", spinning at 100 % of a core" if spin_cpu else "")
@@ -481,6 +487,13 @@ def _parked_on_gpu(v: ProcessView, on_gpu: frozenset[int], kernels: frozenset[in
     return v.spinning
 
 
+def _own_gpu_state(ctx: StackContext, pid: int, overall: str) -> str:
+    """The state of the GPUs the process holds memory on: on eight GPUs, the rank that never launched
+    its half leaves its own GPU idle while its peers' spin. Every GPU's where NVML does not say."""
+    own = gpus_of(ctx.gpu, pid)
+    return gpu_state(ctx.gpu, ctx.gpm, own) if own is not None else overall
+
+
 def _gpu_pids(ctx: StackContext) -> frozenset[int]:
     """The processes NVML sees holding memory on a GPU (empty where it shows none, as in containers)."""
     if ctx.gpu is None:
@@ -494,11 +507,19 @@ def _gpu_wait_at(v: ProcessView) -> str:
     return named[0].at if named else _where(v)
 
 
-def gpu_state(gpu: GpuSample | None, gpm: Sequence[GpuActivity]) -> str:
-    """ "spinning", "idle", "working" or "unknown", from GPM pipes where the GPU has them, else util/power."""
-    for g in gpm:
-        if g.graphics_util is not None and g.graphics_util >= GPU_BUSY_UTIL:
-            return "spinning" if g.pipes_idle() else "working"
+def gpu_state(
+    gpu: GpuSample | None, gpm: Sequence[GpuActivity], indices: Collection[int] | None = None
+) -> str:
+    """ "spinning", "idle", "working" or "unknown" for the GPUs ``indices`` (every GPU when None), from
+    GPM pipes where the GPU has them, else util/power. One GPU working among them makes them working:
+    a host in place then may wait for real work."""
+    if indices is not None:
+        gpm = [g for g in gpm if g.index in indices]
+        if gpu is not None:
+            gpu = replace(gpu, gpus=tuple(g for g in gpu.gpus if g.index in indices))
+    busy_gpm = [g for g in gpm if g.graphics_util is not None and g.graphics_util >= GPU_BUSY_UTIL]
+    if busy_gpm:
+        return "spinning" if all(g.pipes_idle() for g in busy_gpm) else "working"
     if gpm and all(g.graphics_util is not None and g.graphics_util < GPU_IDLE_UTIL for g in gpm):
         return "idle"
     if gpu is None or gpu.unavailable or not gpu.gpus:
@@ -510,6 +531,14 @@ def gpu_state(gpu: GpuSample | None, gpm: Sequence[GpuActivity]) -> str:
     if all(g.util_pct is not None and g.util_pct < GPU_IDLE_UTIL for g in gpu.gpus):
         return "idle"
     return "unknown"
+
+
+def gpus_of(gpu: GpuSample | None, pid: int) -> frozenset[int] | None:
+    """The GPUs a process holds memory on (NVML's per-process view); None where NVML shows it on none."""
+    if gpu is None:
+        return None
+    found = frozenset(p.gpu_index for p in gpu.processes if p.pid == pid)
+    return found or None
 
 
 def _gpu_note(ctx: StackContext) -> str:
