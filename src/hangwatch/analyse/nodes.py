@@ -75,7 +75,12 @@ def node_labels(results: Sequence[NodeResult]) -> list[str]:
 
 
 def clock_skew(result: NodeResult) -> ClockSkew | None:
-    """The collector read its clock somewhere between our send and our receive less its run time."""
+    """The collector read its clock somewhere between our send and our receive less its run time.
+
+    An interval, not a point: the ssh handshake and the interpreter's start (most of the exchange) come
+    before the reading and the transfer after it is short, so the truth sits near the interval's low
+    end; the bound is what is certain. A persistent connection (ssh ControlMaster) narrows it.
+    """
     if result.bundle is None:
         return None
     clock = result.bundle.clock

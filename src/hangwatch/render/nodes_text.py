@@ -45,9 +45,14 @@ def nodes_text(analysis: NodesAnalysis, selector: str, max_tree_lines: int = 60)
 
 def node_lines(n: NodeSummary) -> list[str]:
     if n.outcome is not NodeOutcome.OK:
-        return [f"{n.label}: {n.outcome.value}: {n.detail} (after {n.elapsed_s:.2f} s)"]
+        # "(auth)", not "auth: ...": the redactor masks whatever follows a secret-like name and a colon.
+        return [f"{n.label}: no bundle ({n.outcome.value}) after {n.elapsed_s:.2f} s: {n.detail}"]
     ranks = compact_ranges(f"rank{r}" if r.isdigit() else r for r in n.ranks) or "no ranks"
-    skew = f"clock {n.skew.offset_s:+.3f} s ± {n.skew.bound_s:.3f} s" if n.skew else "clock unknown"
+    skew = (
+        f"clock skew {n.skew.offset_s - n.skew.bound_s:+.3f}..{n.skew.offset_s + n.skew.bound_s:+.3f} s"
+        if n.skew
+        else "clock skew unknown"
+    )
     collect = f"collect {n.collect_s:.2f} s of {n.elapsed_s:.2f} s" if n.collect_s is not None else ""
     lines = [f"{n.label} ({n.host}, pid ns {n.pid_ns}): {n.processes} processes, {ranks}; {skew}; {collect}"]
     lines += [
