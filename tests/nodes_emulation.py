@@ -25,9 +25,12 @@ from typing import Any
 
 import hangwatch
 from proc_helpers import kill_tree
+from proc_helpers import proc_state
 from proc_helpers import wait_until
 
+PROGRAMS = Path(__file__).resolve().parent / "programs"
 SSHD = "/usr/sbin/sshd"
+TORCH_START_S = 120.0
 START_S = 15.0
 
 
@@ -270,6 +273,77 @@ class EmulatedNodes:
             subprocess.run(["ip", "link", "del", node.host_if], capture_output=True, check=False)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
         self.nodes.clear()
+
+
+class Job:
+    """One job's agents, one per node: ``layout`` maps a node index to its global ranks."""
+
+    def __init__(
+        self,
+        cluster: EmulatedNodes,
+        name: str,
+        layout: dict[int, list[int]],
+        world: int,
+        port: int,
+        **extra: str,
+    ) -> None:
+        self.cluster, self.name = cluster, name
+        self.ready = cluster.work / f"ready-{name}"
+        self.ready.mkdir()
+        self.ranks = [r for ranks in layout.values() for r in ranks]
+        master = cluster.nodes[0].address
+        self.agents = []
+        for index, ranks in layout.items():
+            node = cluster.nodes[index - 1]
+            argv = [
+                sys.executable,
+                str(PROGRAMS / "gloo_node_job.py"),
+                "--job",
+                name,
+                "--ranks",
+                ",".join(map(str, ranks)),
+                "--node-rank",
+                str(index - 1),
+                "--world-size",
+                str(world),
+                "--master-addr",
+                master,
+                "--master-port",
+                str(port),
+                "--ready-dir",
+                str(self.ready),
+            ]
+            for key, value in extra.items():
+                argv += [f"--{key}", value]
+            env = {**os.environ, "GLOO_SOCKET_IFNAME": "eth0", "PYTHONUNBUFFERED": "1"}
+            log = (cluster.work / f"{name}-{node.name}.log").open("w")
+            self.agents.append(cluster.run_on(node, argv, env=env, stdout=log, stderr=subprocess.STDOUT))
+
+    def wait_blocked(self) -> None:
+        """Every rank announced its blocking call, and every process of the job sleeps in it."""
+        for rank in self.ranks:
+            target = self.ready / f"rank{rank}"
+            wait_until(target.exists, TORCH_START_S, interval=0.2, what=f"{self.name} rank {rank} ready")
+        pids = [pid for agent in self.agents for pid in descendants(agent.pid)]
+
+        def all_asleep() -> bool:
+            return all(proc_state(p) == "S" for p in pids)
+
+        wait_until(all_asleep, 30, interval=0.2, what=f"{self.name} ranks blocked")
+
+    def match(self) -> str:
+        return f"gloo_node_job.py --job {self.name} "
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (by the main threads' children lists), parents before children."""
+    out: list[int] = []
+    frontier = [pid]
+    while frontier:
+        children = _children(frontier.pop())
+        out += children
+        frontier += children
+    return out
 
 
 def _children(pid: int) -> list[int]:

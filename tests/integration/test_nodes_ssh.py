@@ -18,24 +18,21 @@ import importlib.util
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from hwrun import PROGRAMS
 from hwrun import Outcome
 from hwrun import run_hangwatch
 from nodes_emulation import EmulatedNodes
+from nodes_emulation import Job
 from nodes_emulation import Node
+from nodes_emulation import descendants
 from nodes_emulation import skip_reason
-from proc_helpers import proc_state
-from proc_helpers import wait_until
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.torch, pytest.mark.nodes]
 
-TORCH_START_S = 120.0
 COLLECTIVE_PORT = 29517
 RENDEZVOUS_PORT = 29518
 
@@ -53,79 +50,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedNodes]
     finally:
         nodes.close()
     assert nodes.leftovers() == []
-
-
-class Job:
-    """One job's agents, one per node: ``layout`` maps a node index to its global ranks."""
-
-    def __init__(
-        self,
-        cluster: EmulatedNodes,
-        name: str,
-        layout: dict[int, list[int]],
-        world: int,
-        port: int,
-        **extra: str,
-    ) -> None:
-        self.cluster, self.name = cluster, name
-        self.ready = cluster.work / f"ready-{name}"
-        self.ready.mkdir()
-        self.ranks = [r for ranks in layout.values() for r in ranks]
-        master = cluster.nodes[0].address
-        self.agents = []
-        for index, ranks in layout.items():
-            node = cluster.nodes[index - 1]
-            argv = [
-                sys.executable,
-                str(PROGRAMS / "gloo_node_job.py"),
-                "--job",
-                name,
-                "--ranks",
-                ",".join(map(str, ranks)),
-                "--node-rank",
-                str(index - 1),
-                "--world-size",
-                str(world),
-                "--master-addr",
-                master,
-                "--master-port",
-                str(port),
-                "--ready-dir",
-                str(self.ready),
-            ]
-            for key, value in extra.items():
-                argv += [f"--{key}", value]
-            env = {**os.environ, "GLOO_SOCKET_IFNAME": "eth0", "PYTHONUNBUFFERED": "1"}
-            log = (cluster.work / f"{name}-{node.name}.log").open("w")
-            self.agents.append(cluster.run_on(node, argv, env=env, stdout=log, stderr=subprocess.STDOUT))
-
-    def wait_blocked(self) -> None:
-        """Every rank announced its blocking call, and every process of the job sleeps in it."""
-        for rank in self.ranks:
-            target = self.ready / f"rank{rank}"
-            wait_until(target.exists, TORCH_START_S, interval=0.2, what=f"{self.name} rank {rank} ready")
-        pids = [pid for agent in self.agents for pid in _descendants(agent.pid)]
-
-        def all_asleep() -> bool:
-            return all(proc_state(p) == "S" for p in pids)
-
-        wait_until(all_asleep, 30, interval=0.2, what=f"{self.name} ranks blocked")
-
-    def match(self) -> str:
-        return f"gloo_node_job.py --job {self.name} "
-
-
-def _descendants(pid: int) -> list[int]:
-    out, frontier = [], [pid]
-    while frontier:
-        current = frontier.pop()
-        try:
-            children = [int(x) for x in Path(f"/proc/{current}/task/{current}/children").read_text().split()]
-        except OSError:
-            children = []
-        out += children
-        frontier += children
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -263,9 +187,9 @@ def test_a_wrong_key_fails_that_node_only(
 def _sshd_pid(node: Node) -> int:
     """The listening sshd (nsenter's child), as this machine sees it."""
     assert node.sshd is not None
-    (pid,) = [
-        p for p in _descendants(node.sshd.pid) if Path(f"/proc/{p}/comm").read_text().strip() == "sshd"
-    ][:1]
+    (pid,) = [p for p in descendants(node.sshd.pid) if Path(f"/proc/{p}/comm").read_text().strip() == "sshd"][
+        :1
+    ]
     return pid
 
 

@@ -15,6 +15,7 @@ did not answer may hold them, and is named); each node's clock skew, bounded by 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,7 +26,6 @@ from hangwatch.analyse.causes import Diagnosis
 from hangwatch.analyse.stackrules import classify
 from hangwatch.analyse.stackrules import stack_context
 from hangwatch.analyse.stacktree import build_tree
-from hangwatch.analyse.stackwaits import process_views
 from hangwatch.analyse.stackwatch import with_native_detail
 from hangwatch.model.nodes import ClockSkew
 from hangwatch.model.nodes import NodeOutcome
@@ -71,7 +71,8 @@ class NodesAnalysis:
 def node_labels(results: Sequence[NodeResult]) -> list[str]:
     """The node's own hostname (what its logs say); the host as given where hostnames repeat (containers)."""
     names = [r.bundle.node.hostname if r.bundle is not None else r.host for r in results]
-    return [name if names.count(name) == 1 else r.host for name, r in zip(names, results, strict=True)]
+    counts = Counter(names)
+    return [name if counts[name] == 1 else r.host for name, r in zip(names, results, strict=True)]
 
 
 def clock_skew(result: NodeResult) -> ClockSkew | None:
@@ -130,7 +131,7 @@ def merge(results: Sequence[NodeResult]) -> MergedNodes:
         )
     samples = _rounds(per_node_samples, _merge_samples)
     ticks = _rounds(per_node_ticks, _merge_ticks)
-    return MergedNodes(tuple(summaries), samples, ticks, keys, census(results, labels, samples))
+    return MergedNodes(tuple(summaries), samples, ticks, keys, census(results, labels))
 
 
 def analyse(results: Sequence[NodeResult]) -> NodesAnalysis:
@@ -139,16 +140,18 @@ def analyse(results: Sequence[NodeResult]) -> NodesAnalysis:
     samples = list(merged.samples)
     analysed = [*samples[:-1], with_native_detail(samples)] if samples else []
     exits = tuple(e for tick in merged.ticks for e in tick.exits)
-    diagnosis = classify(stack_context(analysed, merged.ticks, exits))
+    context = stack_context(analysed, merged.ticks, exits)
+    diagnosis = classify(context)
     tree = build_tree(analysed, highlight=diagnosis.culprits or None)
+    # Where each rank waits, from the views the rules used (computing them again would double the cost).
+    where = {v.pid: v.main.where for v in context.views if v.main is not None}
+    found = tuple(replace(r, where=where.get(r.key, "")) for r in merged.census.found)
+    merged = replace(merged, census=replace(merged.census, found=found))
     return NodesAnalysis(merged, diagnosis, tree)
 
 
-def census(
-    results: Sequence[NodeResult], labels: Sequence[str], samples: Sequence[StackSample]
-) -> RankCensus:
+def census(results: Sequence[NodeResult], labels: Sequence[str]) -> RankCensus:
     """Which global ranks were found where; the world size from the ranks' WORLD_SIZE."""
-    where = {v.pid: (v.main.where if v.main is not None else "") for v in process_views(samples)}
     found: list[RankPlace] = []
     sizes: list[int] = []
     silent: list[str] = []
@@ -164,14 +167,13 @@ def census(
             if m is None:
                 continue
             key = offset + p.pid
-            found.append(
-                RankPlace(int(m.group(1)), label, result.bundle.node.pid_ns, p.pid, key, where.get(key, ""))
-            )
+            found.append(RankPlace(int(m.group(1)), label, result.bundle.node.pid_ns, p.pid, key, ""))
     found.sort(key=lambda r: (r.rank, r.node))
     world = max(sizes) if sizes else None
-    ranks = [r.rank for r in found]
-    missing = tuple(r for r in range(world) if r not in set(ranks)) if world else ()
-    duplicated = tuple(sorted({r for r in ranks if ranks.count(r) > 1}))
+    # Counted, not searched: 10,000 ranks must not cost 10,000 squared.
+    counts = Counter(r.rank for r in found)
+    missing = tuple(r for r in range(world) if r not in counts) if world else ()
+    duplicated = tuple(sorted(r for r, n in counts.items() if n > 1))
     return RankCensus(world, tuple(found), missing, duplicated, tuple(silent))
 
 
