@@ -197,14 +197,15 @@ def main() -> int:
     exchange = median([r["exchange"] for r in rows])
     for n in (64, 1000):
         waves = -(-n // CONCURRENCY)
+        total = waves * exchange
         print(
-            f"  flat fan-out to {n} nodes at concurrency {CONCURRENCY}: {waves} waves x {exchange:.2f} s = {waves * exchange:.1f} s"
+            f"  flat fan-out to {n} nodes, {CONCURRENCY} at once: {waves} waves x {exchange:.2f} s = {total:.1f} s"
         )
     print("merge at scale (controller CPU; real bundles of 2 rounds widened to 10 ranks per node):")
     for n in (3, 64, 1000):
         decode_s, analyse_s, per_rank = at_scale(results, n, 10)
         print(
-            f"  {n} nodes x 10 ranks: decode {decode_s:.2f} s, merge+analyse {analyse_s:.2f} s, {per_rank} bytes per rank"
+            f"  {n} nodes x 10 ranks: decode {decode_s:.2f} s, merge+analyse {analyse_s:.2f} s, {per_rank} B/rank"
         )
     return 0
 
