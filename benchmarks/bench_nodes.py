@@ -187,7 +187,7 @@ def main() -> int:
     print(f"  stacks --hosts hwnode[1-3] --samples 2: {median(two):.2f} s ({min(two):.2f}-{max(two):.2f})")
     print("per node (median; --samples 1, Python frames):")
     print(
-        "  node | ssh connect+session | collector | rest (interpreter start, transfer) | exchange | bundle | ranks"
+        "  node | ssh connect+session | collector | rest (remote start, transfer) | exchange | bundle | ranks"
     )
     for r in rows:
         print(
