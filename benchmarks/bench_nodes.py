@@ -199,13 +199,15 @@ def main() -> int:
         waves = -(-n // CONCURRENCY)
         total = waves * exchange
         print(
-            f"  flat fan-out to {n} nodes, {CONCURRENCY} at once: {waves} waves x {exchange:.2f} s = {total:.1f} s"
+            f"  flat fan-out to {n} nodes, {CONCURRENCY} at once: {waves} waves"
+            f" x {exchange:.2f} s = {total:.1f} s"
         )
     print("merge at scale (controller CPU; real bundles of 2 rounds widened to 10 ranks per node):")
     for n in (3, 64, 1000):
         decode_s, analyse_s, per_rank = at_scale(results, n, 10)
         print(
-            f"  {n} nodes x 10 ranks: decode {decode_s:.2f} s, merge+analyse {analyse_s:.2f} s, {per_rank} B/rank"
+            f"  {n} nodes x 10 ranks: decode {decode_s:.2f} s, merge+analyse {analyse_s:.2f} s,"
+            f" {per_rank} bytes per rank"
         )
     return 0
 
