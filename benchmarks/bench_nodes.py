@@ -50,12 +50,14 @@ def timed(argv: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
     return time.monotonic() - started, done
 
 
-def end_to_end(cluster: EmulatedNodes, job: Job, samples: int, rounds: int) -> list[float]:
+def end_to_end(
+    cluster: EmulatedNodes, job: Job, samples: int, rounds: int, native: bool = False
+) -> list[float]:
     argv = [
         sys.executable, "-m", "hangwatch", "stacks", "--hosts", "hwnode[1-3]", "--match", job.match(),
         "--ssh-config", str(cluster.ssh_config), "--remote-hangwatch", str(cluster.hangwatch),
-        "--samples", str(samples), "--every", "1", "--no-native",
-    ]  # fmt: skip
+        "--samples", str(samples), "--every", "1",
+    ] + ([] if native else ["--no-native"])  # fmt: skip
     walls = []
     for _ in range(rounds):
         wall, done = timed(argv)
@@ -178,6 +180,7 @@ def main() -> int:
             job.wait_blocked()
             one = end_to_end(cluster, job, 1, args.rounds)
             two = end_to_end(cluster, job, 2, args.rounds)
+            native = end_to_end(cluster, job, 1, args.rounds, native=True)
             rows = per_node(cluster, job, args.rounds)
             results = bundles(cluster, job)
         finally:
@@ -185,6 +188,9 @@ def main() -> int:
     print(f"end to end, 3 nodes, 4 ranks (median of {args.rounds}; min-max):")
     print(f"  stacks --hosts hwnode[1-3] --samples 1: {median(one):.2f} s ({min(one):.2f}-{max(one):.2f})")
     print(f"  stacks --hosts hwnode[1-3] --samples 2: {median(two):.2f} s ({min(two):.2f}-{max(two):.2f})")
+    print(
+        f"  ... --samples 1 with native frames: {median(native):.2f} s ({min(native):.2f}-{max(native):.2f})"
+    )
     print("per node (median; --samples 1, Python frames):")
     print(
         "  node | ssh connect+session | collector | rest (remote start, transfer) | exchange | bundle | ranks"
