@@ -62,7 +62,8 @@ def ssh_options_of(args: argparse.Namespace) -> SshOptions:
     return SshOptions(
         config=args.ssh_config,
         options=tuple(args.ssh_option),
-        connect_timeout_s=min(10.0, args.node_timeout),
+        # A quarter of the node's time at most for the handshake: the rest is for collecting.
+        connect_timeout_s=min(10.0, args.node_timeout / 4),
         node_timeout_s=args.node_timeout,
         concurrency=args.concurrency,
         remote=remote,

@@ -28,7 +28,6 @@ from hangwatch import engines
 from hangwatch.collect import procfs
 from hangwatch.collect.proctree import TreeSampler
 from hangwatch.collect.proctree import own_processes
-from hangwatch.collect.stacks import NATIVE_DEADLINE_S
 from hangwatch.collect.stacks import StackDumper
 from hangwatch.model.nodes import BUNDLE_SCHEMA
 from hangwatch.model.nodes import BundleError
@@ -128,8 +127,10 @@ def collect(
         try:
             for i in range(rounds):
                 if i:
-                    # A round costs the pause plus a dump; do not start one the deadline would cut off.
-                    cost = options.every_s + (NATIVE_DEADLINE_S if options.mode is CollectMode.FULL else 0.5)
+                    # A round costs the pause plus a capture like the last one (later rounds are Python-only,
+                    # cheaper than a native first): do not start one the deadline would cut off.
+                    last = stacks[-1].elapsed_s if stacks else 0.1
+                    cost = options.every_s + max(0.2, 2 * last)
                     if time.monotonic() - started + cost > options.deadline_s:
                         errors.append(
                             BundleError(

@@ -27,7 +27,7 @@ from hangwatch.transports.ssh import collect_nodes
 NODES_SCHEMA = "hangwatch.stacks-nodes/1"
 # Room on each node's timeout for the ssh handshake and the transfer, so the collector's own deadline
 # ends its rounds before the transport gives up on it.
-TRANSPORT_MARGIN_S = 3.0
+TRANSPORT_MARGIN_S = 3.0  # at most; a quarter of the node's timeout when that is shorter
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,8 @@ class NodesStacksOptions:
 
 
 def remote_args(o: NodesStacksOptions) -> list[str]:
-    deadline = max(1.0, o.ssh.node_timeout_s - o.ssh.connect_timeout_s - TRANSPORT_MARGIN_S)
+    margin = min(TRANSPORT_MARGIN_S, o.ssh.node_timeout_s / 4)
+    deadline = max(1.0, o.ssh.node_timeout_s - o.ssh.connect_timeout_s - margin)
     args = ["--match", o.match, "--mode", "full", "--samples", str(o.samples), "--every", f"{o.every_s:g}"]
     args += ["--deadline", f"{deadline:g}"]
     if not o.native:
