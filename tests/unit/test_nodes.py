@@ -278,6 +278,11 @@ def test_clock_skew_is_bounded_by_the_exchange() -> None:
     assert skew is not None
     assert skew.bound_s == pytest.approx(0.25)  # (received - duration - sent) / 2
     assert skew.offset_s - skew.bound_s <= 30.0 <= skew.offset_s + skew.bound_s + 0.5
+    # The collector's process had run 0.3 s when it read its clock: that much of the exchange is excluded.
+    later = replace(ahead, clock=replace(ahead.clock, since_exec_s=0.3))
+    narrower = clock_skew(_ok("n1", later, sent=1000.0, received=1001.0))
+    assert narrower is not None
+    assert narrower.bound_s == pytest.approx(0.1)  # (received - duration - (sent + 0.3)) / 2
 
 
 def test_texts_show_each_nodes_own_pid() -> None:

@@ -78,18 +78,18 @@ def node_labels(results: Sequence[NodeResult]) -> list[str]:
 def clock_skew(result: NodeResult) -> ClockSkew | None:
     """The collector read its clock somewhere between our send and our receive less its run time.
 
-    An interval, not a point: the ssh handshake and the interpreter's start (most of the exchange) come
-    before the reading and the transfer after it is short, so the truth sits near the interval's low
-    end; the bound is what is certain. A persistent connection (ssh ControlMaster) narrows it.
+    And at least as long after our send as the collector's process had been running (its interpreter's
+    start and imports, which follow the ssh handshake). An interval, not a point: what is left of it is
+    mostly the handshake, before the process existed; the bound is what is certain. A persistent
+    connection (ssh ControlMaster) narrows it.
     """
     if result.bundle is None:
         return None
     clock = result.bundle.clock
-    latest_start = max(result.sent_wall_s, result.received_wall_s - clock.duration_s)
-    middle = (result.sent_wall_s + latest_start) / 2
-    return ClockSkew(
-        offset_s=round(clock.wall_s - middle, 4), bound_s=round((latest_start - result.sent_wall_s) / 2, 4)
-    )
+    latest = max(result.sent_wall_s, result.received_wall_s - clock.duration_s)
+    earliest = min(result.sent_wall_s + clock.since_exec_s, latest)
+    middle = (earliest + latest) / 2
+    return ClockSkew(offset_s=round(clock.wall_s - middle, 4), bound_s=round((latest - earliest) / 2, 4))
 
 
 def merge(results: Sequence[NodeResult]) -> MergedNodes:

@@ -41,6 +41,9 @@ class ClockReading:
     wall_s: float  # time.time() at start
     monotonic_s: float
     duration_s: float  # collector start to the bundle being written
+    # How long the collector's process had run when it read wall_s (its interpreter's start, imports):
+    # the reading came at least this long after the transport delivered the command.
+    since_exec_s: float = 0.0
 
 
 @dataclass(frozen=True)

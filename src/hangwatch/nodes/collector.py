@@ -98,6 +98,17 @@ class CollectOptions:
     max_bytes: int = DEFAULT_MAX_BYTES
 
 
+ThreadStates = dict[int, dict[int, tuple[str, float]]]  # pid -> tid -> (state, CPU seconds)
+
+
+@dataclass
+class _Rounds:
+    ticks: list[Tick]
+    stacks: list[StackSample]
+    threads_before: ThreadStates
+    threads_after: ThreadStates
+
+
 def collect(
     options: CollectOptions,
     *,
@@ -106,15 +117,13 @@ def collect(
     sleep: Callable[[float], None] = time.sleep,
 ) -> NodeBundle:
     wall, started = time.time(), time.monotonic()
+    since_exec = own_age(root)
     errors: list[BundleError] = []
     identity = node_identity(root)
     roots, selector = select_roots(options, root, errors)
-    ticks: list[Tick] = []
-    stacks: list[StackSample] = []
-    threads_before: dict[int, dict[int, tuple[str, float]]] = {}
-    threads_after: dict[int, dict[int, tuple[str, float]]] = {}
     processes: tuple[NodeProcess, ...] = ()
     logs: tuple[LogTail, ...] = ()
+    taken = _Rounds([Tick(t=0.0, processes=())], [], {}, {})
     if roots:
         cmdline = procfs.read_cmdline(roots[0], root) or ("?",)
         profile = engines.by_name(options.engine) if options.engine else engines.detect(cmdline)
@@ -123,55 +132,24 @@ def collect(
             dumper = StackDumper(native=options.native, root=root)
         if dumper is not None and dumper.unavailable is not None:
             errors.append(BundleError("stacks", dumper.unavailable))
-        rounds = 2 if options.mode is CollectMode.CENSUS else max(1, options.samples)
+            dumper = None
         try:
-            for i in range(rounds):
-                if i:
-                    # A round costs the pause plus a capture like the last one (later rounds are Python-only,
-                    # cheaper than a native first): do not start one the deadline would cut off.
-                    last = stacks[-1].elapsed_s if stacks else 0.1
-                    cost = options.every_s + max(0.2, 2 * last)
-                    if time.monotonic() - started + cost > options.deadline_s:
-                        errors.append(
-                            BundleError(
-                                "limits",
-                                f"stopped after {i} of {rounds} rounds (deadline {options.deadline_s:g} s)",
-                            )
-                        )
-                        break
-                    sleep(options.every_s)
-                t = round(time.monotonic() - started, 4)
-                reading = sampler.sample(t)
-                members = reading.processes[:MAX_PROCESSES]
-                if len(reading.processes) > MAX_PROCESSES and i == 0:
-                    errors.append(
-                        BundleError(
-                            "limits", f"{len(reading.processes)} processes matched; kept {MAX_PROCESSES}"
-                        )
-                    )
-                ticks.append(Tick(t=t, processes=members, exits=reading.exits, errors=reading.errors))
-                errors.extend(BundleError("procfs", e) for e in reading.errors if i == 0)
-                states = {p.pid: thread_states(p.pid, root) for p in members}
-                if i == 0:
-                    threads_before = states
-                threads_after = states
-                if options.mode is CollectMode.FULL and dumper is not None and dumper.unavailable is None:
-                    # Native frames in the first round only, as `hangwatch stacks` does: they cost the most.
-                    stacks.append(dumper.capture(members, t, native=options.native and i == 0))
+            taken = take_rounds(
+                options, sampler, dumper, started=started, sleep=sleep, errors=errors, root=root
+            )
         finally:
             sampler.close()
-        processes = node_processes(ticks, threads_before, threads_after, root)
+        processes = node_processes(taken.ticks, taken.threads_before, taken.threads_after, root)
         if options.mode is CollectMode.FULL:
             logs = log_tails(options, roots, root, errors)
-    else:
-        ticks.append(Tick(t=0.0, processes=()))
+    ticks, stacks = taken.ticks, taken.stacks
     bundle = NodeBundle(
         schema=BUNDLE_SCHEMA,
         collector_version=__version__,
         mode=options.mode,
         selector=selector,
         node=identity,
-        clock=ClockReading(wall_s=wall, monotonic_s=started, duration_s=0.0),
+        clock=ClockReading(wall_s=wall, monotonic_s=started, duration_s=0.0, since_exec_s=since_exec),
         processes=processes,
         ticks=tuple(ticks),
         stacks=tuple(stacks),
@@ -180,6 +158,60 @@ def collect(
     )
     bundle = within_size(bundle, options.max_bytes)
     return replace(bundle, clock=replace(bundle.clock, duration_s=round(time.monotonic() - started, 4)))
+
+
+def take_rounds(
+    options: CollectOptions,
+    sampler: TreeSampler,
+    dumper: StackDumper | None,
+    *,
+    started: float,
+    sleep: Callable[[float], None],
+    errors: list[BundleError],
+    root: Path,
+) -> _Rounds:
+    """Census: two ticks ``every_s`` apart; full: ``samples`` rounds of a tick and a stack capture."""
+    taken = _Rounds([], [], {}, {})
+    rounds = 2 if options.mode is CollectMode.CENSUS else max(1, options.samples)
+    for i in range(rounds):
+        if i:
+            # A round costs the pause plus a capture like the last one (later rounds are Python-only,
+            # cheaper than a native first): do not start one the deadline would cut off.
+            last = taken.stacks[-1].elapsed_s if taken.stacks else 0.1
+            cost = options.every_s + max(0.2, 2 * last)
+            if time.monotonic() - started + cost > options.deadline_s:
+                note = f"stopped after {i} of {rounds} rounds (deadline {options.deadline_s:g} s)"
+                errors.append(BundleError("limits", note))
+                break
+            sleep(options.every_s)
+        t = round(time.monotonic() - started, 4)
+        reading = sampler.sample(t)
+        members = reading.processes[:MAX_PROCESSES]
+        if len(reading.processes) > MAX_PROCESSES and i == 0:
+            note = f"{len(reading.processes)} processes matched; kept {MAX_PROCESSES}"
+            errors.append(BundleError("limits", note))
+        taken.ticks.append(Tick(t=t, processes=members, exits=reading.exits, errors=reading.errors))
+        errors.extend(BundleError("procfs", e) for e in reading.errors if i == 0)
+        states = {p.pid: thread_states(p.pid, root) for p in members}
+        if i == 0:
+            taken.threads_before = states
+        taken.threads_after = states
+        if options.mode is CollectMode.FULL and dumper is not None:
+            # Native frames in the first round only, as `hangwatch stacks` does: they cost the most.
+            taken.stacks.append(dumper.capture(members, t, native=options.native and i == 0))
+    return taken
+
+
+def own_age(root: Path = procfs.PROC) -> float:
+    """Seconds since this process started (/proc/self/stat starttime against /proc/uptime; 10 ms ticks)."""
+    stat = procfs.read_stat(os.getpid(), root)
+    try:
+        uptime = float((root / "uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    if stat is None:
+        return 0.0
+    return round(max(0.0, uptime - stat.starttime_ticks / procfs.CLOCK_TICKS), 3)
 
 
 def node_identity(root: Path = procfs.PROC) -> NodeIdentity:
@@ -277,10 +309,7 @@ def thread_states(pid: int, root: Path) -> dict[int, tuple[str, float]]:
 
 
 def node_processes(
-    ticks: list[Tick],
-    before: dict[int, dict[int, tuple[str, float]]],
-    after: dict[int, dict[int, tuple[str, float]]],
-    root: Path,
+    ticks: list[Tick], before: ThreadStates, after: ThreadStates, root: Path
 ) -> tuple[NodeProcess, ...]:
     if not ticks:
         return ()
