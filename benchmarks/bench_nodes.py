@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from hangwatch.analyse.nodes import analyse  # noqa: E402
+from hangwatch.analyse.nodes import clock_skew  # noqa: E402
 from hangwatch.model.nodes import NodeOutcome  # noqa: E402
 from hangwatch.model.nodes import NodeResult  # noqa: E402
 from hangwatch.nodes import codec  # noqa: E402
@@ -74,13 +75,16 @@ def per_node(cluster: EmulatedNodes, job: Job, rounds: int) -> list[dict[str, fl
     rows = []
     for node in cluster.nodes:
         connect = [timed(["ssh", "-F", str(cluster.ssh_config), node.name, "true"])[0] for _ in range(rounds)]
-        exchange, collect_s, sizes, ranks = [], [], [], 0
+        exchange, collect_s, sizes, skews, ranks = [], [], [], [], 0
         for _ in range(rounds):
             (result,) = collect_nodes([node.name], args, options)
             assert result.bundle is not None, result.detail
             exchange.append(result.received_wall_s - result.sent_wall_s)
             collect_s.append(result.bundle.clock.duration_s)
             sizes.append(result.output_bytes)
+            skew = clock_skew(result)
+            assert skew is not None
+            skews.append(skew.bound_s)
             ranks = sum(1 for p in result.bundle.processes if p.rank is not None)
         rows.append(
             {
@@ -90,6 +94,7 @@ def per_node(cluster: EmulatedNodes, job: Job, rounds: int) -> list[dict[str, fl
                 "collect": median(collect_s),
                 "rest": median(exchange) - median(connect) - median(collect_s),
                 "bytes": median(sizes),
+                "skew": median(skews),
                 "ranks": ranks,
             }
         )
@@ -193,12 +198,12 @@ def main() -> int:
     )
     print("per node (median; --samples 1, Python frames):")
     print(
-        "  node | ssh connect+session | collector | rest (remote start, transfer) | exchange | bundle | ranks"
+        "  node | ssh connect+session | collector | rest (start, transfer) | exchange | bundle | ranks | skew ±"
     )
     for r in rows:
         print(
             f"  hwnode{r['node']} | {r['connect']:.3f} s | {r['collect']:.3f} s | {r['rest']:.3f} s | "
-            f"{r['exchange']:.3f} s | {r['bytes'] / 1000:.1f} kB | {r['ranks']}"
+            f"{r['exchange']:.3f} s | {r['bytes'] / 1000:.1f} kB | {r['ranks']} | {r['skew']:.3f} s"
         )
     exchange = median([r["exchange"] for r in rows])
     for n in (64, 1000):
