@@ -197,9 +197,7 @@ def main() -> int:
         f"  ... --samples 1 with native frames: {median(native):.2f} s ({min(native):.2f}-{max(native):.2f})"
     )
     print("per node (median; --samples 1, Python frames):")
-    print(
-        "  node | ssh connect+session | collector | rest (start, transfer) | exchange | bundle | ranks | skew ±"
-    )
+    print("  node | ssh connect | collector | rest (start, transfer) | exchange | bundle | ranks | skew ±")
     for r in rows:
         print(
             f"  hwnode{r['node']} | {r['connect']:.3f} s | {r['collect']:.3f} s | {r['rest']:.3f} s | "
