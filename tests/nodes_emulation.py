@@ -43,11 +43,22 @@ def skip_reason() -> str | None:
             return f"{tool} is not installed (iproute2, util-linux, openssh-client)"
     if not Path(SSHD).exists():
         return f"{SSHD} is missing (apt-get install openssh-server)"
-    probe = f"hwprobe{os.getpid()}"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True, check=False)
-    if made.returncode != 0:
-        return f"cannot create a network namespace: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True, check=False)
+    probe = f"hwprobe{os.getpid() % 100_000}"
+    checks = (
+        ("a network namespace", ["ip", "netns", "add", probe], ["ip", "netns", "del", probe]),
+        ("a bridge", ["ip", "link", "add", probe, "type", "bridge"], ["ip", "link", "del", probe]),
+        (
+            "PID and UTS namespaces",
+            ["unshare", "--uts", "--pid", "--fork", "--mount-proc", "--", "true"],
+            None,
+        ),
+    )
+    for what, make, undo in checks:
+        made = subprocess.run(make, capture_output=True, text=True, check=False)
+        if undo is not None:
+            subprocess.run(undo, capture_output=True, check=False)
+        if made.returncode != 0:
+            return f"cannot create {what} here: {made.stderr.strip()}"
     return None
 
 
