@@ -32,8 +32,8 @@ from hangwatch.analyse.nodes import clock_skew  # noqa: E402
 from hangwatch.model.nodes import NodeOutcome  # noqa: E402
 from hangwatch.model.nodes import NodeResult  # noqa: E402
 from hangwatch.nodes import codec  # noqa: E402
+from hangwatch.nodes.gather import gather_ssh  # noqa: E402
 from hangwatch.transports.ssh import SshOptions  # noqa: E402
-from hangwatch.transports.ssh import collect_nodes  # noqa: E402
 from nodes_emulation import EmulatedNodes  # noqa: E402
 from nodes_emulation import Job  # noqa: E402
 from nodes_emulation import skip_reason  # noqa: E402
@@ -77,7 +77,7 @@ def per_node(cluster: EmulatedNodes, job: Job, rounds: int) -> list[dict[str, fl
         connect = [timed(["ssh", "-F", str(cluster.ssh_config), node.name, "true"])[0] for _ in range(rounds)]
         exchange, collect_s, sizes, skews, ranks = [], [], [], [], 0
         for _ in range(rounds):
-            (result,) = collect_nodes([node.name], args, options)
+            (result,) = gather_ssh([node.name], args, options)
             assert result.bundle is not None, result.detail
             exchange.append(result.received_wall_s - result.sent_wall_s)
             collect_s.append(result.bundle.clock.duration_s)
@@ -104,7 +104,7 @@ def per_node(cluster: EmulatedNodes, job: Job, rounds: int) -> list[dict[str, fl
 def bundles(cluster: EmulatedNodes, job: Job) -> list[NodeResult]:
     options = SshOptions(config=cluster.ssh_config, remote=(str(cluster.hangwatch),))
     args = ["--match", job.match(), "--mode", "full", "--samples", "2", "--every", "1", "--no-native"]
-    return collect_nodes([n.name for n in cluster.nodes], args, options)
+    return gather_ssh([n.name for n in cluster.nodes], args, options)
 
 
 def at_scale(results: list[NodeResult], nodes: int, ranks_per_node: int) -> tuple[float, float, int]:

@@ -14,10 +14,8 @@ from pathlib import Path
 import pytest
 
 from hangwatch.analyse.nodes import KEY_STRIDE
-from hangwatch.analyse.nodes import ProcessKey
 from hangwatch.analyse.nodes import analyse
 from hangwatch.analyse.nodes import clock_skew
-from hangwatch.analyse.nodes import local_text
 from hangwatch.analyse.nodes import merge
 from hangwatch.errors import UsageError
 from hangwatch.model.nodes import BUNDLE_SCHEMA
@@ -28,6 +26,7 @@ from hangwatch.model.nodes import NodeIdentity
 from hangwatch.model.nodes import NodeOutcome
 from hangwatch.model.nodes import NodeProcess
 from hangwatch.model.nodes import NodeResult
+from hangwatch.model.nodes import ProcessKey
 from hangwatch.model.samples import ProcessSample
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import DumpOutcome
@@ -40,10 +39,12 @@ from hangwatch.nodes import hosts
 from hangwatch.nodes.collector import CollectOptions
 from hangwatch.nodes.collector import collect
 from hangwatch.nodes.collector import within_size
+from hangwatch.nodes.gather import result_of
+from hangwatch.render.nodes_text import local_text
 from hangwatch.transports.ssh import Exchange
 from hangwatch.transports.ssh import SshOptions
+from hangwatch.transports.ssh import answer_of
 from hangwatch.transports.ssh import collect_nodes
-from hangwatch.transports.ssh import result_of
 from hangwatch.transports.ssh import ssh_argv
 
 
@@ -141,7 +142,7 @@ def _exchange(rc: int | None, stderr: str = "", stdout: bytes = b"") -> Exchange
     ],
 )
 def test_ssh_failures_become_that_nodes_outcome(rc: int | None, stderr: str, outcome: NodeOutcome) -> None:
-    result = result_of("n9", _exchange(rc, stderr, b"garbage"), SshOptions())
+    result = result_of(answer_of("n9", _exchange(rc, stderr, b"garbage"), SshOptions()))
     assert result.outcome is outcome
     assert result.bundle is None
     assert stderr.splitlines()[-1] in result.detail if stderr else result.detail
@@ -172,7 +173,7 @@ def test_nodes_run_in_parallel_within_the_bound() -> None:
             running[0] -= 1
         return _exchange(255, "Connection refused")
 
-    results = collect_nodes([f"n{i}" for i in range(10)], [], SshOptions(concurrency=4), runner)
+    results = collect_nodes([f"n{i}" for i in range(10)], [], SshOptions(concurrency=4), lambda a: a, runner)
     assert [r.host for r in results] == [f"n{i}" for i in range(10)]
     assert peak[0] == 4
 

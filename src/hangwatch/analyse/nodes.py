@@ -22,15 +22,20 @@ from dataclasses import dataclass
 from dataclasses import replace
 from typing import TypeVar
 
+from hangwatch.analyse import causes
 from hangwatch.analyse.causes import Diagnosis
 from hangwatch.analyse.stackrules import classify
 from hangwatch.analyse.stackrules import stack_context
 from hangwatch.analyse.stacktree import build_tree
+from hangwatch.analyse.stacktree import compact_ranges
 from hangwatch.analyse.stackwatch import with_native_detail
+from hangwatch.model.nodes import NODES_REPORT_SCHEMA
 from hangwatch.model.nodes import ClockSkew
-from hangwatch.model.nodes import NodeOutcome
 from hangwatch.model.nodes import NodeResult
+from hangwatch.model.nodes import NodesDiagnosis
+from hangwatch.model.nodes import NodesReport
 from hangwatch.model.nodes import NodeSummary
+from hangwatch.model.nodes import ProcessKey
 from hangwatch.model.nodes import RankCensus
 from hangwatch.model.nodes import RankPlace
 from hangwatch.model.samples import ExitRecord
@@ -43,13 +48,6 @@ from hangwatch.model.stacks import StackTree
 T = TypeVar("T")
 KEY_STRIDE = 10_000_000
 _GLOBAL_RANK = re.compile(r"^(?:TP)?(\d+)$")
-
-
-@dataclass(frozen=True)
-class ProcessKey:
-    node: str
-    pid_ns: int
-    pid: int
 
 
 @dataclass(frozen=True)
@@ -104,7 +102,7 @@ def merge(results: Sequence[NodeResult]) -> MergedNodes:
         if bundle is None:
             summaries.append(
                 NodeSummary(
-                    label, result.host, result.outcome, result.detail, None, 0, (), None, elapsed, None
+                    label, result.host, result.outcome, result.detail, None, 0, (), "", None, elapsed, None
                 )
             )
             continue
@@ -123,6 +121,7 @@ def merge(results: Sequence[NodeResult]) -> MergedNodes:
                 pid_ns=bundle.node.pid_ns,
                 processes=len(bundle.processes),
                 ranks=ranks,
+                rank_label=compact_ranges(f"rank{r}" if r.isdigit() else r for r in ranks),
                 skew=clock_skew(result),
                 elapsed_s=elapsed,
                 collect_s=bundle.clock.duration_s,
@@ -150,6 +149,22 @@ def analyse(results: Sequence[NodeResult]) -> NodesAnalysis:
     return NodesAnalysis(merged, diagnosis, tree)
 
 
+def report_of(results: Sequence[NodeResult], selector: str) -> NodesReport:
+    """The analysis across nodes as the model the renderers take."""
+    analysis = analyse(results)
+    d = analysis.diagnosis
+    return NodesReport(
+        schema=NODES_REPORT_SCHEMA,
+        selector=selector,
+        nodes=analysis.merged.nodes,
+        ranks=analysis.merged.census,
+        processes=analysis.merged.keys,
+        diagnosis=NodesDiagnosis(d.cause, d.confidence, d.explanation, d.culprits),
+        next_steps=d.steps or causes.NEXT_STEPS.get(d.cause, ()),
+        stack_tree=analysis.tree,
+    )
+
+
 def census(results: Sequence[NodeResult], labels: Sequence[str]) -> RankCensus:
     """Which global ranks were found where; the world size from the ranks' WORLD_SIZE."""
     found: list[RankPlace] = []
@@ -174,7 +189,19 @@ def census(results: Sequence[NodeResult], labels: Sequence[str]) -> RankCensus:
     counts = Counter(r.rank for r in found)
     missing = tuple(r for r in range(world) if r not in counts) if world else ()
     duplicated = tuple(sorted(r for r, n in counts.items() if n > 1))
-    return RankCensus(world, tuple(found), missing, duplicated, tuple(silent))
+    by_node: dict[str, list[str]] = {}
+    for r in found:
+        by_node.setdefault(r.node, []).append(f"rank{r.rank}")
+    return RankCensus(
+        world,
+        tuple(found),
+        missing,
+        duplicated,
+        tuple(silent),
+        by_node=tuple((node, compact_ranges(ranks)) for node, ranks in by_node.items()),
+        missing_label=compact_ranges(f"rank{r}" for r in missing),
+        duplicated_label=compact_ranges(f"rank{r}" for r in duplicated),
+    )
 
 
 def _label(label: str, rank: str | None) -> str | None:
@@ -203,7 +230,6 @@ def _tick(tick: Tick, offset: int, label: str) -> Tick:
         tick,
         processes=tuple(process(p) for p in tick.processes),
         exits=tuple(exit_(e) for e in tick.exits),
-        errors=tuple(f"{label}: {e}" for e in tick.errors),
     )
 
 
@@ -230,20 +256,4 @@ def _merge_ticks(parts: list[Tick]) -> Tick:
         t=round(sum(t.t for t in parts) / len(parts), 4),
         processes=tuple(p for t in parts for p in t.processes),
         exits=tuple(e for t in parts for e in t.exits),
-        errors=tuple(e for t in parts for e in t.errors),
     )
-
-
-def local_text(text: str, keys: dict[int, ProcessKey]) -> str:
-    """Merged keys in a rendered text back to the node's own pids (labels already name the node)."""
-
-    def back(m: re.Match[str]) -> str:
-        key = keys.get(int(m.group(0)))
-        return str(key.pid) if key is not None else m.group(0)
-
-    return re.sub(r"\b\d{8,}\b", back, text)
-
-
-def outcome_counts(nodes: Sequence[NodeSummary]) -> tuple[int, int]:
-    ok = sum(1 for n in nodes if n.outcome is NodeOutcome.OK)
-    return ok, len(nodes) - ok

@@ -14,8 +14,11 @@ from enum import StrEnum
 
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import StackSample
+from hangwatch.model.stacks import StackTree
+from hangwatch.model.vocabulary import Cause
 
 BUNDLE_SCHEMA = "hangwatch.node-bundle/1"
+NODES_REPORT_SCHEMA = "hangwatch.stacks-nodes/1"
 
 
 class CollectMode(StrEnum):
@@ -120,6 +123,18 @@ class NodeOutcome(StrEnum):
 
 
 @dataclass(frozen=True)
+class NodeAnswer:
+    """What a transport got from one node: the collector's output (``OK``, not decoded yet), or why none."""
+
+    host: str
+    outcome: NodeOutcome
+    detail: str
+    stdout: bytes
+    sent_wall_s: float
+    received_wall_s: float
+
+
+@dataclass(frozen=True)
 class NodeResult:
     """One node as the transport saw it: the bundle, or why there is none, with the controller's times."""
 
@@ -149,6 +164,7 @@ class NodeSummary:
     pid_ns: int | None
     processes: int
     ranks: tuple[str, ...]
+    rank_label: str  # the ranks as compact ranges: "rank0-1", "TP8-15"
     skew: ClockSkew | None
     elapsed_s: float  # send to receive, on the controller
     collect_s: float | None  # the collector's own run time
@@ -176,3 +192,39 @@ class RankCensus:
     missing: tuple[int, ...]
     duplicated: tuple[int, ...]  # a rank found twice (two jobs matched, or a stale process)
     silent_nodes: tuple[str, ...]  # nodes that did not answer: a missing rank may be there
+    by_node: tuple[tuple[str, str], ...] = ()  # (node, its ranks as compact ranges), in rank order
+    missing_label: str = ""  # compact ranges: "rank2-3"
+    duplicated_label: str = ""
+
+
+@dataclass(frozen=True)
+class ProcessKey:
+    """Where a process of the merge really is: pids mean something only with their node and namespace."""
+
+    node: str
+    pid_ns: int
+    pid: int
+
+
+@dataclass(frozen=True)
+class NodesDiagnosis:
+    """The cause the one-node rules named over every node's ranks; culprits are merge keys."""
+
+    cause: Cause
+    confidence: str | None
+    explanation: str
+    culprits: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class NodesReport:
+    """``hangwatch stacks --hosts``: what the text shows, and the JSON (schema hangwatch.stacks-nodes/1)."""
+
+    schema: str
+    selector: str
+    nodes: tuple[NodeSummary, ...]
+    ranks: RankCensus
+    processes: dict[int, ProcessKey]  # merge key -> where the process is
+    diagnosis: NodesDiagnosis
+    next_steps: tuple[str, ...]
+    stack_tree: StackTree

@@ -190,8 +190,8 @@ def take_rounds(
         if len(reading.processes) > MAX_PROCESSES and i == 0:
             note = f"{len(reading.processes)} processes matched; kept {MAX_PROCESSES}"
             errors.append(BundleError("limits", note))
-        taken.ticks.append(Tick(t=t, processes=members, exits=reading.exits, errors=reading.errors))
-        errors.extend(BundleError("procfs", e) for e in reading.errors if i == 0)
+        # Per-process read failures travel in the samples (ProcessSample.io_error), not beside them.
+        taken.ticks.append(Tick(t=t, processes=members, exits=reading.exits))
         states = {p.pid: thread_states(p.pid, root) for p in members}
         if i == 0:
             taken.threads_before = states

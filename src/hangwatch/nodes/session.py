@@ -9,12 +9,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from hangwatch.analyse import causes
-from hangwatch.analyse.nodes import NodesAnalysis
-from hangwatch.analyse.nodes import analyse
+from hangwatch.analyse.nodes import report_of
 from hangwatch.errors import UsageError
+from hangwatch.nodes.gather import gather_ssh
 from hangwatch.redact import scrub
 from hangwatch.render.files import write_atomically
 from hangwatch.render.files import write_outputs
@@ -22,9 +20,7 @@ from hangwatch.render.json_report import json_text
 from hangwatch.render.json_report import plain
 from hangwatch.render.nodes_text import nodes_text
 from hangwatch.transports.ssh import SshOptions
-from hangwatch.transports.ssh import collect_nodes
 
-NODES_SCHEMA = "hangwatch.stacks-nodes/1"
 # Room on each node's timeout for the ssh handshake and the transfer, so the collector's own deadline
 # ends its rounds before the transport gives up on it.
 TRANSPORT_MARGIN_S = 3.0  # at most; a quarter of the node's timeout when that is shorter
@@ -57,25 +53,12 @@ def remote_args(o: NodesStacksOptions) -> list[str]:
 def stacks_across_nodes(o: NodesStacksOptions) -> int:
     if not o.hosts:
         raise UsageError("--hosts/--hostfile named no node")
-    results = collect_nodes(o.hosts, remote_args(o), o.ssh)
-    analysis = analyse(results)
-    print(scrub(nodes_text(analysis, f"--match {o.match!r}")), flush=True)
+    results = gather_ssh(o.hosts, remote_args(o), o.ssh)
+    report = report_of(results, f"--match {o.match!r}")
+    print(scrub(nodes_text(report)), flush=True)
     if o.report_json is not None:
-        data = report_data(analysis)
+        data = plain(dataclasses.asdict(report))
         write_outputs(
             [("--report-json", o.report_json, lambda path: write_atomically(path, json_text(data)))]
         )
     return 0 if any(r.bundle is not None for r in results) else 1
-
-
-def report_data(analysis: NodesAnalysis) -> dict[str, Any]:
-    merged = analysis.merged
-    return {
-        "schema": NODES_SCHEMA,
-        "nodes": plain([dataclasses.asdict(n) for n in merged.nodes]),
-        "ranks": plain(dataclasses.asdict(merged.census)),
-        "processes": {str(k): plain(dataclasses.asdict(v)) for k, v in merged.keys.items()},
-        "diagnosis": plain(dataclasses.asdict(analysis.diagnosis)),
-        "next_steps": list(causes.NEXT_STEPS.get(analysis.diagnosis.cause, ())),
-        "stack_tree": plain(dataclasses.asdict(analysis.tree)),
-    }

@@ -8,9 +8,10 @@ checked. One invocation per node that dumps all of its ranks: a new connection c
 
 Nodes run in parallel, at most ``concurrency`` at once (pdsh's default fan-out is 32), each under its
 own deadline (its ssh is killed with its process group when it passes). ssh's exit statuses and
-messages never leave this module: each node ends as a ``NodeResult`` whose ``outcome`` says what
-happened (refused, auth, host key, timeout, no collector, bad output), so one dead node is evidence
-about that node, and the others are still merged.
+messages never leave this module: each node ends as a ``NodeAnswer`` whose ``outcome`` says what
+happened (refused, auth, host key, timeout, no collector, too much output), so one dead node is
+evidence about that node, and the others are still merged. What the collector printed is decoded by
+the caller (``nodes/gather.py``): the transport knows nothing of bundles.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
+from hangwatch.model.nodes import NodeAnswer
 from hangwatch.model.nodes import NodeOutcome
-from hangwatch.model.nodes import NodeResult
-from hangwatch.nodes import codec
+
+T = TypeVar("T")
 
 SSH_ERROR = 255  # ssh's own failures (connect, auth, host key); anything else is the remote command's
 DEFAULT_CONCURRENCY = 32
@@ -130,22 +133,32 @@ def run_ssh(argv: list[str], deadline_s: float) -> Exchange:
 
 
 def collect_nodes(
-    hosts: Sequence[str], remote_args: Sequence[str], options: SshOptions, runner: Runner = run_ssh
-) -> list[NodeResult]:
-    """``hangwatch collect REMOTE_ARGS`` on every host, in parallel; one result per host, in host order."""
+    hosts: Sequence[str],
+    remote_args: Sequence[str],
+    options: SshOptions,
+    finish: Callable[[NodeAnswer], T],
+    runner: Runner = run_ssh,
+) -> list[T]:
+    """``hangwatch collect REMOTE_ARGS`` on every host, in parallel; one result per host, in host order.
+
+    ``finish`` (decoding the bundle) runs in the worker thread as each answer arrives, overlapping the
+    nodes still on the wire.
+    """
     if not hosts:
         return []
 
-    def one(host: str) -> NodeResult:
-        return result_of(host, runner(ssh_argv(host, remote_args, options), options.node_timeout_s), options)
+    def one(host: str) -> T:
+        return finish(
+            answer_of(host, runner(ssh_argv(host, remote_args, options), options.node_timeout_s), options)
+        )
 
     with ThreadPoolExecutor(max_workers=max(1, min(options.concurrency, len(hosts)))) as pool:
         return list(pool.map(one, hosts))
 
 
-def result_of(host: str, ex: Exchange, options: SshOptions) -> NodeResult:
-    def failed(outcome: NodeOutcome, detail: str) -> NodeResult:
-        return NodeResult(host, outcome, detail, None, ex.sent_wall_s, ex.received_wall_s, len(ex.stdout))
+def answer_of(host: str, ex: Exchange, options: SshOptions) -> NodeAnswer:
+    def failed(outcome: NodeOutcome, detail: str) -> NodeAnswer:
+        return NodeAnswer(host, outcome, detail, b"", ex.sent_wall_s, ex.received_wall_s)
 
     said = _last_line(ex.stderr)
     if ex.rc is None:
@@ -169,11 +182,7 @@ def result_of(host: str, ex: Exchange, options: SshOptions) -> NodeResult:
         return failed(NodeOutcome.REMOTE_ERROR, f"the collector failed (exit status {ex.rc}): {said}")
     if len(ex.stdout) > MAX_OUTPUT_BYTES:
         return failed(NodeOutcome.BAD_OUTPUT, f"{len(ex.stdout)} bytes, over the {MAX_OUTPUT_BYTES} limit")
-    try:
-        bundle = codec.decode(ex.stdout.decode("utf-8", "replace"))
-    except codec.BundleDecodeError as exc:
-        return failed(NodeOutcome.BAD_OUTPUT, f"not a node bundle: {str(exc)[:300]}")
-    return NodeResult(host, NodeOutcome.OK, "", bundle, ex.sent_wall_s, ex.received_wall_s, len(ex.stdout))
+    return NodeAnswer(host, NodeOutcome.OK, "", ex.stdout, ex.sent_wall_s, ex.received_wall_s)
 
 
 def _last_line(text: str) -> str:
