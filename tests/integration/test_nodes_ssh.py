@@ -198,3 +198,35 @@ def _stop(cluster: EmulatedNodes, proc: subprocess.Popen) -> None:
 
     kill_tree(proc)
     cluster.started.remove(proc)
+
+
+@pytest.mark.parametrize(
+    ("remote", "outcome", "said"),
+    [
+        ("/nonexistent/bin/hangwatch", "no-collector", "hangwatch was not found on the node"),
+        ("echo", "bad-output", "not a node bundle: not JSON"),  # prints its arguments: not a bundle
+    ],
+)
+def test_a_node_without_a_working_collector_is_evidence(
+    cluster: EmulatedNodes, tmp_path: Path, remote: str, outcome: str, said: str
+) -> None:
+    out = run_hangwatch(
+        [
+            "stacks",
+            "--hosts",
+            "hwnode1",
+            "--match",
+            "any",
+            "--ssh-config",
+            str(cluster.ssh_config),
+            "--remote-hangwatch",
+            remote,
+        ],
+        tmp_path,
+        timeout=60,
+    )
+    assert out.rc == 1, out.stderr  # no node answered with a bundle
+    assert out.report is not None
+    (node,) = out.report["nodes"]
+    assert node["outcome"] == outcome and said in node["detail"], node
+    assert f"hwnode1: no bundle ({outcome})" in out.stdout
