@@ -359,7 +359,10 @@ def rule_collective_wait(ctx: StackContext) -> Diagnosis | None:
     sizes = [v.world_size for v in peers if v.world_size]
     outside = bool(sizes) and max(sizes) > len(peers)
     if outside:
-        text += f"; WORLD_SIZE={max(sizes)} but {len(peers)} ranks here: the others are outside the tree"
+        text += (
+            f"; WORLD_SIZE={max(sizes)} but {len(peers)} ranks here: the others are outside the tree"
+            " (not started, or on a node not read)"
+        )
     closed = not outside and ctx.all_blocked()
     return Diagnosis(Cause.COLLECTIVE_WAIT, culprits, text, ctx.confidence(*culprits), closed=closed)
 
