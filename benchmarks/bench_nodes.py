@@ -8,7 +8,10 @@ on hwnode1, 2 on hwnode2, 3 on hwnode3, rank 3 never entering the all_reduce). P
   the collectors, the merge, the report), with one round (``--samples 1``) and with two one second apart;
 * per node: ssh connect + session (``ssh NODE true``), the collector's own run time (from its bundle),
   and the rest of the exchange (the remote interpreter's start and the transfer), the bundle's bytes;
-* the merge at scale: real bundles replicated to 64 and 1,000 nodes of 10 ranks, decoded and analysed.
+* the merge at scale: real bundles replicated to 64 and 1,000 nodes of 10 ranks, decoded and analysed;
+* ``attach --hosts``'s census round (``--only census`` for this part alone): one round over the three
+  nodes as the watch runs it each interval: wall time, the controller's CPU (its ssh clients included),
+  the collectors' own run time and the bytes that come back.
 
     sudo .venv/bin/python benchmarks/bench_nodes.py [--rounds 5]
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import resource
 import statistics
 import subprocess
 import sys
@@ -33,6 +37,7 @@ from hangwatch.model.nodes import NodeOutcome  # noqa: E402
 from hangwatch.model.nodes import NodeResult  # noqa: E402
 from hangwatch.nodes import codec  # noqa: E402
 from hangwatch.nodes.gather import gather_ssh  # noqa: E402
+from hangwatch.nodes.watch import CENSUS_WINDOW_S  # noqa: E402
 from hangwatch.transports.ssh import SshOptions  # noqa: E402
 from nodes_emulation import EmulatedNodes  # noqa: E402
 from nodes_emulation import Job  # noqa: E402
@@ -99,6 +104,28 @@ def per_node(cluster: EmulatedNodes, job: Job, rounds: int) -> list[dict[str, fl
             }
         )
     return rows
+
+
+def census_cost(cluster: EmulatedNodes, job: Job, rounds: int) -> dict[str, list[float]]:
+    """The round ``attach --hosts`` runs each interval (the same arguments as nodes/watch.census_args)."""
+    options = SshOptions(config=cluster.ssh_config, remote=(str(cluster.hangwatch),), node_timeout_s=4.0)
+    args = ["--match", job.match(), "--mode", "census", "--every", f"{CENSUS_WINDOW_S:g}", "--deadline", "2"]
+    out: dict[str, list[float]] = {"wall": [], "cpu": [], "collect": [], "bytes": []}
+    hosts = [n.name for n in cluster.nodes]
+    for _ in range(rounds):
+        before = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.monotonic()
+        results = gather_ssh(hosts, args, options)
+        out["wall"].append(time.monotonic() - started)
+        after = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        out["cpu"].append(
+            sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before, strict=True))
+        )
+        assert all(r.bundle is not None for r in results), [r.detail for r in results]
+        out["collect"].append(max(r.bundle.clock.duration_s for r in results if r.bundle is not None))
+        out["bytes"].append(sum(r.output_bytes for r in results))
+        time.sleep(0.5)
+    return out
 
 
 def bundles(cluster: EmulatedNodes, job: Job) -> list[NodeResult]:
@@ -170,9 +197,18 @@ def at_scale(results: list[NodeResult], nodes: int, ranks_per_node: int) -> tupl
     return decode_s, analyse_s, sum(len(t) for t in texts) // (nodes * ranks_per_node)
 
 
+def print_census(c: dict[str, list[float]]) -> None:
+    print(f"attach --hosts census round, 3 nodes, 4 ranks (median of {len(c['wall'])}; min-max):")
+    for key, unit, scale in (("wall", "s", 1), ("cpu", "s controller CPU", 1), ("collect", "s", 1)):
+        v = [x * scale for x in c[key]]
+        print(f"  {key}: {median(v):.3f} {unit} ({min(v):.3f}-{max(v):.3f})")
+    print(f"  bytes back per round: {median(c['bytes']) / 1000:.1f} kB")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--only", choices=["census"], help="measure only this part")
     args = parser.parse_args()
     reason = skip_reason()
     if reason is not None:
@@ -183,6 +219,10 @@ def main() -> int:
         try:
             job = Job(cluster, "bench", {1: [0, 1], 2: [2], 3: [3]}, world=4, port=29561, culprit="3")
             job.wait_blocked()
+            census = census_cost(cluster, job, max(10, args.rounds))
+            if args.only == "census":
+                print_census(census)
+                return 0
             one = end_to_end(cluster, job, 1, args.rounds)
             two = end_to_end(cluster, job, 2, args.rounds)
             native = end_to_end(cluster, job, 1, args.rounds, native=True)
@@ -190,6 +230,7 @@ def main() -> int:
             results = bundles(cluster, job)
         finally:
             cluster.close()
+    print_census(census)
     print(f"end to end, 3 nodes, 4 ranks (median of {args.rounds}; min-max):")
     print(f"  stacks --hosts hwnode[1-3] --samples 1: {median(one):.2f} s ({min(one):.2f}-{max(one):.2f})")
     print(f"  stacks --hosts hwnode[1-3] --samples 2: {median(two):.2f} s ({min(two):.2f}-{max(two):.2f})")

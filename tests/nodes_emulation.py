@@ -330,11 +330,15 @@ class Job:
             log = (cluster.work / f"{name}-{node.name}.log").open("w")
             self.agents.append(cluster.run_on(node, argv, env=env, stdout=log, stderr=subprocess.STDOUT))
 
-    def wait_blocked(self) -> None:
-        """Every rank announced its blocking call, and every process of the job sleeps in it."""
+    def wait_ready(self) -> None:
+        """Every rank announced its blocking call (or its loop, with ``progress-for``)."""
         for rank in self.ranks:
             target = self.ready / f"rank{rank}"
             wait_until(target.exists, TORCH_START_S, interval=0.2, what=f"{self.name} rank {rank} ready")
+
+    def wait_blocked(self) -> None:
+        """Every rank announced its blocking call, and every process of the job sleeps in it."""
+        self.wait_ready()
         pids = [pid for agent in self.agents for pid in descendants(agent.pid)]
 
         def all_asleep() -> bool:
@@ -344,6 +348,13 @@ class Job:
 
     def match(self) -> str:
         return f"gloo_node_job.py --job {self.name} "
+
+    def stop(self) -> None:
+        """Stop this job's agents and their ranks (descendants first), and forget them."""
+        for agent in self.agents:
+            kill_tree(agent)
+            self.cluster.started.remove(agent)
+        self.agents = []
 
 
 def descendants(pid: int) -> list[int]:

@@ -14,11 +14,9 @@ process started here is removed afterwards (descendants first), and checked to b
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,27 +27,11 @@ from nodes_emulation import EmulatedNodes
 from nodes_emulation import Job
 from nodes_emulation import Node
 from nodes_emulation import descendants
-from nodes_emulation import skip_reason
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.torch, pytest.mark.nodes]
 
 COLLECTIVE_PORT = 29517
 RENDEZVOUS_PORT = 29518
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedNodes]:
-    reason = skip_reason()
-    if reason is not None:
-        pytest.skip(reason)
-    if importlib.util.find_spec("torch") is None:
-        pytest.skip("torch is not installed (the ranks are gloo programs): pip install torch==2.13.0")
-    nodes = EmulatedNodes(tmp_path_factory.mktemp("nodes")).start()
-    try:
-        yield nodes
-    finally:
-        nodes.close()
-    assert nodes.leftovers() == []
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,11 @@ title (torchrun's do not): their rank is in their environment only. They join on
 ``init_method="env://"``: rank 0 hosts the TCPStore at ``MASTER_ADDR:MASTER_PORT``, on whichever node
 runs it. The group timeout is one hour, so a missing peer makes the others block, not error.
 
+``--progress-for S`` (with ``--culprit R``): every rank loops (a little CPU work, an all_reduce, a short
+sleep) for S seconds, then rank R stops joining the loop's all_reduce (it goes to ``rank_busy_elsewhere``)
+and the others block in it: a job that progressed, then hung. ``READY_DIR/rankR`` is written when the
+loop starts.
+
 ``--culprit R``: rank R never joins the all_reduce the others enter (it sleeps in
 ``rank_busy_elsewhere``). Without a culprit every rank enters the all_reduce; a rank of the world that
 no node starts leaves the others blocked in the rendezvous (``init_process_group``). Each worker writes
@@ -43,6 +48,31 @@ def rank_busy_elsewhere() -> None:
         time.sleep(3600)
 
 
+def burn(seconds: float) -> None:
+    """CPU work between collectives, as a training step does: what progress looks like from /proc."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def progress_then_hang(args: argparse.Namespace, rank: int, ready: str) -> None:
+    dist = require_torch()
+    import torch
+
+    write_ready(ready, "looping\n")
+    stop_at = time.monotonic() + args.progress_for
+    tensor = torch.ones(16)
+    steps = 0
+    while True:
+        burn(0.05)
+        if rank == args.culprit and time.monotonic() >= stop_at:
+            log(f"[rank {rank}] leaves the loop after {steps} steps")
+            rank_busy_elsewhere()
+        dist.all_reduce(tensor)
+        steps += 1
+        time.sleep(0.2)
+
+
 def worker(args: argparse.Namespace) -> None:
     """One rank: join the group (env://), then the all_reduce, or go elsewhere as the culprit."""
     die_with_parent()
@@ -56,6 +86,8 @@ def worker(args: argparse.Namespace) -> None:
     log(f"[rank {rank}] init_process_group done")
     import torch
 
+    if args.progress_for is not None:
+        progress_then_hang(args, rank, ready)
     if rank == args.culprit:
         write_ready(ready, "rank_busy_elsewhere\n")
         rank_busy_elsewhere()
@@ -106,6 +138,7 @@ def main() -> None:
     parser.add_argument("--master-port", type=int, required=True)
     parser.add_argument("--culprit", type=int, help="this rank never enters the all_reduce")
     parser.add_argument("--ready-dir", required=True)
+    parser.add_argument("--progress-for", type=float, help="loop for S seconds before the culprit leaves")
     args = parser.parse_args()
     if args.worker:
         worker(args)

@@ -109,8 +109,8 @@ def merge(results: Sequence[NodeResult]) -> MergedNodes:
         offset = (index + 1) * KEY_STRIDE
         for p in bundle.processes:
             keys[offset + p.pid] = ProcessKey(label, bundle.node.pid_ns, p.pid)
-        per_node_samples.append(tuple(_stacks(s, offset, label) for s in bundle.stacks))
-        per_node_ticks.append(tuple(_tick(t, offset, label) for t in bundle.ticks))
+        per_node_samples.append(tuple(relabel_stacks(s, offset, label) for s in bundle.stacks))
+        per_node_ticks.append(tuple(relabel_tick(t, offset, label) for t in bundle.ticks))
         ranks = tuple(p.rank for p in bundle.processes if p.rank is not None)
         summaries.append(
             NodeSummary(
@@ -210,7 +210,7 @@ def _label(label: str, rank: str | None) -> str | None:
     return f"{label}:rank{rank}" if rank.isdigit() else f"{label}:{rank}"
 
 
-def _stacks(sample: StackSample, offset: int, label: str) -> StackSample:
+def relabel_stacks(sample: StackSample, offset: int, label: str) -> StackSample:
     def process(p: ProcessStacks) -> ProcessStacks:
         threads = tuple(replace(t, tid=offset + t.tid) for t in p.threads)
         role = f"{label}:{p.role or p.name}" if p.rank is None else p.role
@@ -219,7 +219,7 @@ def _stacks(sample: StackSample, offset: int, label: str) -> StackSample:
     return replace(sample, processes=tuple(process(p) for p in sample.processes))
 
 
-def _tick(tick: Tick, offset: int, label: str) -> Tick:
+def relabel_tick(tick: Tick, offset: int, label: str) -> Tick:
     def process(p: ProcessSample) -> ProcessSample:
         return replace(p, pid=offset + p.pid, ppid=offset + p.ppid, rank=_label(label, p.rank))
 

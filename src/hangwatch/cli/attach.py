@@ -7,6 +7,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from hangwatch.cli.node_options import add_node_options
+from hangwatch.cli.node_options import hosts_of
+from hangwatch.cli.node_options import ssh_options_of
 from hangwatch.cli.options import add_watch_options
 from hangwatch.cli.options import seconds
 from hangwatch.cli.options import watch_options
@@ -18,13 +21,17 @@ class AttachCommand:
 
     Nothing is ever signalled, stopped or killed in attach mode. The server's log is followed from
     --log, or found automatically when its stdout or stderr is a regular file.
+
+    With --hosts (or --hostfile) and --match: the same watch across nodes through ssh. Each interval a
+    cheap census of every node feeds one verdict for the job; stacks are taken on every node when it
+    goes quiet; a node that stops answering is evidence, and progress on any node is progress of the job.
     """
 
     name = "attach"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
-            "--pid", type=int, required=True, help="PID of the server's main (launcher) process"
+            "--pid", type=int, help="PID of the server's main (launcher) process, on this machine"
         )
         parser.add_argument(
             "--window",
@@ -41,6 +48,7 @@ class AttachCommand:
             "deadline (the only traffic attach ever sends besides the readiness probe; off by default)",
         )
         add_watch_options(parser, stall_default=None)
+        add_node_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         from hangwatch.collect.proctree import whole_machine_note
@@ -48,6 +56,10 @@ class AttachCommand:
         from hangwatch.supervise.attach import run_attached
 
         stall = args.stall_after if args.stall_after is not None else args.window
+        if args.hosts or args.hostfile:
+            return self._across_nodes(args, stall)
+        if args.pid is None:
+            raise UsageError("give --pid (this machine) or --hosts/--hostfile with --match (several nodes)")
         if args.log is not None and not args.log.is_file():
             raise UsageError(f"--log {args.log}: no such file")
         options = AttachOptions(
@@ -60,3 +72,41 @@ class AttachCommand:
         if note is not None:
             print(f"hangwatch attach: {note}", file=sys.stderr, flush=True)
         return run_attached(options)
+
+    def _across_nodes(self, args: argparse.Namespace, stall: float) -> int:
+        from hangwatch.nodes.watch import NodesAttachOptions
+        from hangwatch.nodes.watch import attach_across_nodes
+
+        if args.pid is not None or not args.match:
+            raise UsageError(
+                "across nodes, select the server's processes with --match REGEX (pids differ per node)"
+            )
+        unsupported = [
+            flag
+            for flag, given in (
+                ("--log", args.log is not None),
+                ("--own-request", args.own_request),
+                ("--ready-url", args.ready_url is not None),
+                ("--ready-pattern", args.ready_pattern is not None),
+                ("--report-html", args.report_html is not None),
+                ("--report-md", args.report_md is not None),
+            )
+            if given
+        ]
+        if unsupported:
+            raise UsageError(f"{', '.join(unsupported)}: not supported across nodes yet")
+        w = watch_options(args, stall_after=stall)
+        return attach_across_nodes(
+            NodesAttachOptions(
+                hosts=tuple(hosts_of(args)),
+                match=args.match,
+                engine=args.engine,
+                window_s=args.window,
+                stall_after_s=w.stall_after,
+                interval_s=w.interval,
+                stacks=w.stacks,
+                quiet=w.quiet,
+                ssh=ssh_options_of(args),
+                report_json=args.report_json,
+            )
+        )

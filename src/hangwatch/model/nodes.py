@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from hangwatch.model.report import Verdict
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.stacks import StackTree
@@ -19,6 +20,7 @@ from hangwatch.model.vocabulary import Cause
 
 BUNDLE_SCHEMA = "hangwatch.node-bundle/1"
 NODES_REPORT_SCHEMA = "hangwatch.stacks-nodes/1"
+NODES_WATCH_SCHEMA = "hangwatch.attach-nodes/1"
 
 
 class CollectMode(StrEnum):
@@ -228,3 +230,44 @@ class NodesReport:
     diagnosis: NodesDiagnosis
     next_steps: tuple[str, ...]
     stack_tree: StackTree
+
+
+@dataclass(frozen=True)
+class NodeWatchSummary:
+    """One node over a watch: how many census rounds it answered, and when it fell silent (evidence)."""
+
+    label: str
+    host: str
+    pid_ns: int | None
+    rounds_answered: int
+    rounds_failed: int
+    last_outcome: NodeOutcome
+    last_detail: str
+    silent_since_s: float | None  # still silent at the end, since this watch time
+    processes: int  # as last seen
+    events: tuple[str, ...] = ()  # "hwnode2 stopped answering at 12.3 s (refused): ..."
+
+
+@dataclass(frozen=True)
+class RoundCost:
+    """What the census rounds cost the controller (wall seconds per round, all nodes in parallel)."""
+
+    rounds: int
+    median_s: float
+    max_s: float
+    stack_rounds: int
+    stack_median_s: float
+
+
+@dataclass(frozen=True)
+class NodesWatchReport:
+    """``hangwatch attach --hosts``: one verdict for the job (schema hangwatch.attach-nodes/1)."""
+
+    schema: str
+    selector: str
+    verdict: Verdict
+    duration_s: float
+    nodes: tuple[NodeWatchSummary, ...]
+    processes: dict[int, ProcessKey]  # merge key -> where the process is (the verdict's culprits)
+    cost: RoundCost
+    stack_tree: StackTree | None = None

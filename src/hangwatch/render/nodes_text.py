@@ -11,6 +11,8 @@ import re
 from hangwatch.model.nodes import NodeOutcome
 from hangwatch.model.nodes import NodesReport
 from hangwatch.model.nodes import NodeSummary
+from hangwatch.model.nodes import NodesWatchReport
+from hangwatch.model.nodes import NodeWatchSummary
 from hangwatch.model.nodes import ProcessKey
 from hangwatch.model.nodes import RankCensus
 from hangwatch.render.stacktext import tree_lines
@@ -82,11 +84,62 @@ def census_lines(c: RankCensus) -> list[str]:
     return lines
 
 
-def local_text(text: str, keys: dict[int, ProcessKey]) -> str:
-    """Merge keys in a rendered text back to the node's own pids (labels already name the node)."""
+def local_text(text: str, keys: dict[int, ProcessKey], *, with_node: bool = False) -> str:
+    """Merge keys in a rendered text back to the node's own pids (labels already name the node);
+    ``with_node``: as ``node:pid``, for texts whose names do not (the watch's evidence: ``python [n2:7]``)."""
 
     def back(m: re.Match[str]) -> str:
         key = keys.get(int(m.group(0)))
-        return str(key.pid) if key is not None else m.group(0)
+        if key is None:
+            return m.group(0)
+        return f"{key.node}:{key.pid}" if with_node else str(key.pid)
 
     return _KEY.sub(back, text)
+
+
+def nodes_watch_text(report: NodesWatchReport, max_tree_lines: int = 40) -> str:
+    """``attach --hosts``: the job's one verdict, where its culprits run, each node's rounds, the cost."""
+    v = report.verdict
+    out = [
+        f"hangwatch attach across {len(report.nodes)} nodes ({report.selector}): {v.state.value} "
+        f"after {report.duration_s:.0f} s"
+    ]
+    confidence = f" ({v.confidence} confidence)" if v.confidence else ""
+    out.append(f"verdict: {v.headline}{confidence}")
+    culprits = ""
+    if v.culprits:
+        where = [(report.processes.get(k), k) for k in v.culprits]
+        culprits = "  culprits: " + ", ".join(f"pid {w.pid} on {w.node}" if w else str(k) for w, k in where)
+    out.append("nodes:")
+    out += [f"  {watch_node_line(n)}" for n in report.nodes]
+    if v.evidence:
+        out.append("evidence:")
+        out += [f"  - {e}" for e in v.evidence[:12]]
+    if report.stack_tree is not None:
+        out.append("")
+        out += tree_lines(report.stack_tree, max_lines=max_tree_lines)
+        out.append("")
+    c = report.cost
+    stacks = f"; {c.stack_rounds} stack rounds, median {c.stack_median_s:.2f} s" if c.stack_rounds else ""
+    out.append(
+        f"census: {c.rounds} rounds across the nodes, median {c.median_s:.2f} s (max {c.max_s:.2f} s){stacks}"
+    )
+    if v.next_steps:
+        out.append("next:")
+        out.extend(f"  - {s}" for s in v.next_steps)
+    text = local_text("\n".join(out), report.processes, with_node=True)
+    if not culprits:
+        return text
+    head, _, rest = text.partition("\n")
+    verdict_line, _, rest = rest.partition("\n")
+    return "\n".join((head, verdict_line, culprits, rest))
+
+
+def watch_node_line(n: NodeWatchSummary) -> str:
+    total = n.rounds_answered + n.rounds_failed
+    head = f"{n.label}" + (f" ({n.host})" if n.host != n.label else "")
+    line = f"{head}: answered {n.rounds_answered} of {total} rounds; {n.processes} processes as last seen"
+    if n.silent_since_s is not None:
+        # "(refused)", not "refused: ...": the redactor masks whatever follows a secret-like word and a colon.
+        line += f"; silent since {n.silent_since_s:.1f} s ({n.last_outcome.value}): {n.last_detail}"
+    return line

@@ -1,0 +1,153 @@
+"""A watch across nodes as the one-node assessor sees it: each census round of every node is one ``Tick``.
+
+The assessor (``assess.py``) compares a tick with the one before: CPU and I/O deltas, new processes,
+exits. A census bundle's own deltas cover only its short window, so the deltas are computed here
+again against the previous *round* of the same process (same node, same pid, same merge key), and
+progress on any node is progress of the job.
+
+A node that does not answer a round says nothing about its processes: they are carried as last seen,
+with no deltas (no progress, and no death nor birth invented), and the node's silence is recorded as
+evidence for the verdict (``NodeSilence``). A process gone from a node that did answer has ended; a
+fresh collector cannot see its status, so it is a ``vanished`` exit, as on one machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
+
+from hangwatch.analyse.nodes import KEY_STRIDE
+from hangwatch.analyse.nodes import relabel_stacks
+from hangwatch.analyse.nodes import relabel_tick
+from hangwatch.model.nodes import NodeOutcome
+from hangwatch.model.nodes import NodeResult
+from hangwatch.model.nodes import NodeWatchSummary
+from hangwatch.model.nodes import ProcessKey
+from hangwatch.model.samples import ExitHow
+from hangwatch.model.samples import ExitRecord
+from hangwatch.model.samples import ProcessSample
+from hangwatch.model.samples import Tick
+from hangwatch.model.stacks import StackSample
+
+
+@dataclass
+class _NodeTrack:
+    host: str
+    label: str
+    answered: int = 0
+    failed: int = 0
+    last: dict[int, ProcessSample] = field(default_factory=dict)  # merge key -> last seen
+    silent_since: float | None = None
+    last_outcome: NodeOutcome | None = None
+    last_detail: str = ""
+    events: list[str] = field(default_factory=list)
+    pid_ns: int | None = None
+
+
+class NodeRounds:
+    """Census rounds of a fixed list of nodes folded into ticks with stable merge keys (node index)."""
+
+    def __init__(self, hosts: Sequence[str]) -> None:
+        self.nodes = [_NodeTrack(h, h) for h in hosts]
+        self.keys: dict[int, ProcessKey] = {}
+        self.roots: set[int] = set()  # the topmost processes of each node at first answer
+
+    def tick(self, t: float, results: Sequence[NodeResult]) -> Tick:
+        """The merged tick at controller time ``t`` from one round (one result per host, in host order)."""
+        processes: list[ProcessSample] = []
+        exits: list[ExitRecord] = []
+        errors: list[str] = []
+        for index, (node, result) in enumerate(zip(self.nodes, results, strict=True)):
+            node.last_outcome, node.last_detail = result.outcome, result.detail
+            bundle = result.bundle
+            if bundle is None or not bundle.ticks:
+                node.failed += 1
+                if node.silent_since is None:
+                    node.silent_since = t
+                    node.events.append(
+                        f"{node.label} stopped answering at {t:.1f} s"
+                        f" ({result.outcome.value}): {result.detail}"
+                    )
+                errors.append(f"{node.label}: {result.outcome.value}")
+                # As last seen, nothing moved: silence is not progress, and not a death either.
+                processes += [_still(p) for p in node.last.values()]
+                continue
+            if node.silent_since is not None:
+                node.events.append(
+                    f"{node.label} answered again at {t:.1f} s (silent since {node.silent_since:.1f} s)"
+                )
+                node.silent_since = None
+            first_answer = node.answered == 0
+            node.answered += 1
+            if first_answer and bundle.node.hostname:
+                node.label = self._unique_label(bundle.node.hostname, node)
+            node.pid_ns = bundle.node.pid_ns
+            offset = (index + 1) * KEY_STRIDE
+            seen = relabel_tick(bundle.ticks[-1], offset, node.label)
+            now: dict[int, ProcessSample] = {}
+            for p in seen.processes:
+                old = node.last.get(p.pid)
+                now[p.pid] = _since(p, old)
+                self.keys[p.pid] = ProcessKey(node.label, bundle.node.pid_ns, p.pid - offset)
+            if first_answer:
+                self.roots |= {k for k, p in now.items() if p.ppid not in now}
+            for key, old in node.last.items():
+                if key not in now:
+                    exits.append(ExitRecord(t, key, old.name, old.role, old.rank, ExitHow.VANISHED))
+            node.last = now
+            processes += now.values()
+        return Tick(t=t, processes=tuple(processes), exits=tuple(exits), errors=tuple(errors))
+
+    def stacks(self, t: float, results: Sequence[NodeResult]) -> StackSample:
+        """One capture round across nodes, stamped with the controller's tick time."""
+        parts: list[StackSample] = []
+        for index, (node, result) in enumerate(zip(self.nodes, results, strict=True)):
+            if result.bundle is None or not result.bundle.stacks:
+                continue
+            parts.append(relabel_stacks(result.bundle.stacks[0], (index + 1) * KEY_STRIDE, node.label))
+        return StackSample(
+            t=t,
+            processes=tuple(p for s in parts for p in s.processes),
+            elapsed_s=max((s.elapsed_s for s in parts), default=0.0),
+        )
+
+    def events(self) -> list[str]:
+        return [e for n in self.nodes for e in n.events]
+
+    def summaries(self) -> tuple[NodeWatchSummary, ...]:
+        return tuple(
+            NodeWatchSummary(
+                label=n.label,
+                host=n.host,
+                pid_ns=n.pid_ns,
+                rounds_answered=n.answered,
+                rounds_failed=n.failed,
+                last_outcome=n.last_outcome or NodeOutcome.OK,
+                last_detail=n.last_detail,
+                silent_since_s=n.silent_since,
+                processes=len(n.last),
+                events=tuple(n.events),
+            )
+            for n in self.nodes
+        )
+
+    def _unique_label(self, hostname: str, node: _NodeTrack) -> str:
+        # Two containers of one host (or one name behind two aliases): the host as given tells them apart.
+        taken = {n.label for n in self.nodes if n is not node}
+        return hostname if hostname not in taken else node.host
+
+
+def _since(p: ProcessSample, old: ProcessSample | None) -> ProcessSample:
+    """The deltas since the previous round of the same process (0 at first sight, as TreeSampler does)."""
+    if old is None:
+        return replace(p, cpu_delta_s=0.0, io_delta_bytes=0)
+    io = 0
+    if p.rchar is not None and p.wchar is not None and old.rchar is not None and old.wchar is not None:
+        io = max(0, p.rchar + p.wchar - old.rchar - old.wchar)
+    return replace(p, cpu_delta_s=round(max(0.0, p.cpu_s - old.cpu_s), 4), io_delta_bytes=io)
+
+
+def _still(p: ProcessSample) -> ProcessSample:
+    return replace(p, cpu_delta_s=0.0, io_delta_bytes=0)

@@ -1,0 +1,235 @@
+"""``hangwatch attach --hosts ...``: the one-node watch over a job that spans nodes, read-only everywhere.
+
+Each interval, one census round: the collector in ``census`` mode on every node at once (processes,
+ranks, CPU; no stacks, a 0.1 s window), folded into one tick with stable merge keys
+(``analyse/nodewatch.py``) and handed to the same ``Assessor`` the one-node attach uses, through the
+same seam: ``observe(tick)``, ``stacks_wanted()``, ``observe_stacks(sample)``. When the assessor asks
+for stacks (the job went quiet), a full round with one stack sample per rank follows at once. So
+progress on any node is progress of the job, and the cause rules see every rank together: a rank on
+node 3 that stopped joining the collective is the odd one out of the job, named with its node.
+
+A node that stops answering is evidence (when, and why: refused, timeout, auth), never a crash; its
+processes stay as last seen, with no progress. What is not here yet: no log is followed and no probe is
+sent (the bundle does not carry them yet), so there is no ``ready`` verdict across nodes: the watch
+ends stalled, crashed or at the end of its window.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import replace
+from pathlib import Path
+
+from hangwatch import engines
+from hangwatch.analyse.assess import Assessor
+from hangwatch.analyse.assess import Policy
+from hangwatch.analyse.nodewatch import NodeRounds
+from hangwatch.analyse.stacktree import build_tree
+from hangwatch.analyse.stackwatch import StackHistory
+from hangwatch.errors import UsageError
+from hangwatch.model.nodes import NODES_WATCH_SCHEMA
+from hangwatch.model.nodes import NodeResult
+from hangwatch.model.nodes import NodesWatchReport
+from hangwatch.model.nodes import RoundCost
+from hangwatch.model.report import Verdict
+from hangwatch.model.status import StackRequest
+from hangwatch.model.vocabulary import State
+from hangwatch.nodes.gather import gather_ssh
+from hangwatch.redact import scrub
+from hangwatch.render.files import write_atomically
+from hangwatch.render.files import write_outputs
+from hangwatch.render.json_report import json_text
+from hangwatch.render.json_report import plain
+from hangwatch.render.live import make_view
+from hangwatch.render.nodes_text import nodes_watch_text
+from hangwatch.transports.ssh import SshOptions
+
+CENSUS_WINDOW_S = 0.1  # the collector's own window; the deltas that matter are between rounds
+# A census round must not wait 30 s on a node that accepts and never answers: a few intervals at most.
+CENSUS_TIMEOUT_MIN_S = 4.0
+
+Gather = Callable[[Sequence[str], Sequence[str], SshOptions], list[NodeResult]]
+
+
+@dataclass(frozen=True)
+class NodesAttachOptions:
+    hosts: tuple[str, ...]
+    match: str
+    engine: str | None
+    window_s: float
+    stall_after_s: float
+    interval_s: float
+    stacks: bool
+    quiet: bool
+    ssh: SshOptions
+    report_json: Path | None
+
+
+def census_args(o: NodesAttachOptions, timeout_s: float) -> list[str]:
+    args = ["--match", o.match, "--mode", "census", "--every", f"{CENSUS_WINDOW_S:g}"]
+    args += ["--deadline", f"{max(1.0, timeout_s / 2):g}"]
+    return args + (["--engine", o.engine] if o.engine else [])
+
+
+def stack_args(o: NodesAttachOptions, native: bool) -> list[str]:
+    deadline = max(1.0, o.ssh.node_timeout_s - o.ssh.connect_timeout_s - min(3.0, o.ssh.node_timeout_s / 4))
+    args = ["--match", o.match, "--mode", "full", "--samples", "1", "--log-lines", "0"]
+    args += ["--deadline", f"{deadline:g}"] + ([] if native else ["--no-native"])
+    return args + (["--engine", o.engine] if o.engine else [])
+
+
+def census_ssh(o: NodesAttachOptions) -> SshOptions:
+    timeout = min(o.ssh.node_timeout_s, max(CENSUS_TIMEOUT_MIN_S, 3 * o.interval_s))
+    return replace(o.ssh, node_timeout_s=timeout, connect_timeout_s=min(o.ssh.connect_timeout_s, timeout / 2))
+
+
+def make_assessor(o: NodesAttachOptions, roots: set[int], first_cmdline: tuple[str, ...]) -> Assessor:
+    profile = engines.by_name(o.engine) if o.engine else engines.detect(first_cmdline or ("?",))
+    policy = Policy(
+        stall_after=o.stall_after_s,
+        timeout=o.window_s,
+        timeout_label=f"the {o.window_s:g} s --window",
+        window_end=o.window_s,
+        # No readiness rule can hold across nodes yet (no probe, no log in the bundle); saying "a healthy
+        # idle server" of a training job's listening TCPStore would mislead, so the hint is off.
+        has_readiness=True,
+    )
+    # ``roots`` is filled as nodes first answer; the assessor keeps the same set.
+    return Assessor(profile, policy, roots, StackHistory() if o.stacks else None)
+
+
+class NodesWatch:
+    """The loop; ``gather`` and ``clock`` are injectable so the loop can be tested without ssh."""
+
+    def __init__(
+        self,
+        o: NodesAttachOptions,
+        gather: Gather = gather_ssh,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.o, self.gather, self.clock, self.sleep = o, gather, clock, sleep
+        self.rounds = NodeRounds(o.hosts)
+        self.assessor: Assessor | None = None
+        self.round_s: list[float] = []
+        self.stack_round_s: list[float] = []
+        self.view = make_view(o.quiet, sys.stderr)
+        self._events_shown = 0
+
+    def run(self) -> Verdict:
+        start = self.clock()
+        census = census_ssh(self.o)
+        args = census_args(self.o, census.node_timeout_s)
+        next_at = start
+        try:
+            while True:
+                began = self.clock()
+                results = self.gather(self.o.hosts, args, census)
+                ended = self.clock()
+                self.round_s.append(ended - began)
+                t = round((began + ended) / 2 - start, 3)
+                tick = self.rounds.tick(t, results)
+                self._show_events()
+                if self.assessor is None:
+                    if not tick.processes:
+                        if t >= self.o.window_s:
+                            return no_answer_verdict(self.o)
+                        next_at = self._wait(next_at)  # nothing answered with a process yet
+                        continue
+                    roots = [p for p in tick.processes if p.pid in self.rounds.roots]
+                    self.assessor = make_assessor(
+                        self.o, self.rounds.roots, roots[0].cmdline if roots else ()
+                    )
+                verdict = self.assessor.observe(tick)
+                request = self.assessor.stacks_wanted()
+                if request is not StackRequest.NONE:
+                    verdict = self._stacks(t, request) or verdict
+                if verdict is not None and (verdict.state is not State.READY or self.assessor.window_over):
+                    return verdict
+                next_at = self._wait(next_at)
+        except KeyboardInterrupt:
+            if self.assessor is None:
+                raise
+            return self.assessor.interrupted()
+        finally:
+            self.view.close()
+
+    def _stacks(self, t: float, request: StackRequest) -> Verdict | None:
+        assert self.assessor is not None
+        began = self.clock()
+        results = self.gather(self.o.hosts, stack_args(self.o, request is StackRequest.NATIVE), self.o.ssh)
+        self.stack_round_s.append(self.clock() - began)
+        sample = self.rounds.stacks(t, results)
+        if not sample.processes:
+            return None  # no node gave stacks: the verdict waits for the next round
+        tree = build_tree([sample])
+        self.view.event(f"{t:.1f}s quiet: took stacks across nodes: {tree.summary[:300]}")
+        return self.assessor.observe_stacks(sample)
+
+    def _wait(self, next_at: float) -> float:
+        next_at += self.o.interval_s
+        delay = next_at - self.clock()
+        if delay < 0:  # a round took longer than the interval: start the next at once, do not catch up
+            return self.clock()
+        self.sleep(delay)
+        return next_at
+
+    def _show_events(self) -> None:
+        events = self.rounds.events()
+        for e in events[self._events_shown :]:
+            self.view.event(e)
+        self._events_shown = len(events)
+
+    def report(self, verdict: Verdict, duration_s: float) -> NodesWatchReport:
+        # The nodes' silences are part of the evidence: the verdict was reached without them.
+        verdict = replace(verdict, evidence=(*self.rounds.events(), *verdict.evidence))
+        tree = self.assessor.stack_tree(verdict) if self.assessor is not None else None
+        return NodesWatchReport(
+            schema=NODES_WATCH_SCHEMA,
+            selector=f"--match {self.o.match!r}",
+            verdict=verdict,
+            duration_s=round(duration_s, 3),
+            nodes=self.rounds.summaries(),
+            processes=dict(self.rounds.keys),
+            cost=RoundCost(
+                rounds=len(self.round_s),
+                median_s=round(statistics.median(self.round_s), 3) if self.round_s else 0.0,
+                max_s=round(max(self.round_s, default=0.0), 3),
+                stack_rounds=len(self.stack_round_s),
+                stack_median_s=round(statistics.median(self.stack_round_s), 3) if self.stack_round_s else 0.0,
+            ),
+            stack_tree=tree,
+        )
+
+
+def no_answer_verdict(o: NodesAttachOptions) -> Verdict:
+    return Verdict(
+        State.INTERRUPTED,
+        None,
+        None,
+        f"no node answered with a process matching {o.match!r} within the {o.window_s:g} s --window",
+        (),
+        (),
+    )
+
+
+def attach_across_nodes(o: NodesAttachOptions, gather: Gather = gather_ssh) -> int:
+    if not o.hosts:
+        raise UsageError("--hosts/--hostfile named no node")
+    watch = NodesWatch(o, gather)
+    started = time.monotonic()
+    verdict = watch.run()
+    report = watch.report(verdict, time.monotonic() - started)
+    print(scrub(nodes_watch_text(report)), flush=True)
+    if o.report_json is not None:
+        data = plain(dataclasses.asdict(report))
+        write_outputs(
+            [("--report-json", o.report_json, lambda path: write_atomically(path, json_text(data)))]
+        )
+    return verdict.exit_code
