@@ -10,8 +10,9 @@ on hwnode1, 2 on hwnode2, 3 on hwnode3, rank 3 never entering the all_reduce). P
   and the rest of the exchange (the remote interpreter's start and the transfer), the bundle's bytes;
 * the merge at scale: real bundles replicated to 64 and 1,000 nodes of 10 ranks, decoded and analysed;
 * ``attach --hosts``'s census round (``--only census`` for this part alone): one round over the three
-  nodes as the watch runs it each interval: wall time, the controller's CPU (its ssh clients included),
-  the collectors' own run time and the bytes that come back.
+  nodes as the watch runs it each interval, on open ``collect --stream`` sessions: wall time, the
+  controller's CPU (its ssh clients included), the collectors' own run time, the bytes that come back,
+  and the same round as one-shot ssh exchanges for comparison.
 
     sudo .venv/bin/python benchmarks/bench_nodes.py [--rounds 5]
 """
@@ -37,8 +38,10 @@ from hangwatch.model.nodes import NodeOutcome  # noqa: E402
 from hangwatch.model.nodes import NodeResult  # noqa: E402
 from hangwatch.nodes import codec  # noqa: E402
 from hangwatch.nodes.gather import gather_ssh  # noqa: E402
+from hangwatch.nodes.gather import result_of  # noqa: E402
 from hangwatch.nodes.watch import CENSUS_WINDOW_S  # noqa: E402
 from hangwatch.transports.ssh import SshOptions  # noqa: E402
+from hangwatch.transports.ssh import SshSessions  # noqa: E402
 from nodes_emulation import EmulatedNodes  # noqa: E402
 from nodes_emulation import Job  # noqa: E402
 from nodes_emulation import skip_reason  # noqa: E402
@@ -107,24 +110,38 @@ def per_node(cluster: EmulatedNodes, job: Job, rounds: int) -> list[dict[str, fl
 
 
 def census_cost(cluster: EmulatedNodes, job: Job, rounds: int) -> dict[str, list[float]]:
-    """The round ``attach --hosts`` runs each interval (the same arguments as nodes/watch.census_args)."""
+    """The round ``attach --hosts`` runs each interval: a request on each node's open ``collect --stream``
+    session (nodes/watch.py), and, for comparison, the same census as a one-shot ssh exchange per node."""
     options = SshOptions(config=cluster.ssh_config, remote=(str(cluster.hangwatch),), node_timeout_s=4.0)
-    args = ["--match", job.match(), "--mode", "census", "--every", f"{CENSUS_WINDOW_S:g}", "--deadline", "2"]
-    out: dict[str, list[float]] = {"wall": [], "cpu": [], "collect": [], "bytes": []}
+    args = ["--match", job.match(), "--every", f"{CENSUS_WINDOW_S:g}", "--deadline", "2"]
+    out: dict[str, list[float]] = {k: [] for k in ("wall", "cpu", "collect", "bytes", "oneshot", "first")}
     hosts = [n.name for n in cluster.nodes]
+    sessions = SshSessions(hosts, args, options)
+    try:
+        for i in range(rounds + 1):
+            before = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+            started = time.monotonic()
+            results = sessions.ask("census", 4.0, result_of)
+            wall = time.monotonic() - started
+            after = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+            assert all(r.bundle is not None for r in results), [r.detail for r in results]
+            if i == 0:  # the sessions' handshake and interpreter start: once per watch
+                out["first"].append(wall)
+                continue
+            out["wall"].append(wall)
+            cpu = sum(
+                a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before, strict=True)
+            )
+            out["cpu"].append(cpu)
+            out["collect"].append(max(r.bundle.clock.duration_s for r in results if r.bundle is not None))
+            out["bytes"].append(sum(r.output_bytes for r in results))
+            time.sleep(0.5)
+    finally:
+        sessions.close()
     for _ in range(rounds):
-        before = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.monotonic()
-        results = gather_ssh(hosts, args, options)
-        out["wall"].append(time.monotonic() - started)
-        after = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        out["cpu"].append(
-            sum(a.ru_utime + a.ru_stime - b.ru_utime - b.ru_stime for a, b in zip(after, before, strict=True))
-        )
-        assert all(r.bundle is not None for r in results), [r.detail for r in results]
-        out["collect"].append(max(r.bundle.clock.duration_s for r in results if r.bundle is not None))
-        out["bytes"].append(sum(r.output_bytes for r in results))
-        time.sleep(0.5)
+        results = gather_ssh(hosts, [*args, "--mode", "census"], options)
+        out["oneshot"].append(time.monotonic() - started)
     return out
 
 
@@ -198,11 +215,18 @@ def at_scale(results: list[NodeResult], nodes: int, ranks_per_node: int) -> tupl
 
 
 def print_census(c: dict[str, list[float]]) -> None:
-    print(f"attach --hosts census round, 3 nodes, 4 ranks (median of {len(c['wall'])}; min-max):")
-    for key, unit, scale in (("wall", "s", 1), ("cpu", "s controller CPU", 1), ("collect", "s", 1)):
-        v = [x * scale for x in c[key]]
-        print(f"  {key}: {median(v):.3f} {unit} ({min(v):.3f}-{max(v):.3f})")
-    print(f"  bytes back per round: {median(c['bytes']) / 1000:.1f} kB")
+    n = len(c["wall"])
+    print(f"attach --hosts census round, 3 nodes, 4 ranks, streaming sessions (median of {n}; min-max):")
+    for key, what in (
+        ("wall", "s wall per round"),
+        ("cpu", "s controller CPU per round (ssh clients included)"),
+        ("collect", "s the slowest collector's own time (0.1 s window)"),
+        ("first", "s the first round (handshakes, remote interpreters: once per watch)"),
+        ("oneshot", "s per round as one-shot ssh exchanges instead"),
+    ):
+        v = c[key]
+        print(f"  {median(v):.3f} {what} ({min(v):.3f}-{max(v):.3f})")
+    print(f"  {median(c['bytes']) / 1000:.1f} kB back per round")
 
 
 def main() -> int:

@@ -8,11 +8,16 @@ nodes, with the culprit mapped back to its node and pid; a node that stops answe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+import time
 from dataclasses import dataclass
 from dataclasses import field
 from dataclasses import replace
+from pathlib import Path
 
+import pytest
+
+import hangwatch
 from hangwatch.analyse.nodes import KEY_STRIDE
 from hangwatch.analyse.nodewatch import NodeRounds
 from hangwatch.model.nodes import BUNDLE_SCHEMA
@@ -32,10 +37,12 @@ from hangwatch.model.stacks import StackSample
 from hangwatch.model.stacks import ThreadStack
 from hangwatch.model.vocabulary import Cause
 from hangwatch.model.vocabulary import State
+from hangwatch.nodes.gather import result_of
 from hangwatch.nodes.watch import NodesAttachOptions
 from hangwatch.nodes.watch import NodesWatch
 from hangwatch.render.nodes_text import nodes_watch_text
 from hangwatch.transports.ssh import SshOptions
+from hangwatch.transports.ssh import SshSession
 
 # node -> (pid namespace, {pid: (global rank, leaf function once stuck)})
 JOB = {
@@ -103,7 +110,7 @@ class FakeJob:
     progress_until: float = 10.0
     silent: dict[str, float] = field(default_factory=dict)  # host -> refused from this time on
     now: float = 0.0
-    calls: list[list[str]] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)
 
     def clock(self) -> float:
         return self.now
@@ -111,9 +118,22 @@ class FakeJob:
     def sleep(self, s: float) -> None:
         self.now += s
 
-    def gather(self, hosts: Sequence[str], args: Sequence[str], _o: SshOptions) -> list[NodeResult]:
-        self.calls.append(list(args))
-        full = "full" in args
+    hosts: tuple[str, ...] = ("n1", "n2")
+
+    # The Fanout protocol of nodes/watch.py: what the ssh sessions do, answered from the job's state.
+    def census(self) -> list[NodeResult]:
+        return self._round("census")
+
+    def stacks(self, native: bool) -> list[NodeResult]:
+        return self._round("full-native" if native else "full")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+    def _round(self, request: str) -> list[NodeResult]:
+        self.calls.append(request)
+        full = request.startswith("full")
+        hosts = self.hosts
         self.now += 0.3  # the round's own time on the wire
         # Burning 0.5 CPU seconds a second while progressing; frozen after.
         cpu = 0.5 * min(self.now, self.progress_until)
@@ -135,7 +155,7 @@ def _options(**kw: object) -> NodesAttachOptions:
 
 
 def _watch(job: FakeJob, **kw: object) -> NodesWatch:
-    return NodesWatch(_options(**kw), gather=job.gather, clock=job.clock, sleep=job.sleep)
+    return NodesWatch(_options(**kw), job, clock=job.clock, sleep=job.sleep)
 
 
 def test_rounds_compute_deltas_between_rounds_and_keep_silent_nodes_as_last_seen() -> None:
@@ -174,8 +194,8 @@ def test_a_job_that_progresses_then_stops_is_stalled_with_the_culprit_on_its_nod
     assert watch.rounds.keys[culprit].node == "n2" and watch.rounds.keys[culprit].pid == 7
     assert "n2:rank2" in verdict.summary
     # Census rounds are census; stacks were asked only once it went quiet.
-    census = [c for c in job.calls if "census" in c]
-    full = [c for c in job.calls if "full" in c]
+    census = [c for c in job.calls if c == "census"]
+    full = [c for c in job.calls if c.startswith("full")]
     assert census and full and len(census) > len(full)
     text = nodes_watch_text(watch.report(verdict, job.now))
     assert "culprits: pid 7 on n2" in text
@@ -201,3 +221,51 @@ def test_a_job_still_progressing_at_the_end_of_the_window_is_a_timeout() -> None
     verdict = _watch(job, window_s=15.0).run()
     assert verdict.state is State.TIMEOUT, verdict
     assert "still progressing" in verdict.summary
+
+
+# -- the streaming ssh session, with a stand-in ssh ----------------------------------------------------
+FAKE_SSH = """#!/bin/sh
+# A stand-in for ssh: the last argument is the remote command; HW_FAKE_SSH says how the "node" behaves.
+for last; do :; done
+case "$HW_FAKE_SSH" in
+  refused) echo "ssh: connect to host n1 port 22: Connection refused" >&2; exit 255 ;;
+  silent) exec sleep 60 ;;
+esac
+exec sh -c "$last"
+"""
+
+
+@pytest.fixture
+def fake_ssh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SshOptions:
+    ssh = tmp_path / "ssh"
+    ssh.write_text(FAKE_SSH)
+    ssh.chmod(0o755)
+    monkeypatch.setenv("PYTHONPATH", str(Path(hangwatch.__file__).resolve().parents[1]))
+    return SshOptions(ssh=str(ssh), remote=(sys.executable, "-m", "hangwatch"), connect_timeout_s=1.0)
+
+
+def test_a_session_answers_every_request_from_one_remote_process(fake_ssh: SshOptions) -> None:
+    session = SshSession("n1", ["--match", "no-such-process-xyz", "--every", "0.1"], fake_ssh)
+    try:
+        answers = [result_of(session.ask(r, 20.0)) for r in ("census", "full", "census")]
+    finally:
+        session.close()
+    assert [a.outcome for a in answers] == [NodeOutcome.OK] * 3, [a.detail for a in answers]
+    assert [a.bundle.mode.value for a in answers if a.bundle] == ["census", "full", "census"]
+    assert session.started == 1  # one handshake, one interpreter for the whole watch
+
+
+def test_a_session_that_fails_is_that_nodes_outcome_and_is_opened_again(
+    fake_ssh: SshOptions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HW_FAKE_SSH", "refused")
+    session = SshSession("n1", ["--match", "x"], fake_ssh)
+    first = session.ask("census", 5.0)
+    assert first.outcome is NodeOutcome.REFUSED and "Connection refused" in first.detail
+    monkeypatch.setenv("HW_FAKE_SSH", "silent")  # accepts, never answers (a stopped sshd)
+    started = time.monotonic()
+    second = session.ask("census", 0.5)
+    assert second.outcome is NodeOutcome.TIMEOUT
+    assert time.monotonic() - started < 5  # the timeout plus the handshake allowance, then killed
+    assert session.started == 2
+    session.close()

@@ -46,6 +46,12 @@ class CollectCommand:
             help="stop taking rounds by then",
         )
         parser.add_argument("--max-bytes", type=int, default=8_000_000, help="cap on the bundle's size")
+        parser.add_argument(
+            "--stream",
+            action="store_true",
+            help="stay running: one bundle per request line on stdin (census, full, full-native), "
+            "until stdin closes (what attach --hosts keeps open on each node)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from hangwatch.nodes import codec
@@ -69,6 +75,10 @@ class CollectCommand:
             deadline_s=args.deadline,
             max_bytes=args.max_bytes,
         )
+        if args.stream:
+            from hangwatch.nodes.collector import serve_requests
+
+            return serve_requests(options, sys.stdin, sys.stdout)
         sys.stdout.write(codec.encode(collect(options)) + "\n")
         sys.stdout.flush()
         return 0

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import replace
 from pathlib import Path
+from typing import TextIO
 
 from hangwatch import __version__
 from hangwatch import engines
@@ -158,6 +159,39 @@ def collect(
     )
     bundle = within_size(bundle, options.max_bytes)
     return replace(bundle, clock=replace(bundle.clock, duration_s=round(time.monotonic() - started, 4)))
+
+
+# What a streaming controller may ask for, one word a line: the mode of the next bundle.
+STREAM_REQUESTS = ("census", "full", "full-native")
+
+
+def serve_requests(options: CollectOptions, requests: TextIO, out: TextIO) -> int:
+    """``collect --stream``: one bundle per request line until the input closes.
+
+    One interpreter for a whole watch instead of one per round: the remote interpreter's start and
+    imports (0.25 s of CPU on the node, 0.2-0.7 s of wall time here) and the ssh handshake are paid once,
+    and a census round costs its window plus milliseconds. Each bundle is a fresh collection, exactly
+    what the one-shot command prints; an unknown request is answered with a bundle of one error, so the
+    controller's read never waits on a line that will not come.
+    """
+    for line in requests:
+        word = line.strip()
+        if not word:
+            continue
+        if word not in STREAM_REQUESTS:
+            bundle = collect(replace(options, pids=(), match=None, mode=CollectMode.CENSUS))
+            bundle = replace(bundle, errors=(BundleError("select", f"unknown request {word[:40]!r}"),))
+        elif word == "census":
+            bundle = collect(replace(options, mode=CollectMode.CENSUS))
+        else:
+            bundle = collect(
+                replace(options, mode=CollectMode.FULL, samples=1, native=word == "full-native", log_lines=0)
+            )
+        # The process was running before the request was sent: its age says nothing of when it read.
+        bundle = replace(bundle, clock=replace(bundle.clock, since_exec_s=0.0))
+        out.write(codec.encode(bundle) + "\n")
+        out.flush()
+    return 0
 
 
 def take_rounds(

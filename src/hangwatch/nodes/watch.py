@@ -1,12 +1,14 @@
 """``hangwatch attach --hosts ...``: the one-node watch over a job that spans nodes, read-only everywhere.
 
 Each interval, one census round: the collector in ``census`` mode on every node at once (processes,
-ranks, CPU; no stacks, a 0.1 s window), folded into one tick with stable merge keys
-(``analyse/nodewatch.py``) and handed to the same ``Assessor`` the one-node attach uses, through the
-same seam: ``observe(tick)``, ``stacks_wanted()``, ``observe_stacks(sample)``. When the assessor asks
-for stacks (the job went quiet), a full round with one stack sample per rank follows at once. So
-progress on any node is progress of the job, and the cause rules see every rank together: a rank on
-node 3 that stopped joining the collective is the odd one out of the job, named with its node.
+ranks, CPU; no stacks, a 0.1 s window), through one ``collect --stream`` session per node kept open for
+the whole watch (the handshake and the remote interpreter's start are paid once), folded into one tick
+with stable merge keys (``analyse/nodewatch.py``) and handed to the same ``Assessor`` the one-node
+attach uses, through the same seam: ``observe(tick)``, ``stacks_wanted()``, ``observe_stacks(sample)``.
+When the assessor asks for stacks (the job went quiet), a full round with one stack sample per rank
+follows at once. So progress on any node is progress of the job, and the cause rules see every rank
+together: a rank on node 3 that stopped joining the collective is the odd one out of the job, named with
+its node.
 
 A node that stops answering is evidence (when, and why: refused, timeout, auth), never a crash; its
 processes stay as last seen, with no progress. What is not here yet: no log is followed and no probe is
@@ -21,10 +23,10 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import replace
 from pathlib import Path
+from typing import Protocol
 
 from hangwatch import engines
 from hangwatch.analyse.assess import Assessor
@@ -40,7 +42,7 @@ from hangwatch.model.nodes import RoundCost
 from hangwatch.model.report import Verdict
 from hangwatch.model.status import StackRequest
 from hangwatch.model.vocabulary import State
-from hangwatch.nodes.gather import gather_ssh
+from hangwatch.nodes.gather import result_of
 from hangwatch.redact import scrub
 from hangwatch.render.files import write_atomically
 from hangwatch.render.files import write_outputs
@@ -49,12 +51,22 @@ from hangwatch.render.json_report import plain
 from hangwatch.render.live import make_view
 from hangwatch.render.nodes_text import nodes_watch_text
 from hangwatch.transports.ssh import SshOptions
+from hangwatch.transports.ssh import SshSessions
 
 CENSUS_WINDOW_S = 0.1  # the collector's own window; the deltas that matter are between rounds
 # A census round must not wait 30 s on a node that accepts and never answers: a few intervals at most.
 CENSUS_TIMEOUT_MIN_S = 4.0
 
-Gather = Callable[[Sequence[str], Sequence[str], SshOptions], list[NodeResult]]
+
+
+class Fanout(Protocol):
+    """One round on every node, one result per node in host order (the ssh sessions, or a test's fake)."""
+
+    def census(self) -> list[NodeResult]: ...
+
+    def stacks(self, native: bool) -> list[NodeResult]: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -71,22 +83,33 @@ class NodesAttachOptions:
     report_json: Path | None
 
 
-def census_args(o: NodesAttachOptions, timeout_s: float) -> list[str]:
-    args = ["--match", o.match, "--mode", "census", "--every", f"{CENSUS_WINDOW_S:g}"]
-    args += ["--deadline", f"{max(1.0, timeout_s / 2):g}"]
-    return args + (["--engine", o.engine] if o.engine else [])
-
-
-def stack_args(o: NodesAttachOptions, native: bool) -> list[str]:
+def stream_args(o: NodesAttachOptions) -> list[str]:
+    """The collector's options for the whole watch; each request line then says census or full."""
     deadline = max(1.0, o.ssh.node_timeout_s - o.ssh.connect_timeout_s - min(3.0, o.ssh.node_timeout_s / 4))
-    args = ["--match", o.match, "--mode", "full", "--samples", "1", "--log-lines", "0"]
-    args += ["--deadline", f"{deadline:g}"] + ([] if native else ["--no-native"])
+    args = ["--match", o.match, "--every", f"{CENSUS_WINDOW_S:g}", "--deadline", f"{deadline:g}"]
     return args + (["--engine", o.engine] if o.engine else [])
 
 
-def census_ssh(o: NodesAttachOptions) -> SshOptions:
-    timeout = min(o.ssh.node_timeout_s, max(CENSUS_TIMEOUT_MIN_S, 3 * o.interval_s))
-    return replace(o.ssh, node_timeout_s=timeout, connect_timeout_s=min(o.ssh.connect_timeout_s, timeout / 2))
+def census_timeout(o: NodesAttachOptions) -> float:
+    return min(o.ssh.node_timeout_s, max(CENSUS_TIMEOUT_MIN_S, 3 * o.interval_s))
+
+
+class SshFanout:
+    def __init__(self, o: NodesAttachOptions) -> None:
+        self.o = o
+        self.sessions = SshSessions(o.hosts, stream_args(o), o.ssh)
+
+    def census(self) -> list[NodeResult]:
+        return self.sessions.ask("census", census_timeout(self.o), result_of)
+
+    def stacks(self, native: bool) -> list[NodeResult]:
+        return self.sessions.ask("full-native" if native else "full", self.o.ssh.node_timeout_s, result_of)
+
+    def close(self) -> None:
+        self.sessions.close()
+
+    def sessions_opened(self) -> int:
+        return sum(s.started for s in self.sessions.sessions)
 
 
 def make_assessor(o: NodesAttachOptions, roots: set[int], first_cmdline: tuple[str, ...]) -> Assessor:
@@ -105,16 +128,16 @@ def make_assessor(o: NodesAttachOptions, roots: set[int], first_cmdline: tuple[s
 
 
 class NodesWatch:
-    """The loop; ``gather`` and ``clock`` are injectable so the loop can be tested without ssh."""
+    """The loop; the fan-out and the clock are injectable so the loop can be tested without ssh."""
 
     def __init__(
         self,
         o: NodesAttachOptions,
-        gather: Gather = gather_ssh,
+        fanout: Fanout,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.o, self.gather, self.clock, self.sleep = o, gather, clock, sleep
+        self.o, self.fanout, self.clock, self.sleep = o, fanout, clock, sleep
         self.rounds = NodeRounds(o.hosts)
         self.assessor: Assessor | None = None
         self.round_s: list[float] = []
@@ -124,13 +147,11 @@ class NodesWatch:
 
     def run(self) -> Verdict:
         start = self.clock()
-        census = census_ssh(self.o)
-        args = census_args(self.o, census.node_timeout_s)
         next_at = start
         try:
             while True:
                 began = self.clock()
-                results = self.gather(self.o.hosts, args, census)
+                results = self.fanout.census()
                 ended = self.clock()
                 self.round_s.append(ended - began)
                 t = round((began + ended) / 2 - start, 3)
@@ -163,7 +184,7 @@ class NodesWatch:
     def _stacks(self, t: float, request: StackRequest) -> Verdict | None:
         assert self.assessor is not None
         began = self.clock()
-        results = self.gather(self.o.hosts, stack_args(self.o, request is StackRequest.NATIVE), self.o.ssh)
+        results = self.fanout.stacks(request is StackRequest.NATIVE)
         self.stack_round_s.append(self.clock() - began)
         sample = self.rounds.stacks(t, results)
         if not sample.processes:
@@ -219,12 +240,16 @@ def no_answer_verdict(o: NodesAttachOptions) -> Verdict:
     )
 
 
-def attach_across_nodes(o: NodesAttachOptions, gather: Gather = gather_ssh) -> int:
+def attach_across_nodes(o: NodesAttachOptions) -> int:
     if not o.hosts:
         raise UsageError("--hosts/--hostfile named no node")
-    watch = NodesWatch(o, gather)
+    fanout = SshFanout(o)
+    watch = NodesWatch(o, fanout)
     started = time.monotonic()
-    verdict = watch.run()
+    try:
+        verdict = watch.run()
+    finally:
+        fanout.close()
     report = watch.report(verdict, time.monotonic() - started)
     print(scrub(nodes_watch_text(report)), flush=True)
     if o.report_json is not None:

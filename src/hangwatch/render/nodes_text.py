@@ -114,7 +114,8 @@ def nodes_watch_text(report: NodesWatchReport, max_tree_lines: int = 40) -> str:
     out += [f"  {watch_node_line(n)}" for n in report.nodes]
     if v.evidence:
         out.append("evidence:")
-        out += [f"  - {e}" for e in v.evidence[:12]]
+        # The evidence names processes by name and pid only ("python [7]"): say the node with the pid.
+        out += [f"  - {local_text(e, report.processes, with_node=True)}" for e in v.evidence[:12]]
     if report.stack_tree is not None:
         out.append("")
         out += tree_lines(report.stack_tree, max_lines=max_tree_lines)
@@ -127,7 +128,7 @@ def nodes_watch_text(report: NodesWatchReport, max_tree_lines: int = 40) -> str:
     if v.next_steps:
         out.append("next:")
         out.extend(f"  - {s}" for s in v.next_steps)
-    text = local_text("\n".join(out), report.processes, with_node=True)
+    text = local_text("\n".join(out), report.processes)
     if not culprits:
         return text
     head, _, rest = text.partition("\n")
