@@ -26,8 +26,11 @@ from hangwatch.model.nodes import CollectMode
 from hangwatch.model.nodes import NodeBundle
 from hangwatch.model.nodes import NodeIdentity
 from hangwatch.model.nodes import NodeOutcome
+from hangwatch.model.nodes import NodeProbe
 from hangwatch.model.nodes import NodeProcess
 from hangwatch.model.nodes import NodeResult
+from hangwatch.model.samples import ProbeOutcome
+from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ProcessSample
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import DumpOutcome
@@ -109,6 +112,7 @@ class FakeJob:
 
     progress_until: float = 10.0
     silent: dict[str, float] = field(default_factory=dict)  # host -> refused from this time on
+    probes: dict[str, NodeProbe] = field(default_factory=dict)  # host -> what its health URL answers
     now: float = 0.0
     calls: list[str] = field(default_factory=list)
 
@@ -142,13 +146,16 @@ class FakeJob:
             if h in self.silent and self.now >= self.silent[h]:
                 out.append(NodeResult(h, NodeOutcome.REFUSED, "nothing listens for ssh there", None, 0, 0))
             else:
-                out.append(NodeResult(h, NodeOutcome.OK, "", _bundle(h, self.now, cpu, full), 0, 0))
+                bundle = _bundle(h, self.now, cpu, full)
+                if h in self.probes:
+                    bundle = replace(bundle, probes=(self.probes[h],))
+                out.append(NodeResult(h, NodeOutcome.OK, "", bundle, 0, 0))
         return out
 
 
 def _options(**kw: object) -> NodesAttachOptions:
     base = NodesAttachOptions(
-        hosts=("n1", "n2"), match="job.py", engine=None, window_s=120.0, stall_after_s=20.0,
+        hosts=("n1", "n2"), match="job.py", engine=None, window_s=120.0, stall_after_s=20.0, ready_url=None,
         interval_s=1.0, stacks=True, quiet=True, ssh=SshOptions(), report_json=None,
     )  # fmt: skip
     return replace(base, **kw)  # type: ignore[arg-type]
@@ -221,6 +228,28 @@ def test_a_job_still_progressing_at_the_end_of_the_window_is_a_timeout() -> None
     verdict = _watch(job, window_s=15.0).run()
     assert verdict.state is State.TIMEOUT, verdict
     assert "still progressing" in verdict.summary
+
+
+def _health(status: int, dummy: str | None = None, rank: int = 0) -> NodeProbe:
+    return NodeProbe(ProbeResult(0.0, "http://127.0.0.1:30000/health", ProbeOutcome.HTTP, status), rank, dummy)
+
+
+def test_sglangs_dummy_health_on_a_worker_node_is_never_readiness_nor_progress() -> None:
+    """n2 answers 200 from SGLang's dummy server the whole time; n1 (the real server) answers 503."""
+    dummy = _health(200, "SGLang's dummy health server (node rank 1: /health always 200, /v1/models 404)", 1)
+    job = FakeJob(progress_until=6.0, probes={"n1": _health(503), "n2": dummy})
+    watch = _watch(job, engine="sglang")
+    verdict = watch.run()
+    assert verdict.state is State.STALLED, verdict
+    (_, n2) = watch.report(verdict, job.now).nodes
+    assert any("left out" in e for e in n2.events)
+
+
+def test_the_real_servers_health_makes_the_job_ready() -> None:
+    job = FakeJob(progress_until=1000.0, probes={"n1": _health(200), "n2": _health(200, "dummy", 1)})
+    verdict = _watch(job, engine="sglang", window_s=12.0).run()
+    assert verdict.state is State.READY, verdict
+    assert "serving at the end of the 12 s --window" in verdict.summary
 
 
 # -- the streaming ssh session, with a stand-in ssh ----------------------------------------------------

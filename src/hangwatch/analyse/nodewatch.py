@@ -9,6 +9,11 @@ A node that does not answer a round says nothing about its processes: they are c
 with no deltas (no progress, and no death nor birth invented), and the node's silence is recorded as
 evidence for the verdict (``NodeSilence``). A process gone from a node that did answer has ended; a
 fresh collector cannot see its status, so it is a ``vanished`` exit, as on one machine.
+
+Probes and GPUs: each node probes its engine's readiness URL on its own loopback; the answers join the
+tick, except those the collector found to be SGLang's dummy health server (node ranks >= 1 answer 200
+whatever the server does): those are never readiness nor progress, and are said once per node. GPUs
+are numbered per node, so they are renumbered (node index x 1,000 + NVML index) and named with their node.
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ from hangwatch.model.nodes import NodeWatchSummary
 from hangwatch.model.nodes import ProcessKey
 from hangwatch.model.samples import ExitHow
 from hangwatch.model.samples import ExitRecord
+from hangwatch.model.samples import GpuProcessMemory
+from hangwatch.model.samples import GpuReading
+from hangwatch.model.samples import GpuSample
+from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ProcessSample
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import StackSample
@@ -44,6 +53,7 @@ class _NodeTrack:
     last_detail: str = ""
     events: list[str] = field(default_factory=list)
     pid_ns: int | None = None
+    dummy: str | None = None  # why this node's probe answers are left out
 
 
 class NodeRounds:
@@ -59,6 +69,8 @@ class NodeRounds:
         processes: list[ProcessSample] = []
         exits: list[ExitRecord] = []
         errors: list[str] = []
+        probes: list[ProbeResult] = []
+        gpus: list[tuple[int, str, GpuSample]] = []
         for index, (node, result) in enumerate(zip(self.nodes, results, strict=True)):
             node.last_outcome, node.last_detail = result.outcome, result.detail
             bundle = result.bundle
@@ -98,7 +110,23 @@ class NodeRounds:
                     exits.append(ExitRecord(t, key, old.name, old.role, old.rank, ExitHow.VANISHED))
             node.last = now
             processes += now.values()
-        return Tick(t=t, processes=tuple(processes), exits=tuple(exits), errors=tuple(errors))
+            for np in bundle.probes:
+                if np.dummy is not None:
+                    if node.dummy is None:
+                        node.events.append(f"{node.label}: {np.probe.url} left out: {np.dummy}")
+                    node.dummy = np.dummy
+                    continue
+                probes.append(replace(np.probe, t=t))
+            if bundle.gpu is not None:
+                gpus.append((index, node.label, bundle.gpu))
+        return Tick(
+            t=t,
+            processes=tuple(processes),
+            exits=tuple(exits),
+            probes=tuple(probes),
+            gpu=merge_gpus(gpus) if gpus else None,
+            errors=tuple(errors),
+        )
 
     def stacks(self, t: float, results: Sequence[NodeResult]) -> StackSample:
         """One capture round across nodes, stamped with the controller's tick time."""
@@ -151,3 +179,37 @@ def _since(p: ProcessSample, old: ProcessSample | None) -> ProcessSample:
 
 def _still(p: ProcessSample) -> ProcessSample:
     return replace(p, cpu_delta_s=0.0, io_delta_bytes=0)
+
+
+GPU_STRIDE = 1000  # GPUs per node in the merged numbering: far above any node's count
+
+
+def merge_gpus(parts: Sequence[tuple[int, str, GpuSample]]) -> GpuSample:
+    """Every node's GPUs in one sample: renumbered per node, named with it; processes keyed like the ticks.
+
+    NVML gives host pids; where the node's processes live in another pid namespace (a container) they
+    will not match the ticks' pids, which only costs the per-process GPU memory join, not a reading.
+    """
+    readings: list[GpuReading] = []
+    processes: list[GpuProcessMemory] = []
+    unavailable: list[str] = []
+    errors: list[str] = []
+    for index, label, sample in parts:
+        base = (index + 1) * GPU_STRIDE
+        if sample.unavailable:
+            unavailable.append(f"{label}: {sample.unavailable}")
+            continue
+        if sample.error:
+            errors.append(f"{label}: {sample.error}")
+        readings += [replace(g, index=base + g.index, name=f"{label}:{g.name}") for g in sample.gpus]
+        processes += [
+            replace(p, pid=(index + 1) * KEY_STRIDE + p.pid, gpu_index=base + p.gpu_index)
+            for p in sample.processes
+        ]
+    return GpuSample(
+        # Unavailable only when no node could read one: a node without GPUs beside GPU nodes is normal.
+        unavailable="; ".join(unavailable) if not readings and unavailable else None,
+        gpus=tuple(readings),
+        processes=tuple(processes),
+        error="; ".join(errors) or None,
+    )

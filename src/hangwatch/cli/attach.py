@@ -86,7 +86,6 @@ class AttachCommand:
             for flag, given in (
                 ("--log", args.log is not None),
                 ("--own-request", args.own_request),
-                ("--ready-url", args.ready_url is not None),
                 ("--ready-pattern", args.ready_pattern is not None),
                 ("--report-html", args.report_html is not None),
                 ("--report-md", args.report_md is not None),
@@ -103,6 +102,7 @@ class AttachCommand:
                 engine=args.engine,
                 window_s=args.window,
                 stall_after_s=w.stall_after,
+                ready_url=w.ready_url,
                 interval_s=w.interval,
                 stacks=w.stacks,
                 quiet=w.quiet,

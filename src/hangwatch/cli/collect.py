@@ -47,6 +47,11 @@ class CollectCommand:
         )
         parser.add_argument("--max-bytes", type=int, default=8_000_000, help="cap on the bundle's size")
         parser.add_argument(
+            "--no-probe", action="store_true", help="send no request to the engine's readiness URL"
+        )
+        parser.add_argument("--probe-url", metavar="URL", help="probe this URL on the node instead")
+        parser.add_argument("--no-gpu", action="store_true", help="no NVML reading")
+        parser.add_argument(
             "--stream",
             action="store_true",
             help="stay running: one bundle per request line on stdin (census, full, full-native), "
@@ -54,6 +59,8 @@ class CollectCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
+        from hangwatch.collect.http_probe import validate_probe_url
+        from hangwatch.collect.nvml import NvmlGpuSource
         from hangwatch.nodes import codec
         from hangwatch.nodes.collector import CollectOptions
         from hangwatch.nodes.collector import collect
@@ -74,11 +81,19 @@ class CollectCommand:
             log_lines=args.log_lines,
             deadline_s=args.deadline,
             max_bytes=args.max_bytes,
+            probe=not args.no_probe,
+            probe_url=validate_probe_url(args.probe_url) if args.probe_url else None,
         )
-        if args.stream:
-            from hangwatch.nodes.collector import serve_requests
+        # NVML once for the whole run (a stream reads it every round): its start costs tens of ms.
+        gpu = None if args.no_gpu else NvmlGpuSource()
+        try:
+            if args.stream:
+                from hangwatch.nodes.collector import serve_requests
 
-            return serve_requests(options, sys.stdin, sys.stdout)
-        sys.stdout.write(codec.encode(collect(options)) + "\n")
-        sys.stdout.flush()
-        return 0
+                return serve_requests(options, sys.stdin, sys.stdout, gpu)
+            sys.stdout.write(codec.encode(collect(options, gpu=gpu)) + "\n")
+            sys.stdout.flush()
+            return 0
+        finally:
+            if gpu is not None:
+                gpu.close()

@@ -21,6 +21,38 @@ _TITLE = re.compile(
 )
 
 
+def node_rank(argv: tuple[str, ...] | list[str]) -> int | None:
+    """SGLang's ``--node-rank`` (LWS passes ``$(LWS_WORKER_INDEX)``), where the command line gives it."""
+    value = flag_value(argv, "--node-rank")
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def dummy_health_reason(
+    argv: tuple[str, ...] | list[str], health_status: int | None, models_status: int | None
+) -> str | None:
+    """Why this node's /health says nothing about the server, or None when it is the real one.
+
+    SGLang's nodes of ``--node-rank`` 1 and up run no HTTP server: they start
+    ``launch_dummy_health_check_server`` (sglang/srt/utils/common.py, called from entrypoints/engine.py),
+    a FastAPI app whose ``/ping``, ``/health`` and ``/health_generate`` always answer 200 and which has no
+    other route. So a 200 there is no readiness and no progress. Told by behaviour first: the dummy app
+    answers 404 to ``/v1/models``, which the real server always serves; the command line's node rank is
+    the other sign (it may come from a config file or a wrapper, so it is not required).
+    """
+    rank = node_rank(argv)
+    if health_status != 200:
+        return None
+    if models_status == 404:
+        where = f"node rank {rank}" if rank is not None else "a node that serves no API"
+        return (
+            f"SGLang's dummy health server ({where}: /health always 200, /v1/models 404): "
+            "not readiness, not progress"
+        )
+    if rank is not None and rank >= 1 and models_status is None:
+        return f"SGLang node rank {rank} serves a dummy /health (always 200): not readiness, not progress"
+    return None
+
+
 def sglang_role(
     title: str, cmdline: tuple[str, ...], is_root: bool, env: dict[str, str]
 ) -> tuple[str | None, str | None]:

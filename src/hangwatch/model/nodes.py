@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from hangwatch.model.report import Verdict
+from hangwatch.model.samples import GpuSample
+from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.stacks import StackTree
@@ -95,6 +97,17 @@ class BundleError:
 
 
 @dataclass(frozen=True)
+class NodeProbe:
+    """The engine's readiness URL probed on the node itself (servers listen on the node's loopback)."""
+
+    probe: ProbeResult
+    node_rank: int | None  # the engine's --node-rank, where its command line gives one
+    # Why this answer says nothing of readiness or progress (SGLang's dummy health server on node
+    # ranks >= 1); None for a real server's answer.
+    dummy: str | None = None
+
+
+@dataclass(frozen=True)
 class NodeBundle:
     schema: str
     collector_version: str
@@ -108,6 +121,8 @@ class NodeBundle:
     logs: tuple[LogTail, ...] = ()
     errors: tuple[BundleError, ...] = ()
     truncated: bool = False  # parts were dropped to stay under the size limit (``errors`` says which)
+    gpu: GpuSample | None = None  # NVML on the node at the end of the window (pids are as NVML gives them)
+    probes: tuple[NodeProbe, ...] = ()
 
 
 class NodeOutcome(StrEnum):

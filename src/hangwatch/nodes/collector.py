@@ -27,9 +27,13 @@ from typing import TextIO
 from hangwatch import __version__
 from hangwatch import engines
 from hangwatch.collect import procfs
+from hangwatch.collect.http_probe import probe_once
+from hangwatch.collect.nvml import GpuSource
 from hangwatch.collect.proctree import TreeSampler
 from hangwatch.collect.proctree import own_processes
 from hangwatch.collect.stacks import StackDumper
+from hangwatch.engines import sglang
+from hangwatch.engines.profile import Profile
 from hangwatch.model.nodes import BUNDLE_SCHEMA
 from hangwatch.model.nodes import BundleError
 from hangwatch.model.nodes import ClockReading
@@ -37,8 +41,10 @@ from hangwatch.model.nodes import CollectMode
 from hangwatch.model.nodes import LogTail
 from hangwatch.model.nodes import NodeBundle
 from hangwatch.model.nodes import NodeIdentity
+from hangwatch.model.nodes import NodeProbe
 from hangwatch.model.nodes import NodeProcess
 from hangwatch.model.nodes import ThreadState
+from hangwatch.model.samples import ProbeOutcome
 from hangwatch.model.samples import ProcessSample
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import StackSample
@@ -97,6 +103,11 @@ class CollectOptions:
     log_lines: int = 30
     deadline_s: float = 20.0
     max_bytes: int = DEFAULT_MAX_BYTES
+    # Probe the engine's readiness URL on the node (its /health on loopback, from the command line), or
+    # this URL; off: no request at all.
+    probe: bool = True
+    probe_url: str | None = None
+    probe_timeout_s: float = 2.0
 
 
 ThreadStates = dict[int, dict[int, tuple[str, float]]]  # pid -> tid -> (state, CPU seconds)
@@ -116,6 +127,7 @@ def collect(
     root: Path = procfs.PROC,
     dumper: StackDumper | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    gpu: GpuSource | None = None,
 ) -> NodeBundle:
     wall, started = time.time(), time.monotonic()
     since_exec = own_age(root)
@@ -124,6 +136,7 @@ def collect(
     roots, selector = select_roots(options, root, errors)
     processes: tuple[NodeProcess, ...] = ()
     logs: tuple[LogTail, ...] = ()
+    probes: tuple[NodeProbe, ...] = ()
     taken = _Rounds([Tick(t=0.0, processes=())], [], {}, {})
     if roots:
         cmdline = procfs.read_cmdline(roots[0], root) or ("?",)
@@ -143,6 +156,10 @@ def collect(
         processes = node_processes(taken.ticks, taken.threads_before, taken.threads_after, root)
         if options.mode is CollectMode.FULL:
             logs = log_tails(options, roots, root, errors)
+        if options.probe:
+            probes = node_probes(options, profile, cmdline, round(time.monotonic() - started, 4))
+    # One reading at the end of the window; NVML's failures are in the sample (``unavailable``, ``error``).
+    gpu_sample = gpu.read() if gpu is not None else None
     ticks, stacks = taken.ticks, taken.stacks
     bundle = NodeBundle(
         schema=BUNDLE_SCHEMA,
@@ -156,6 +173,8 @@ def collect(
         stacks=tuple(stacks),
         logs=logs,
         errors=tuple(errors),
+        gpu=gpu_sample,
+        probes=probes,
     )
     bundle = within_size(bundle, options.max_bytes)
     return replace(bundle, clock=replace(bundle.clock, duration_s=round(time.monotonic() - started, 4)))
@@ -165,7 +184,9 @@ def collect(
 STREAM_REQUESTS = ("census", "full", "full-native")
 
 
-def serve_requests(options: CollectOptions, requests: TextIO, out: TextIO) -> int:
+def serve_requests(
+    options: CollectOptions, requests: TextIO, out: TextIO, gpu: GpuSource | None = None
+) -> int:
     """``collect --stream``: one bundle per request line until the input closes.
 
     One interpreter for a whole watch instead of one per round: the remote interpreter's start and
@@ -179,19 +200,38 @@ def serve_requests(options: CollectOptions, requests: TextIO, out: TextIO) -> in
         if not word:
             continue
         if word not in STREAM_REQUESTS:
-            bundle = collect(replace(options, pids=(), match=None, mode=CollectMode.CENSUS))
+            bundle = collect(replace(options, pids=(), match=None, mode=CollectMode.CENSUS, probe=False))
             bundle = replace(bundle, errors=(BundleError("select", f"unknown request {word[:40]!r}"),))
         elif word == "census":
-            bundle = collect(replace(options, mode=CollectMode.CENSUS))
+            bundle = collect(replace(options, mode=CollectMode.CENSUS), gpu=gpu)
         else:
             bundle = collect(
-                replace(options, mode=CollectMode.FULL, samples=1, native=word == "full-native", log_lines=0)
+                replace(options, mode=CollectMode.FULL, samples=1, native=word == "full-native", log_lines=0),
+                gpu=gpu,
             )
         # The process was running before the request was sent: its age says nothing of when it read.
         bundle = replace(bundle, clock=replace(bundle.clock, since_exec_s=0.0))
         out.write(codec.encode(bundle) + "\n")
         out.flush()
     return 0
+
+
+def node_probes(
+    options: CollectOptions, profile: Profile, cmdline: tuple[str, ...], t: float
+) -> tuple[NodeProbe, ...]:
+    """The readiness URL on the node, and whether its answer means anything (SGLang's dummy server)."""
+    url = options.probe_url or profile.health_url(cmdline)
+    if url is None:
+        return ()
+    result = probe_once(url, options.probe_timeout_s, t)
+    dummy = None
+    if profile.name == "sglang" and result.outcome is ProbeOutcome.HTTP and result.status == 200:
+        # The dummy app has no other route: ask the one the real server always serves.
+        base = url.rsplit("/", 1)[0] if url.count("/") > 2 else url
+        models = probe_once(base + "/v1/models", options.probe_timeout_s, t)
+        status = models.status if models.outcome is ProbeOutcome.HTTP else None
+        dummy = sglang.dummy_health_reason(cmdline, result.status, status)
+    return (NodeProbe(result, sglang.node_rank(cmdline), dummy),)
 
 
 def take_rounds(

@@ -11,9 +11,10 @@ together: a rank on node 3 that stopped joining the collective is the odd one ou
 its node.
 
 A node that stops answering is evidence (when, and why: refused, timeout, auth), never a crash; its
-processes stay as last seen, with no progress. What is not here yet: no log is followed and no probe is
-sent (the bundle does not carry them yet), so there is no ``ready`` verdict across nodes: the watch
-ends stalled, crashed or at the end of its window.
+processes stay as last seen, with no progress. Each node probes its engine's readiness URL on its own
+loopback (or ``--ready-url``, probed on every node), so node 0's real /health can make the job
+``ready``; SGLang's dummy health server on node ranks >= 1 (always 200) is recognised on the node and
+never counted. What is not here yet: no log is followed across nodes.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ class NodesAttachOptions:
     engine: str | None
     window_s: float
     stall_after_s: float
+    ready_url: str | None
     interval_s: float
     stacks: bool
     quiet: bool
@@ -87,6 +89,7 @@ def stream_args(o: NodesAttachOptions) -> list[str]:
     """The collector's options for the whole watch; each request line then says census or full."""
     deadline = max(1.0, o.ssh.node_timeout_s - o.ssh.connect_timeout_s - min(3.0, o.ssh.node_timeout_s / 4))
     args = ["--match", o.match, "--every", f"{CENSUS_WINDOW_S:g}", "--deadline", f"{deadline:g}"]
+    args += ["--probe-url", o.ready_url] if o.ready_url else []
     return args + (["--engine", o.engine] if o.engine else [])
 
 
@@ -119,8 +122,9 @@ def make_assessor(o: NodesAttachOptions, roots: set[int], first_cmdline: tuple[s
         timeout=o.window_s,
         timeout_label=f"the {o.window_s:g} s --window",
         window_end=o.window_s,
-        # No readiness rule can hold across nodes yet (no probe, no log in the bundle); saying "a healthy
-        # idle server" of a training job's listening TCPStore would mislead, so the hint is off.
+        ready_statuses=frozenset(range(200, 300)) if o.ready_url else profile.ready_statuses,
+        # Without a probe (a training job has none) saying "a healthy idle server" of a listening TCPStore
+        # would mislead, so the hint is off across nodes.
         has_readiness=True,
     )
     # ``roots`` is filled as nodes first answer; the assessor keeps the same set.
