@@ -44,3 +44,9 @@ class NoSuchProcess(HangwatchError):
 
 class AccessDenied(HangwatchError):
     help_text = PTRACE_HELP
+
+
+class NoTargets(HangwatchError):
+    """A transport's discovery named no node to collect from (kubectl refused, no pod matched)."""
+
+    exit_code = 1

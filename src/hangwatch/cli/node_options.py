@@ -10,6 +10,8 @@ from pathlib import Path
 from hangwatch.cli.options import seconds
 from hangwatch.errors import UsageError
 from hangwatch.nodes import hosts as hostlist
+from hangwatch.transports.kubectl import DEFAULT_CONCURRENCY as KUBE_CONCURRENCY
+from hangwatch.transports.kubectl import KubectlOptions
 from hangwatch.transports.ssh import DEFAULT_CONCURRENCY
 from hangwatch.transports.ssh import SshOptions
 
@@ -43,6 +45,41 @@ def add_node_options(parser: argparse.ArgumentParser) -> None:
         default=30.0,
         metavar="S",
         help="per node (default: 30)",
+    )
+
+
+def add_kube_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group(
+        "across pods (kubectl: pods get,list and pods/exec create,get; no pod is changed)"
+    )
+    g.add_argument(
+        "--kube-selector",
+        metavar="SEL",
+        help="pods by label selector, e.g. 'leaderworkerset.sigs.k8s.io/name=vllm' or 'ray.io/cluster=rc'",
+    )
+    g.add_argument("--kube-namespace", metavar="NS", help="kubectl --namespace (default: the context's)")
+    g.add_argument("--kube-context", metavar="CTX", help="kubectl --context (default: the current one)")
+    g.add_argument(
+        "--kube-container", metavar="NAME", help="the container to run in (default: each pod's first)"
+    )
+    g.add_argument(
+        "--kubectl", default="kubectl", metavar="PATH", help="the kubectl to run (default: on PATH)"
+    )
+
+
+def kube_options_of(args: argparse.Namespace) -> KubectlOptions:
+    remote = tuple(shlex.split(args.remote_hangwatch))
+    if not remote:
+        raise UsageError("--remote-hangwatch is empty")
+    return KubectlOptions(
+        kubectl=args.kubectl,
+        context=args.kube_context,
+        namespace=args.kube_namespace,
+        container=args.kube_container,
+        connect_timeout_s=min(10.0, args.node_timeout / 4),
+        node_timeout_s=args.node_timeout,
+        concurrency=args.concurrency if args.concurrency != DEFAULT_CONCURRENCY else KUBE_CONCURRENCY,
+        remote=remote,
     )
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from hangwatch.cli.node_options import add_kube_options
 from hangwatch.cli.node_options import add_node_options
 from hangwatch.cli.node_options import hosts_of
+from hangwatch.cli.node_options import kube_options_of
 from hangwatch.cli.node_options import ssh_options_of
 from hangwatch.cli.options import add_output_file
 from hangwatch.cli.options import seconds
@@ -18,6 +20,7 @@ class StacksCommand:
 
     With --hosts (or --hostfile) and --match: the same on every node through ssh, merged into one report
     whose ranks say their node, with who is missing from the world and each node's clock skew and errors.
+    With --kube-selector: the same in every pod the selector names, through kubectl exec.
 
     Read-only: processes in state T are not dumped (they are reported as stopped), and a process a
     dump leaves stopped is resumed. Needs the same permission as a debugger (py-spy uses ptrace).
@@ -47,6 +50,7 @@ class StacksCommand:
         )
         add_output_file(parser, "--report-json", "write the samples and the merged tree")
         add_node_options(parser)
+        add_kube_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         from hangwatch.supervise.snapshot import SnapshotOptions
@@ -54,7 +58,7 @@ class StacksCommand:
 
         if args.samples < 1 or args.samples > 100:
             raise UsageError("--samples must be between 1 and 100")
-        if args.hosts or args.hostfile:
+        if args.hosts or args.hostfile or args.kube_selector:
             return self._across_nodes(args)
         if args.pid is None:
             raise UsageError("give --pid (this machine) or --hosts/--hostfile with --match (several nodes)")
@@ -78,6 +82,8 @@ class StacksCommand:
             )
         if args.samples > 20:
             raise UsageError("--samples must be between 1 and 20 across nodes")
+        if args.kube_selector and (args.hosts or args.hostfile):
+            raise UsageError("give --hosts/--hostfile (ssh) or --kube-selector (kubectl), not both")
         return stacks_across_nodes(
             NodesStacksOptions(
                 hosts=tuple(hosts_of(args)),
@@ -88,5 +94,7 @@ class StacksCommand:
                 native=not args.no_native,
                 ssh=ssh_options_of(args),
                 report_json=args.report_json,
+                kube=kube_options_of(args) if args.kube_selector else None,
+                kube_selector=args.kube_selector,
             )
         )

@@ -38,6 +38,9 @@ class NodeIdentity:
     boot_id: str  # /proc/sys/kernel/random/boot_id: tells a rebooted node, or two containers of one host
     pid_ns: int  # inode of /proc/self/ns/pid: two pid namespaces on one host give different inodes
     kernel: str
+    # Whether the collector holds CAP_SYS_PTRACE (CapEff bit 19): what py-spy needs for another
+    # process whose capabilities exceed its own; a Kubernetes container lacks it unless it is added.
+    sys_ptrace: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,22 @@ class NodeAnswer:
     stdout: bytes
     sent_wall_s: float
     received_wall_s: float
+
+
+@dataclass(frozen=True)
+class PodTarget:
+    """A pod that ``kubectl get pods -l SELECTOR`` named, as the kubectl transport reaches it."""
+
+    name: str
+    namespace: str
+    node_name: str  # spec.nodeName: the machine it runs on
+    phase: str  # status.phase: Running, Pending, ...
+    container: str  # the one the collector runs in (--kube-container, else the first)
+    containers: tuple[str, ...]
+    role: str  # "lws group 0 leader", "lws group 0 worker 1", "ray head", "ray worker (workergroup)", ""
+    # securityContext.capabilities.add holds SYS_PTRACE (stacks need it; a container lacks it by default).
+    ptrace_added: bool
+    labels: dict[str, str]
 
 
 @dataclass(frozen=True)

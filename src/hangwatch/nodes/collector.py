@@ -304,7 +304,22 @@ def node_identity(root: Path = procfs.PROC) -> NodeIdentity:
         boot_id=read("sys/kernel/random/boot_id"),
         pid_ns=pid_ns,
         kernel=os.uname().release,
+        sys_ptrace=has_sys_ptrace(read("self/status")),
     )
+
+
+CAP_SYS_PTRACE = 19  # linux/capability.h
+
+
+def has_sys_ptrace(status: str) -> bool | None:
+    """CAP_SYS_PTRACE in the effective set, from /proc/self/status's ``CapEff`` (None when unreadable)."""
+    for line in status.splitlines():
+        if line.startswith("CapEff:"):
+            try:
+                return bool(int(line.split()[1], 16) >> CAP_SYS_PTRACE & 1)
+            except (IndexError, ValueError):
+                return None
+    return None
 
 
 def _ancestors(pid: int, root: Path) -> set[int]:

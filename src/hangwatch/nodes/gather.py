@@ -7,11 +7,16 @@ A node whose answer is not a bundle (not JSON, another schema, a field missing) 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
+from hangwatch.model.nodes import BundleError
 from hangwatch.model.nodes import NodeAnswer
 from hangwatch.model.nodes import NodeOutcome
 from hangwatch.model.nodes import NodeResult
+from hangwatch.model.nodes import PodTarget
+from hangwatch.model.stacks import DumpOutcome
 from hangwatch.nodes import codec
+from hangwatch.transports import kubectl
 from hangwatch.transports import ssh
 
 
@@ -41,3 +46,48 @@ def result_of(answer: NodeAnswer) -> NodeResult:
 
 def gather_ssh(hosts: Sequence[str], remote_args: Sequence[str], options: ssh.SshOptions) -> list[NodeResult]:
     return ssh.collect_nodes(hosts, remote_args, options, finish=result_of)
+
+
+def gather_kubectl(
+    pods: Sequence[PodTarget], remote_args: Sequence[str], options: kubectl.KubectlOptions
+) -> list[NodeResult]:
+    return kubectl.collect_pods(pods, remote_args, options, finish=lambda pod, a: in_pod(pod, result_of(a)))
+
+
+def in_pod(pod: PodTarget, result: NodeResult) -> NodeResult:
+    """A pod's result, with what its stack failures mean there: the container's missing SYS_PTRACE."""
+    bundle = result.bundle
+    if bundle is None:
+        return result
+    denied = sorted({p.pid for s in bundle.stacks for p in s.processes if p.outcome is DumpOutcome.DENIED})
+    if not denied:
+        return result
+    note = BundleError("stacks", ptrace_advice(pod, bundle.node.sys_ptrace, len(denied)))
+    return replace(result, bundle=replace(bundle, errors=(*bundle.errors, note)))
+
+
+def ptrace_advice(pod: PodTarget, has_ptrace: bool | None, denied: int) -> str:
+    """Exactly why stacks failed in a pod, and what would fix it; hangwatch never changes a pod."""
+    debug = (
+        f"kubectl debug -it -n {pod.namespace} {pod.name} --profile=general --target={pod.container} "
+        "--image=python:3.12-slim (an ephemeral container with SYS_PTRACE in the target's PID namespace; "
+        "it stays in the pod's spec until the pod is deleted)"
+    )
+    head = f"stacks denied for {denied} process(es) in pod {pod.name}, container {pod.container}"
+    if has_ptrace is False and not pod.ptrace_added:
+        return (
+            f"{head}: the container lacks CAP_SYS_PTRACE, which Kubernetes drops by default and py-spy "
+            "needs. hangwatch changes no pod; to allow it, add "
+            f"securityContext.capabilities.add: [SYS_PTRACE] to container {pod.container} (the pod is "
+            "recreated; the baseline and restricted Pod Security Standards forbid it), or take the stacks "
+            f"from {debug}"
+        )
+    if has_ptrace is False:
+        return (
+            f"{head}: the pod spec adds SYS_PTRACE, but the collector does not hold it (another container, "
+            f"or a runtime or admission policy that strips it); or take the stacks from {debug}"
+        )
+    return (
+        f"{head} although the collector holds CAP_SYS_PTRACE: a seccomp or AppArmor profile, or another "
+        f"user's processes; or take the stacks from {debug}"
+    )

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hangwatch.analyse.nodes import report_of
+from hangwatch.errors import NoTargets
 from hangwatch.errors import UsageError
+from hangwatch.nodes.gather import gather_kubectl
 from hangwatch.nodes.gather import gather_ssh
 from hangwatch.redact import scrub
 from hangwatch.render.files import write_atomically
@@ -19,6 +21,7 @@ from hangwatch.render.files import write_outputs
 from hangwatch.render.json_report import json_text
 from hangwatch.render.json_report import plain
 from hangwatch.render.nodes_text import nodes_text
+from hangwatch.transports import kubectl
 from hangwatch.transports.ssh import SshOptions
 
 # Room on each node's timeout for the ssh handshake and the transfer, so the collector's own deadline
@@ -36,11 +39,19 @@ class NodesStacksOptions:
     native: bool
     ssh: SshOptions
     report_json: Path | None
+    # Pods instead of hosts: ``kubectl get pods -l kube_selector``, the collector through kubectl exec.
+    kube: kubectl.KubectlOptions | None = None
+    kube_selector: str | None = None
 
 
 def remote_args(o: NodesStacksOptions) -> list[str]:
-    margin = min(TRANSPORT_MARGIN_S, o.ssh.node_timeout_s / 4)
-    deadline = max(1.0, o.ssh.node_timeout_s - o.ssh.connect_timeout_s - margin)
+    node_timeout, connect = (
+        (o.kube.node_timeout_s, o.kube.connect_timeout_s)
+        if o.kube is not None
+        else (o.ssh.node_timeout_s, o.ssh.connect_timeout_s)
+    )
+    margin = min(TRANSPORT_MARGIN_S, node_timeout / 4)
+    deadline = max(1.0, node_timeout - connect - margin)
     args = ["--match", o.match, "--mode", "full", "--samples", str(o.samples), "--every", f"{o.every_s:g}"]
     args += ["--deadline", f"{deadline:g}"]
     if not o.native:
@@ -51,9 +62,18 @@ def remote_args(o: NodesStacksOptions) -> list[str]:
 
 
 def stacks_across_nodes(o: NodesStacksOptions) -> int:
-    if not o.hosts:
+    if o.kube is not None and o.kube_selector is not None:
+        try:
+            pods = kubectl.discover(o.kube_selector, o.kube)
+        except kubectl.KubectlError as exc:
+            raise NoTargets(f"kubectl: {exc}") from None
+        if not pods:
+            raise NoTargets(f"no pod matches -l {o.kube_selector!r}" + _in_namespace(o.kube))
+        results = gather_kubectl(pods, remote_args(o), o.kube)
+    elif not o.hosts:
         raise UsageError("--hosts/--hostfile named no node")
-    results = gather_ssh(o.hosts, remote_args(o), o.ssh)
+    else:
+        results = gather_ssh(o.hosts, remote_args(o), o.ssh)
     report = report_of(results, f"--match {o.match!r}")
     print(scrub(nodes_text(report)), flush=True)
     if o.report_json is not None:
@@ -62,3 +82,7 @@ def stacks_across_nodes(o: NodesStacksOptions) -> int:
             [("--report-json", o.report_json, lambda path: write_atomically(path, json_text(data)))]
         )
     return 0 if any(r.bundle is not None for r in results) else 1
+
+
+def _in_namespace(k: kubectl.KubectlOptions) -> str:
+    return f" in namespace {k.namespace}" if k.namespace else " in the context's namespace"

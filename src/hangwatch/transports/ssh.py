@@ -34,6 +34,8 @@ from typing import TypeVar
 
 from hangwatch.model.nodes import NodeAnswer
 from hangwatch.model.nodes import NodeOutcome
+from hangwatch.transports.runner import Exchange
+from hangwatch.transports.runner import run_bounded
 
 T = TypeVar("T")
 
@@ -84,17 +86,6 @@ class SshOptions:
     remote: tuple[str, ...] = ("hangwatch",)
 
 
-@dataclass(frozen=True)
-class Exchange:
-    """What one ssh run gave: exit status (None: killed at the deadline), output, and when."""
-
-    rc: int | None
-    stdout: bytes
-    stderr: str
-    sent_wall_s: float
-    received_wall_s: float
-
-
 Runner = Callable[[list[str], float], Exchange]
 
 
@@ -118,21 +109,9 @@ def ssh_argv(host: str, remote_args: Sequence[str], options: SshOptions) -> list
     return [*argv, "--", host, remote]
 
 
-def run_ssh(argv: list[str], deadline_s: float) -> Exchange:
-    """Run one ssh in a session of its own; SIGKILL its whole group at the deadline."""
-    sent = time.time()
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
-    )
-    try:
-        out, err = proc.communicate(timeout=deadline_s)
-        rc: int | None = proc.returncode
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        rc = None
-    return Exchange(rc, out or b"", (err or b"").decode("utf-8", "replace"), sent, time.time())
+# The runner is the same for every transport: one client process in a session of its own, killed with its
+# group at the deadline (transports/runner.py).
+run_ssh = run_bounded
 
 
 def collect_nodes(
