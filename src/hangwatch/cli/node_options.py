@@ -12,6 +12,7 @@ from hangwatch.errors import UsageError
 from hangwatch.nodes import hosts as hostlist
 from hangwatch.transports.kubectl import DEFAULT_CONCURRENCY as KUBE_CONCURRENCY
 from hangwatch.transports.kubectl import KubectlOptions
+from hangwatch.transports.slurm import SlurmOptions
 from hangwatch.transports.ssh import DEFAULT_CONCURRENCY
 from hangwatch.transports.ssh import SshOptions
 
@@ -64,6 +65,26 @@ def add_kube_options(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--kubectl", default="kubectl", metavar="PATH", help="the kubectl to run (default: on PATH)"
+    )
+
+
+def add_slurm_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("across a Slurm job (srun --jobid J --overlap on each of its nodes)")
+    g.add_argument(
+        "--slurm-job", metavar="J", help="a running job's id: its nodes from squeue, the collector by srun"
+    )
+
+
+def slurm_options_of(args: argparse.Namespace) -> SlurmOptions:
+    remote = tuple(shlex.split(args.remote_hangwatch))
+    if not remote:
+        raise UsageError("--remote-hangwatch is empty")
+    return SlurmOptions(
+        job=args.slurm_job,
+        connect_timeout_s=min(5.0, args.node_timeout / 4),
+        node_timeout_s=args.node_timeout,
+        concurrency=args.concurrency,
+        remote=remote,
     )
 
 

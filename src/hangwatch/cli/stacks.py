@@ -6,8 +6,10 @@ import argparse
 
 from hangwatch.cli.node_options import add_kube_options
 from hangwatch.cli.node_options import add_node_options
+from hangwatch.cli.node_options import add_slurm_options
 from hangwatch.cli.node_options import hosts_of
 from hangwatch.cli.node_options import kube_options_of
+from hangwatch.cli.node_options import slurm_options_of
 from hangwatch.cli.node_options import ssh_options_of
 from hangwatch.cli.options import add_output_file
 from hangwatch.cli.options import seconds
@@ -20,7 +22,8 @@ class StacksCommand:
 
     With --hosts (or --hostfile) and --match: the same on every node through ssh, merged into one report
     whose ranks say their node, with who is missing from the world and each node's clock skew and errors.
-    With --kube-selector: the same in every pod the selector names, through kubectl exec.
+    With --kube-selector: the same in every pod the selector names, through kubectl exec. With
+    --slurm-job: on every node of a running job, through srun --overlap.
 
     Read-only: processes in state T are not dumped (they are reported as stopped), and a process a
     dump leaves stopped is resumed. Needs the same permission as a debugger (py-spy uses ptrace).
@@ -51,6 +54,7 @@ class StacksCommand:
         add_output_file(parser, "--report-json", "write the samples and the merged tree")
         add_node_options(parser)
         add_kube_options(parser)
+        add_slurm_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         from hangwatch.supervise.snapshot import SnapshotOptions
@@ -58,7 +62,7 @@ class StacksCommand:
 
         if args.samples < 1 or args.samples > 100:
             raise UsageError("--samples must be between 1 and 100")
-        if args.hosts or args.hostfile or args.kube_selector:
+        if args.hosts or args.hostfile or args.kube_selector or args.slurm_job:
             return self._across_nodes(args)
         if args.pid is None:
             raise UsageError("give --pid (this machine) or --hosts/--hostfile with --match (several nodes)")
@@ -82,8 +86,11 @@ class StacksCommand:
             )
         if args.samples > 20:
             raise UsageError("--samples must be between 1 and 20 across nodes")
-        if args.kube_selector and (args.hosts or args.hostfile):
-            raise UsageError("give --hosts/--hostfile (ssh) or --kube-selector (kubectl), not both")
+        chosen = [bool(args.hosts or args.hostfile), bool(args.kube_selector), bool(args.slurm_job)]
+        if sum(chosen) > 1:
+            raise UsageError(
+                "give one of --hosts/--hostfile (ssh), --kube-selector (kubectl), --slurm-job (srun)"
+            )
         return stacks_across_nodes(
             NodesStacksOptions(
                 hosts=tuple(hosts_of(args)),
@@ -96,5 +103,6 @@ class StacksCommand:
                 report_json=args.report_json,
                 kube=kube_options_of(args) if args.kube_selector else None,
                 kube_selector=args.kube_selector,
+                slurm=slurm_options_of(args) if args.slurm_job else None,
             )
         )

@@ -16,7 +16,9 @@ from hangwatch.model.nodes import NodeResult
 from hangwatch.model.nodes import PodTarget
 from hangwatch.model.stacks import DumpOutcome
 from hangwatch.nodes import codec
+from hangwatch.nodes import hosts
 from hangwatch.transports import kubectl
+from hangwatch.transports import slurm
 from hangwatch.transports import ssh
 
 
@@ -91,3 +93,16 @@ def ptrace_advice(pod: PodTarget, has_ptrace: bool | None, denied: int) -> str:
         f"{head} although the collector holds CAP_SYS_PTRACE: a seccomp or AppArmor profile, or another "
         f"user's processes; or take the stacks from {debug}"
     )
+
+
+def slurm_nodes(options: slurm.SlurmOptions) -> list[str]:
+    """The running job's nodes: squeue's list, expanded by scontrol, else by the same syntax here."""
+    node_list = slurm.job_node_list(options)
+    expanded = slurm.show_hostnames(node_list, options)
+    return expanded if expanded is not None else hosts.expand(node_list) if node_list else []
+
+
+def gather_slurm(
+    nodes: Sequence[str], remote_args: Sequence[str], options: slurm.SlurmOptions
+) -> list[NodeResult]:
+    return slurm.collect_nodes(nodes, remote_args, options, finish=result_of)

@@ -14,7 +14,9 @@ from hangwatch.analyse.nodes import report_of
 from hangwatch.errors import NoTargets
 from hangwatch.errors import UsageError
 from hangwatch.nodes.gather import gather_kubectl
+from hangwatch.nodes.gather import gather_slurm
 from hangwatch.nodes.gather import gather_ssh
+from hangwatch.nodes.gather import slurm_nodes
 from hangwatch.redact import scrub
 from hangwatch.render.files import write_atomically
 from hangwatch.render.files import write_outputs
@@ -22,6 +24,7 @@ from hangwatch.render.json_report import json_text
 from hangwatch.render.json_report import plain
 from hangwatch.render.nodes_text import nodes_text
 from hangwatch.transports import kubectl
+from hangwatch.transports import slurm
 from hangwatch.transports.ssh import SshOptions
 
 # Room on each node's timeout for the ssh handshake and the transfer, so the collector's own deadline
@@ -42,14 +45,13 @@ class NodesStacksOptions:
     # Pods instead of hosts: ``kubectl get pods -l kube_selector``, the collector through kubectl exec.
     kube: kubectl.KubectlOptions | None = None
     kube_selector: str | None = None
+    # The nodes of a running Slurm job, the collector through ``srun --jobid J --overlap``.
+    slurm: slurm.SlurmOptions | None = None
 
 
 def remote_args(o: NodesStacksOptions) -> list[str]:
-    node_timeout, connect = (
-        (o.kube.node_timeout_s, o.kube.connect_timeout_s)
-        if o.kube is not None
-        else (o.ssh.node_timeout_s, o.ssh.connect_timeout_s)
-    )
+    transport = o.kube or o.slurm or o.ssh
+    node_timeout, connect = transport.node_timeout_s, transport.connect_timeout_s
     margin = min(TRANSPORT_MARGIN_S, node_timeout / 4)
     deadline = max(1.0, node_timeout - connect - margin)
     args = ["--match", o.match, "--mode", "full", "--samples", str(o.samples), "--every", f"{o.every_s:g}"]
@@ -70,6 +72,14 @@ def stacks_across_nodes(o: NodesStacksOptions) -> int:
         if not pods:
             raise NoTargets(f"no pod matches -l {o.kube_selector!r}" + _in_namespace(o.kube))
         results = gather_kubectl(pods, remote_args(o), o.kube)
+    elif o.slurm is not None:
+        try:
+            nodes = slurm_nodes(o.slurm)
+        except slurm.SlurmError as exc:
+            raise NoTargets(f"slurm: {exc}") from None
+        if not nodes:
+            raise NoTargets(f"job {o.slurm.job} has no node yet (pending?)")
+        results = gather_slurm(nodes, remote_args(o), o.slurm)
     elif not o.hosts:
         raise UsageError("--hosts/--hostfile named no node")
     else:

@@ -1,0 +1,56 @@
+"""``hangwatch stacks --slurm-job`` on three emulated nodes: the Slurm stand-ins (tests/fakes/slurm_standin.py)
+resolve the job's nodes and start each step inside its node's namespaces, as slurmd would; the job is
+the gloo job of test_nodes_ssh.py (rank 3 on hwnode3 skips the all_reduce).
+
+No Slurm is installed here: squeue, scontrol and srun are stand-ins that keep their argument and message
+shapes (docs/multinode.md says what a real cluster adds and how to check it by hand). What this shows is
+that the slurm transport's argv, node list and answers carry the same merged diagnosis as ssh's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hwrun import run_hangwatch
+from nodes_emulation import EmulatedNodes
+from nodes_emulation import Job
+from slurm_standins import calls
+from slurm_standins import install
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.torch, pytest.mark.nodes]
+
+
+def test_a_slurm_job_is_collected_with_srun_overlap_on_each_of_its_nodes(
+    cluster: EmulatedNodes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = Job(cluster, "slurm", {1: [0, 1], 2: [2], 3: [3]}, world=4, port=29531, culprit="3")
+    try:
+        job.wait_blocked()
+        log = install(
+            tmp_path,
+            monkeypatch,
+            {"4242": {"nodes": "hwnode[1-3]"}},
+            nodes={n.name: n.init_pid for n in cluster.nodes},
+        )
+        out = run_hangwatch(
+            ["stacks", "--slurm-job", "4242", "--match", job.match(), "--remote-hangwatch", str(cluster.hangwatch),
+             "--no-native", "--samples", "2", "--every", "1"],
+            tmp_path, timeout=120,
+        )  # fmt: skip
+    finally:
+        job.stop()
+    report = out.report
+    assert report is not None, out.stderr
+    assert [(n["host"], n["outcome"]) for n in report["nodes"]] == [
+        ("hwnode1", "ok"), ("hwnode2", "ok"), ("hwnode3", "ok"),
+    ]  # fmt: skip
+    diagnosis = report["diagnosis"]
+    assert diagnosis["cause"] == "collective-wait", diagnosis
+    (culprit,) = diagnosis["culprits"]
+    assert report["processes"][str(culprit)]["node"] == "hwnode3"
+    assert "hwnode3:rank3 never entered it" in diagnosis["explanation"]
+    steps = [c for c in calls(log) if c[0] == "srun"]
+    assert sorted(s[s.index("-w") + 1] for s in steps) == ["hwnode1", "hwnode2", "hwnode3"]
+    assert all("--overlap" in s and s[s.index("--jobid") + 1] == "4242" for s in steps)

@@ -1,0 +1,128 @@
+"""The slurm transport against stand-in ``squeue``, ``scontrol`` and ``srun`` on PATH
+(tests/fakes/slurm_standin.py): the job's nodes, the exact srun argv, each failure as that node's
+outcome. Here the "nodes" are this machine; tests/integration/test_nodes_slurm.py runs the steps
+inside emulated nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import hangwatch
+from hangwatch.model.nodes import NodeOutcome
+from hangwatch.nodes.gather import gather_slurm
+from hangwatch.nodes.gather import slurm_nodes
+from hangwatch.transports import slurm
+from hangwatch.transports.runner import run_bounded
+from hangwatch.transports.slurm import SlurmOptions
+from slurm_standins import calls
+from slurm_standins import install
+
+REMOTE = (sys.executable, "-m", "hangwatch")
+JOBS = {"4242": {"nodes": "hwn[1-2],gpu07"}, "77": {"nodes": "hwn01"}}
+# The "nodes" share this machine: one at a time, or each collector would see the other's command line.
+ONE_AT_A_TIME = 1
+
+
+@pytest.fixture
+def standins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("PYTHONPATH", str(Path(hangwatch.__file__).resolve().parents[1]))
+    return install(tmp_path, monkeypatch, JOBS)
+
+
+@pytest.fixture
+def job() -> Iterator[str]:
+    token = f"hw-slurm-job-{os.getpid()}"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", token], env={"RANK": "0"})
+    try:
+        yield token
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_jobs_nodes_come_from_squeue_expanded_by_scontrol(standins: Path) -> None:
+    assert slurm_nodes(SlurmOptions("4242")) == ["hwn1", "hwn2", "gpu07"]
+    assert calls(standins) == [
+        ["squeue", "-j", "4242", "-h", "-o", "%N"],
+        ["scontrol", "show", "hostnames", "hwn[1-2],gpu07"],
+    ]
+
+
+def test_without_scontrol_the_list_is_expanded_here_the_same_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install(tmp_path, monkeypatch, JOBS, tools=("squeue", "srun"))
+    options = SlurmOptions("4242", scontrol=str(tmp_path / "no-scontrol"))
+    assert slurm_nodes(options) == ["hwn1", "hwn2", "gpu07"]
+    assert slurm_nodes(replace_job(options, "77")) == ["hwn01"]  # zero padding kept
+
+
+def replace_job(options: SlurmOptions, job: str) -> SlurmOptions:
+    return SlurmOptions(job, scontrol=options.scontrol)
+
+
+def test_a_job_that_is_not_running_or_not_a_job_id_is_said(standins: Path) -> None:
+    with pytest.raises(slurm.SlurmError, match="job 9999: the job is not running"):
+        slurm_nodes(SlurmOptions("9999"))
+    with pytest.raises(slurm.SlurmError, match="not a Slurm job id"):
+        slurm_nodes(SlurmOptions("--all"))
+
+
+def test_one_step_per_node_inside_the_allocation(standins: Path, job: str) -> None:
+    options = SlurmOptions("4242", remote=REMOTE, concurrency=ONE_AT_A_TIME)
+    results = gather_slurm(["hwn1", "hwn2"], ["--match", job, "--mode", "census", "--every", "0.1"], options)
+    assert [r.outcome for r in results] == [NodeOutcome.OK, NodeOutcome.OK], [r.detail for r in results]
+    assert all(r.bundle is not None and len(r.bundle.processes) == 1 for r in results)
+    steps = [c for c in calls(standins) if c[0] == "srun"]
+    assert steps[0] == [
+        "srun", "--jobid", "4242", "--overlap", "-N1", "-n1", "-w", "hwn1", "--quiet",
+        *REMOTE, "collect", "--match", job, "--mode", "census", "--every", "0.1",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("node", "remote", "outcome", "said"),
+    [
+        ("node9", REMOTE, NodeOutcome.UNREACHABLE, "not part of the job's allocation"),
+        ("hwn1", ("/opt/none/hangwatch",), NodeOutcome.NO_COLLECTOR, "execve(): /opt/none/hangwatch"),
+    ],
+)
+def test_each_step_failure_is_that_nodes_outcome(
+    standins: Path, node: str, remote: tuple[str, ...], outcome: NodeOutcome, said: str
+) -> None:
+    (result,) = gather_slurm([node], ["--match", "x", "--mode", "census"], SlurmOptions("4242", remote=remote))
+    assert result.outcome is outcome and said in result.detail, result.detail
+
+
+def test_a_step_that_cannot_overlap_waits_and_is_said_so(standins: Path) -> None:
+    """Without --overlap a step waits for the CPUs the job's steps hold: the timeout says why."""
+    options = SlurmOptions("4242", node_timeout_s=1.5)
+    argv = [a for a in slurm.srun_argv("hwn1", ["--match", "x"], options) if a != "--overlap"]
+    answer = slurm.answer_of("hwn1", run_bounded(argv, options.node_timeout_s), options)
+    assert answer.outcome is NodeOutcome.TIMEOUT
+    assert "step creation temporarily disabled" in answer.detail and "--overlap" in answer.detail
+
+
+def test_stacks_cli_across_a_slurm_job(standins: Path, job: str, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "hangwatch", "stacks", "--slurm-job", "77", "--match", job,
+         "--remote-hangwatch", " ".join(REMOTE), "--no-native", "--report-json", str(report)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data = json.loads(report.read_text())
+    assert [(n["host"], n["outcome"]) for n in data["nodes"]] == [("hwn01", "ok")]
+    missing = subprocess.run(
+        [sys.executable, "-m", "hangwatch", "stacks", "--slurm-job", "31337", "--match", job],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert missing.returncode == 1 and "job 31337: the job is not running" in missing.stderr
