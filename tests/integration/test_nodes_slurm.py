@@ -54,3 +54,36 @@ def test_a_slurm_job_is_collected_with_srun_overlap_on_each_of_its_nodes(
     steps = [c for c in calls(log) if c[0] == "srun"]
     assert sorted(s[s.index("-w") + 1] for s in steps) == ["hwnode1", "hwnode2", "hwnode3"]
     assert all("--overlap" in s and s[s.index("--jobid") + 1] == "4242" for s in steps)
+
+
+def test_attach_across_a_slurm_job_names_the_rank_that_stopped(
+    cluster: EmulatedNodes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job loops for 12 s on every node, then rank 3 on hwnode3 leaves: one srun step per node."""
+    job = Job(
+        cluster, "slurmloop", {1: [0, 1], 2: [2], 3: [3]}, world=4, port=29532, culprit="3",
+        **{"progress-for": "12"},
+    )  # fmt: skip
+    try:
+        job.wait_ready()
+        log = install(
+            tmp_path,
+            monkeypatch,
+            {"4243": {"nodes": "hwnode[1-3]"}},
+            nodes={n.name: n.init_pid for n in cluster.nodes},
+        )
+        out = run_hangwatch(
+            ["attach", "--slurm-job", "4243", "--match", job.match(), "--remote-hangwatch", str(cluster.hangwatch),
+             "--window", "120", "--stall-after", "20", "--interval", "1", "--quiet"],
+            tmp_path, timeout=200,
+        )  # fmt: skip
+    finally:
+        job.stop()
+    report = out.report
+    assert report is not None, out.stderr
+    verdict = report["verdict"]
+    assert verdict["state"] == "stalled" and verdict["cause"] == "collective-wait", (verdict, out.stdout)
+    assert report["processes"][str(verdict["culprits"][0])]["node"] == "hwnode3"
+    assert report["duration_s"] >= 10
+    steps = [c for c in calls(log) if c[0] == "srun"]
+    assert len(steps) == 3 and all(s[-1] == "--stream" for s in steps), steps

@@ -181,3 +181,20 @@ def test_stacks_cli_across_pods(standin: Path, job: str, tmp_path: Path) -> None
     data = json.loads(report.read_text())
     assert [(n["host"], n["outcome"]) for n in data["nodes"]] == [("vllm-0", "ok"), ("vllm-0-1", "ok")]
     assert "hangwatch stacks across 2 nodes" in done.stdout
+
+
+def test_attach_across_pods_keeps_one_exec_stream_per_pod(standin: Path, job: str, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "hangwatch", "attach", "--kube-selector", "leaderworkerset.sigs.k8s.io/name=vllm",
+         "--kube-namespace", "default", "--match", job, "--remote-hangwatch", " ".join(REMOTE),
+         "--window", "30", "--stall-after", "4", "--interval", "1", "--quiet", "--report-json", str(report)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    data = json.loads(report.read_text())
+    assert data["verdict"]["state"] == "stalled", (done.stdout, done.stderr)  # a sleeping "server"
+    assert [(n["label"], n["rounds_failed"]) for n in data["nodes"]] == [("vllm-0", 0), ("vllm-0-1", 0)]
+    assert all(n["rounds_answered"] >= 3 for n in data["nodes"])
+    # One kubectl exec per pod for the whole watch (census and stack rounds are lines on it).
+    execs = [c for c in _calls(standin) if "exec" in c]
+    assert len(execs) == 2 and all(c[-1] == "--stream" for c in execs), execs

@@ -292,3 +292,14 @@ def test_texts_show_each_nodes_own_pid() -> None:
     key = next(iter(merged.keys))
     assert key == KEY_STRIDE + 7
     assert local_text(f"main[{key}] and rank {key}", merged.keys) == "main[7] and rank 7"
+
+
+def test_other_collectors_and_their_clients_are_never_the_server() -> None:
+    """Two streams on one host (two aliases, two pods of one machine) must not select each other."""
+    from hangwatch.nodes.collector import is_collector
+
+    assert is_collector(["ssh", "-T", "--", "n1", "'/opt/v/bin/hangwatch' collect --match 'sglang::'"])
+    assert is_collector(["kubectl", "exec", "-i", "p", "-c", "c", "--", "hangwatch", "collect", "--stream"])
+    assert is_collector(["/usr/bin/python3", "-m", "hangwatch", "attach", "--hosts", "n[1-2]", "--match", "x"])
+    assert not is_collector(["python", "train.py", "--collect-stats"])
+    assert not is_collector(["python", "-m", "sglang.launch_server", "--model", "hangwatch-collect"])

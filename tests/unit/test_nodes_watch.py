@@ -45,7 +45,7 @@ from hangwatch.nodes.watch import NodesAttachOptions
 from hangwatch.nodes.watch import NodesWatch
 from hangwatch.render.nodes_text import nodes_watch_text
 from hangwatch.transports.ssh import SshOptions
-from hangwatch.transports.ssh import SshSession
+from hangwatch.transports.ssh import ssh_session
 
 # node -> (pid namespace, {pid: (global rank, leaf function once stuck)})
 JOB = {
@@ -274,7 +274,7 @@ def fake_ssh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SshOptions:
 
 
 def test_a_session_answers_every_request_from_one_remote_process(fake_ssh: SshOptions) -> None:
-    session = SshSession("n1", ["--match", "no-such-process-xyz", "--every", "0.1"], fake_ssh)
+    session = ssh_session("n1", ["--match", "no-such-process-xyz", "--every", "0.1"], fake_ssh)
     try:
         answers = [result_of(session.ask(r, 20.0)) for r in ("census", "full", "census")]
     finally:
@@ -288,7 +288,7 @@ def test_a_session_that_fails_is_that_nodes_outcome_and_is_opened_again(
     fake_ssh: SshOptions, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HW_FAKE_SSH", "refused")
-    session = SshSession("n1", ["--match", "x"], fake_ssh)
+    session = ssh_session("n1", ["--match", "x"], fake_ssh)
     first = session.ask("census", 5.0)
     assert first.outcome is NodeOutcome.REFUSED and "Connection refused" in first.detail
     monkeypatch.setenv("HW_FAKE_SSH", "silent")  # accepts, never answers (a stopped sshd)

@@ -57,7 +57,12 @@ class _NodeTrack:
 
 
 class NodeRounds:
-    """Census rounds of a fixed list of nodes folded into ticks with stable merge keys (node index)."""
+    """Census rounds of a fixed list of nodes folded into ticks with stable merge keys (node index).
+
+    Nodes are named as the user (or the transport's discovery) named them: the host, the pod, the Slurm
+    node. Hostnames could repeat (containers of one machine) and are learnt only as nodes answer, so a
+    label taken from them could change in the middle of a watch.
+    """
 
     def __init__(self, hosts: Sequence[str]) -> None:
         self.nodes = [_NodeTrack(h, h) for h in hosts]
@@ -93,8 +98,6 @@ class NodeRounds:
                 node.silent_since = None
             first_answer = node.answered == 0
             node.answered += 1
-            if first_answer and bundle.node.hostname:
-                node.label = self._unique_label(bundle.node.hostname, node)
             node.pid_ns = bundle.node.pid_ns
             offset = (index + 1) * KEY_STRIDE
             seen = relabel_tick(bundle.ticks[-1], offset, node.label)
@@ -160,11 +163,6 @@ class NodeRounds:
             )
             for n in self.nodes
         )
-
-    def _unique_label(self, hostname: str, node: _NodeTrack) -> str:
-        # Two containers of one host (or one name behind two aliases): the host as given tells them apart.
-        taken = {n.label for n in self.nodes if n is not node}
-        return hostname if hostname not in taken else node.host
 
 
 def _since(p: ProcessSample, old: ProcessSample | None) -> ProcessSample:

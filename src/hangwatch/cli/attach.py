@@ -7,8 +7,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from hangwatch.cli.node_options import add_kube_options
 from hangwatch.cli.node_options import add_node_options
+from hangwatch.cli.node_options import add_slurm_options
 from hangwatch.cli.node_options import hosts_of
+from hangwatch.cli.node_options import kube_options_of
+from hangwatch.cli.node_options import slurm_options_of
 from hangwatch.cli.node_options import ssh_options_of
 from hangwatch.cli.options import add_watch_options
 from hangwatch.cli.options import seconds
@@ -22,7 +26,8 @@ class AttachCommand:
     Nothing is ever signalled, stopped or killed in attach mode. The server's log is followed from
     --log, or found automatically when its stdout or stderr is a regular file.
 
-    With --hosts (or --hostfile) and --match: the same watch across nodes through ssh. Each interval a
+    With --hosts (or --hostfile), --kube-selector or --slurm-job, and --match: the same watch across
+    nodes, through ssh, kubectl exec or srun. Each interval a
     cheap census of every node feeds one verdict for the job; stacks are taken on every node when it
     goes quiet; a node that stops answering is evidence, and progress on any node is progress of the job.
     """
@@ -49,6 +54,8 @@ class AttachCommand:
         )
         add_watch_options(parser, stall_default=None)
         add_node_options(parser)
+        add_kube_options(parser)
+        add_slurm_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         from hangwatch.collect.proctree import whole_machine_note
@@ -56,7 +63,7 @@ class AttachCommand:
         from hangwatch.supervise.attach import run_attached
 
         stall = args.stall_after if args.stall_after is not None else args.window
-        if args.hosts or args.hostfile:
+        if args.hosts or args.hostfile or args.kube_selector or args.slurm_job:
             return self._across_nodes(args, stall)
         if args.pid is None:
             raise UsageError("give --pid (this machine) or --hosts/--hostfile with --match (several nodes)")
@@ -92,6 +99,11 @@ class AttachCommand:
             )
             if given
         ]
+        chosen = [bool(args.hosts or args.hostfile), bool(args.kube_selector), bool(args.slurm_job)]
+        if sum(chosen) > 1:
+            raise UsageError(
+                "give one of --hosts/--hostfile (ssh), --kube-selector (kubectl), --slurm-job (srun)"
+            )
         if unsupported:
             raise UsageError(f"{', '.join(unsupported)}: not supported across nodes yet")
         w = watch_options(args, stall_after=stall)
@@ -108,5 +120,8 @@ class AttachCommand:
                 quiet=w.quiet,
                 ssh=ssh_options_of(args),
                 report_json=args.report_json,
+                kube=kube_options_of(args) if args.kube_selector else None,
+                kube_selector=args.kube_selector,
+                slurm=slurm_options_of(args) if args.slurm_job else None,
             )
         )

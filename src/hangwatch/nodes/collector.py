@@ -334,6 +334,17 @@ def _ancestors(pid: int, root: Path) -> set[int]:
     return out
 
 
+# A hangwatch collector's command line, or a transport client's that starts one (``ssh NODE 'hangwatch'
+# collect --match ...``, ``kubectl exec ... -- hangwatch collect``, ``srun ... python -m hangwatch collect``),
+# or the controller's own (``hangwatch attach --hosts ... --match``, run on one of the nodes): they carry
+# the --match pattern, and are never the server.
+_COLLECTOR = re.compile(r"hangwatch\S*\s+(?:collect|attach|stacks)(?:\s|$)")
+
+
+def is_collector(cmdline: tuple[str, ...] | list[str]) -> bool:
+    return bool(_COLLECTOR.search(" ".join(cmdline)))
+
+
 def select_roots(options: CollectOptions, root: Path, errors: list[BundleError]) -> tuple[list[int], str]:
     """The roots of the server's trees on this node: the topmost matching processes, never ourselves."""
     if options.pids:
@@ -362,6 +373,8 @@ def select_roots(options: CollectOptions, root: Path, errors: list[BundleError])
         if pid in ours or stat.ppid == os.getpid():
             continue
         cmdline = procfs.read_cmdline(pid, root) or ()
+        if is_collector(cmdline):
+            continue  # another collector (a second stream on this host), or the client that started it
         title = procfs.process_title(cmdline, stat.comm)
         if pattern.search(title) or pattern.search(" ".join(cmdline)):
             matched.add(pid)

@@ -35,15 +35,19 @@ from hangwatch.analyse.assess import Policy
 from hangwatch.analyse.nodewatch import NodeRounds
 from hangwatch.analyse.stacktree import build_tree
 from hangwatch.analyse.stackwatch import StackHistory
+from hangwatch.errors import NoTargets
 from hangwatch.errors import UsageError
 from hangwatch.model.nodes import NODES_WATCH_SCHEMA
+from hangwatch.model.nodes import NodeAnswer
 from hangwatch.model.nodes import NodeResult
 from hangwatch.model.nodes import NodesWatchReport
 from hangwatch.model.nodes import RoundCost
 from hangwatch.model.report import Verdict
 from hangwatch.model.status import StackRequest
 from hangwatch.model.vocabulary import State
+from hangwatch.nodes.gather import in_pod
 from hangwatch.nodes.gather import result_of
+from hangwatch.nodes.gather import slurm_nodes
 from hangwatch.redact import scrub
 from hangwatch.render.files import write_atomically
 from hangwatch.render.files import write_outputs
@@ -51,13 +55,15 @@ from hangwatch.render.json_report import json_text
 from hangwatch.render.json_report import plain
 from hangwatch.render.live import make_view
 from hangwatch.render.nodes_text import nodes_watch_text
+from hangwatch.transports import kubectl
+from hangwatch.transports import slurm
 from hangwatch.transports.ssh import SshOptions
-from hangwatch.transports.ssh import SshSessions
+from hangwatch.transports.ssh import ssh_session
+from hangwatch.transports.stream import StreamSessions
 
 CENSUS_WINDOW_S = 0.1  # the collector's own window; the deltas that matter are between rounds
 # A census round must not wait 30 s on a node that accepts and never answers: a few intervals at most.
 CENSUS_TIMEOUT_MIN_S = 4.0
-
 
 
 class Fanout(Protocol):
@@ -83,36 +89,50 @@ class NodesAttachOptions:
     quiet: bool
     ssh: SshOptions
     report_json: Path | None
+    kube: kubectl.KubectlOptions | None = None  # pods by label selector instead of hosts
+    kube_selector: str | None = None
+    slurm: slurm.SlurmOptions | None = None  # the nodes of a running Slurm job instead of hosts
+
+    @property
+    def node_timeout_s(self) -> float:
+        return (self.kube or self.slurm or self.ssh).node_timeout_s
+
+    @property
+    def connect_timeout_s(self) -> float:
+        return (self.kube or self.slurm or self.ssh).connect_timeout_s
 
 
 def stream_args(o: NodesAttachOptions) -> list[str]:
     """The collector's options for the whole watch; each request line then says census or full."""
-    deadline = max(1.0, o.ssh.node_timeout_s - o.ssh.connect_timeout_s - min(3.0, o.ssh.node_timeout_s / 4))
+    deadline = max(1.0, o.node_timeout_s - o.connect_timeout_s - min(3.0, o.node_timeout_s / 4))
     args = ["--match", o.match, "--every", f"{CENSUS_WINDOW_S:g}", "--deadline", f"{deadline:g}"]
     args += ["--probe-url", o.ready_url] if o.ready_url else []
     return args + (["--engine", o.engine] if o.engine else [])
 
 
 def census_timeout(o: NodesAttachOptions) -> float:
-    return min(o.ssh.node_timeout_s, max(CENSUS_TIMEOUT_MIN_S, 3 * o.interval_s))
+    return min(o.node_timeout_s, max(CENSUS_TIMEOUT_MIN_S, 3 * o.interval_s))
 
 
-class SshFanout:
-    def __init__(self, o: NodesAttachOptions) -> None:
-        self.o = o
-        self.sessions = SshSessions(o.hosts, stream_args(o), o.ssh)
+class StreamFanout:
+    """One ``collect --stream`` session per node, through whichever transport reaches the nodes."""
+
+    def __init__(
+        self,
+        o: NodesAttachOptions,
+        sessions: StreamSessions,
+        finish: Callable[[NodeAnswer], NodeResult] = result_of,
+    ) -> None:
+        self.o, self.sessions, self.finish = o, sessions, finish
 
     def census(self) -> list[NodeResult]:
-        return self.sessions.ask("census", census_timeout(self.o), result_of)
+        return self.sessions.ask("census", census_timeout(self.o), self.finish)
 
     def stacks(self, native: bool) -> list[NodeResult]:
-        return self.sessions.ask("full-native" if native else "full", self.o.ssh.node_timeout_s, result_of)
+        return self.sessions.ask("full-native" if native else "full", self.o.node_timeout_s, self.finish)
 
     def close(self) -> None:
         self.sessions.close()
-
-    def sessions_opened(self) -> int:
-        return sum(s.started for s in self.sessions.sessions)
 
 
 def make_assessor(o: NodesAttachOptions, roots: set[int], first_cmdline: tuple[str, ...]) -> Assessor:
@@ -244,10 +264,41 @@ def no_answer_verdict(o: NodesAttachOptions) -> Verdict:
     )
 
 
-def attach_across_nodes(o: NodesAttachOptions) -> int:
+def open_fanout(o: NodesAttachOptions) -> tuple[NodesAttachOptions, StreamFanout]:
+    """The nodes (hosts as given, the selector's pods, the job's nodes) and a session on each."""
+    args = stream_args(o)
+    if o.kube is not None and o.kube_selector is not None:
+        try:
+            pods = kubectl.discover(o.kube_selector, o.kube)
+        except kubectl.KubectlError as exc:
+            raise NoTargets(f"kubectl: {exc}") from None
+        if not pods:
+            raise NoTargets(f"no pod matches -l {o.kube_selector!r}")
+        by_name = {p.name: p for p in pods}
+        sessions = StreamSessions(
+            [kubectl.kubectl_session(p, args, o.kube) for p in pods], o.kube.concurrency
+        )
+        o = replace(o, hosts=tuple(by_name))
+        return o, StreamFanout(o, sessions, lambda a: in_pod(by_name[a.host], result_of(a)))
+    if o.slurm is not None:
+        try:
+            nodes = slurm_nodes(o.slurm)
+        except slurm.SlurmError as exc:
+            raise NoTargets(f"slurm: {exc}") from None
+        if not nodes:
+            raise NoTargets(f"job {o.slurm.job} has no node yet (pending?)")
+        sessions = StreamSessions([slurm.srun_session(n, args, o.slurm) for n in nodes], o.slurm.concurrency)
+        o = replace(o, hosts=tuple(nodes))
+        return o, StreamFanout(o, sessions)
     if not o.hosts:
         raise UsageError("--hosts/--hostfile named no node")
-    fanout = SshFanout(o)
+    return o, StreamFanout(
+        o, StreamSessions([ssh_session(h, args, o.ssh) for h in o.hosts], o.ssh.concurrency)
+    )
+
+
+def attach_across_nodes(o: NodesAttachOptions) -> int:
+    o, fanout = open_fanout(o)
     watch = NodesWatch(o, fanout)
     started = time.monotonic()
     try:

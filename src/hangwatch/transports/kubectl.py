@@ -28,6 +28,7 @@ from hangwatch.model.nodes import NodeOutcome
 from hangwatch.model.nodes import PodTarget
 from hangwatch.transports.runner import Exchange
 from hangwatch.transports.runner import run_bounded
+from hangwatch.transports.stream import StreamSession
 
 T = TypeVar("T")
 
@@ -229,3 +230,13 @@ def _order(pod: PodTarget) -> tuple[int, int, int, str]:
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1][:300] if lines else ""
+
+
+def kubectl_session(pod: PodTarget, remote_args: Sequence[str], options: KubectlOptions) -> StreamSession:
+    """``kubectl exec -i POD -c C -- hangwatch collect --stream ...`` held open for a watch."""
+    return StreamSession(
+        pod.name,
+        exec_argv(pod, [*remote_args, "--stream"], options),
+        lambda ex: answer_of(pod, ex, options),
+        open_timeout_s=options.connect_timeout_s,
+    )

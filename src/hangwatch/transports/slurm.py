@@ -25,6 +25,7 @@ from hangwatch.model.nodes import NodeAnswer
 from hangwatch.model.nodes import NodeOutcome
 from hangwatch.transports.runner import Exchange
 from hangwatch.transports.runner import run_bounded
+from hangwatch.transports.stream import StreamSession
 
 T = TypeVar("T")
 
@@ -179,3 +180,14 @@ def answer_of(node: str, ex: Exchange, options: SlurmOptions) -> NodeAnswer:
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1][:300] if lines else ""
+
+
+def srun_session(node: str, remote_args: Sequence[str], options: SlurmOptions) -> StreamSession:
+    """``srun --jobid J --overlap -N1 -n1 -w NODE hangwatch collect --stream ...`` held open for a watch:
+    one step for the whole watch (srun passes its stdin to the step's one task)."""
+    return StreamSession(
+        node,
+        srun_argv(node, [*remote_args, "--stream"], options),
+        lambda ex: answer_of(node, ex, options),
+        open_timeout_s=options.connect_timeout_s,
+    )

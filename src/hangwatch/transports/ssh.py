@@ -16,15 +16,7 @@ the caller (``nodes/gather.py``): the transport knows nothing of bundles.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import queue
 import shlex
-import signal
-import subprocess
-import threading
-import time
-from collections import deque
 from collections.abc import Callable
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +28,8 @@ from hangwatch.model.nodes import NodeAnswer
 from hangwatch.model.nodes import NodeOutcome
 from hangwatch.transports.runner import Exchange
 from hangwatch.transports.runner import run_bounded
+from hangwatch.transports.stream import StreamSession
+from hangwatch.transports.stream import StreamSessions
 
 T = TypeVar("T")
 
@@ -176,120 +170,16 @@ def _last_line(text: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
-class SshSession:
-    """One long-lived ``hangwatch collect --stream`` on one node: a request line in, one bundle line out.
-
-    For watch loops: the handshake and the remote interpreter's start are paid once per watch, not once
-    per round. A session that dies (the node's sshd killed, the network gone) or does not answer in time
-    is closed and its failure said as a ``NodeAnswer`` like a one-shot exchange's; the next request
-    starts a new one, so a node that comes back is seen again.
-    """
-
-    def __init__(self, host: str, remote_args: Sequence[str], options: SshOptions) -> None:
-        self.host = host
-        self.argv = ssh_argv(host, [*remote_args, "--stream"], options)
-        self.options = options
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._lines: queue.Queue[bytes | None] = queue.Queue()
-        self._stderr: deque[str] = deque(maxlen=20)
-        self.started = 0  # sessions opened: 1 for a node that never failed
-
-    def ask(self, request: str, timeout_s: float) -> NodeAnswer:
-        sent = time.time()
-        if self._proc is None:
-            self._open()
-            timeout_s += self.options.connect_timeout_s  # the handshake, once per session
-        proc = self._proc
-        assert proc is not None and proc.stdin is not None
-        try:
-            proc.stdin.write(request.encode() + b"\n")
-            proc.stdin.flush()
-        except OSError:
-            pass  # the session is gone; its exit status and stderr say why, below
-        try:
-            line = self._lines.get(timeout=timeout_s)
-        except queue.Empty:
-            self.close(grace_s=0.0)  # it did not answer in time: do not wait on it any longer
-            return answer_of(self.host, Exchange(None, b"", self._said(), sent, time.time()), self.options)
-        if line is None:  # end of output: the session ended
-            rc = self._finish()
-            if rc == 0:  # a collector that ended cleanly without answering: that is not an answer
-                rc = 1
-            return answer_of(self.host, Exchange(rc, b"", self._said(), sent, time.time()), self.options)
-        return answer_of(self.host, Exchange(0, line, "", sent, time.time()), self.options)
-
-    def close(self, grace_s: float = 2.0) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        with contextlib.suppress(OSError):
-            if proc.stdin is not None:
-                proc.stdin.close()  # the collector ends at the end of its input
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-    def _open(self) -> None:
-        self.started += 1
-        self._lines = queue.Queue()
-        self._stderr.clear()
-        proc = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        self._proc = proc
-        lines = self._lines
-
-        out = proc.stdout
-        assert out is not None
-
-        def read_out() -> None:
-            for line in iter(lambda: out.readline(MAX_OUTPUT_BYTES + 1), b""):
-                lines.put(line)
-            lines.put(None)
-
-        def read_err() -> None:
-            assert proc.stderr is not None
-            for raw in proc.stderr:
-                self._stderr.append(raw.decode("utf-8", "replace"))
-
-        threading.Thread(target=read_out, name=f"ssh-out-{self.host}", daemon=True).start()
-        threading.Thread(target=read_err, name=f"ssh-err-{self.host}", daemon=True).start()
-
-    def _finish(self) -> int | None:
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return None
-        try:
-            return proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return None
-
-    def _said(self) -> str:
-        time.sleep(0.05)  # the stderr reader's last lines
-        return "".join(self._stderr)
+def ssh_session(host: str, remote_args: Sequence[str], options: SshOptions) -> StreamSession:
+    """One long-lived ``hangwatch collect --stream`` on one node over ssh (transports/stream.py)."""
+    return StreamSession(
+        host,
+        ssh_argv(host, [*remote_args, "--stream"], options),
+        lambda ex: answer_of(host, ex, options),
+        open_timeout_s=options.connect_timeout_s,
+    )
 
 
-class SshSessions:
-    """A session per node, asked in parallel (at most ``concurrency`` at once), one answer per node."""
-
+class SshSessions(StreamSessions):
     def __init__(self, hosts: Sequence[str], remote_args: Sequence[str], options: SshOptions) -> None:
-        self.sessions = [SshSession(h, remote_args, options) for h in hosts]
-        self._pool = ThreadPoolExecutor(max_workers=max(1, min(options.concurrency, len(hosts) or 1)))
-
-    def ask(self, request: str, timeout_s: float, finish: Callable[[NodeAnswer], T]) -> list[T]:
-        return list(self._pool.map(lambda s: finish(s.ask(request, timeout_s)), self.sessions))
-
-    def close(self) -> None:
-        for s in self.sessions:
-            s.close()
-        self._pool.shutdown(wait=True)
+        super().__init__([ssh_session(h, remote_args, options) for h in hosts], options.concurrency)
