@@ -27,8 +27,12 @@ $(VENV)/.test-deps: pyproject.toml $(BIN)/hangwatch
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
 		echo "chromium not installed: the HTML screenshot test will be skipped"; }
 	# OpenSSH's server and client, iproute2 and util-linux (nsenter, unshare) for the emulated-node tests
-	# (tests/nodes_emulation.py: network namespaces on a bridge, one sshd per node; skipped there when absent).
-	[ -x /usr/sbin/sshd ] && command -v ssh >/dev/null 2>&1 && command -v nsenter >/dev/null 2>&1 || { \
+	# (tests/nodes_emulation.py: network namespaces on a bridge, one sshd per node; skipped there when absent);
+	# util-linux's setpriv also lets the stand-in kubectl run a container's command without CAP_SYS_PTRACE
+	# (tests/unit/test_kubectl.py). kubectl, squeue, scontrol and srun are stand-ins (tests/fakes): no
+	# cluster, no Slurm and not the machine's own kubectl are needed.
+	[ -x /usr/sbin/sshd ] && command -v ssh >/dev/null 2>&1 && command -v nsenter >/dev/null 2>&1 && \
+		command -v setpriv >/dev/null 2>&1 || { \
 		[ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 			openssh-server openssh-client iproute2 util-linux >/dev/null) || \
