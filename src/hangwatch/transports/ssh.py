@@ -147,7 +147,11 @@ def answer_of(host: str, ex: Exchange, options: SshOptions) -> NodeAnswer:
         for outcome, needles, meaning in _PATTERNS:
             if any(n in ex.stderr for n in needles):
                 return failed(outcome, f"{meaning}: {said}")
-        return failed(NodeOutcome.UNREACHABLE, f"ssh failed: {said or 'exit status 255'}")
+        # ssh exits 255 without a word when an open connection drops (the node's sshd killed, a reboot).
+        return failed(
+            NodeOutcome.UNREACHABLE,
+            f"ssh failed: {said}" if said else "the ssh connection closed (exit status 255, no message)",
+        )
     if ex.rc in (126, 127):
         return failed(
             NodeOutcome.NO_COLLECTOR,
