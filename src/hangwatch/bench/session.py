@@ -16,6 +16,7 @@ from types import FrameType
 
 from hangwatch import __version__
 from hangwatch.analyse.benchstats import bench_report
+from hangwatch.bench.openai_stream import ServerProblem
 from hangwatch.bench.options import BenchOptions
 from hangwatch.bench.runner import Server
 from hangwatch.bench.runner import discover_models
@@ -23,7 +24,6 @@ from hangwatch.bench.runner import no_trouble
 from hangwatch.bench.runner import run_bench
 from hangwatch.bench.servers import LaunchSpec
 from hangwatch.bench.servers import SupervisedServer
-from hangwatch.collect.openai_stream import ServerProblem
 from hangwatch.errors import HangwatchError
 from hangwatch.model.bench import BenchReport
 from hangwatch.model.bench import Boot
