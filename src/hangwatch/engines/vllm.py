@@ -10,24 +10,28 @@ from hangwatch.engines.profile import flag_value
 from hangwatch.engines.profile import has_flag
 from hangwatch.engines.profile import parallel_toggles
 from hangwatch.engines.profile import rule
+from hangwatch.engines.profile import title_roles
 from hangwatch.model.isolate import Edit
 from hangwatch.model.isolate import EditKind
 from hangwatch.model.isolate import Toggle
+from hangwatch.model.metrics import MetricNames
 from hangwatch.model.vocabulary import Cause
 
 _TITLE = re.compile(r"^VLLM::(?P<role>[A-Za-z]+)(?:_(?P<rank>[A-Z]+\d+(?:_[A-Z]+\d+)*))?$")
 
 
-def vllm_role(
-    title: str, cmdline: tuple[str, ...], is_root: bool, env: dict[str, str]
-) -> tuple[str | None, str | None]:
-    """``VLLM::Worker_TP1`` -> (Worker, TP1); ``VLLM::EngineCore`` -> (EngineCore, None)."""
-    m = _TITLE.match(title)
-    if m:
-        return m.group("role"), m.group("rank")
-    if is_root:
-        return "APIServer", None
-    return None, None
+# `VLLM::Worker_TP1` -> (Worker, TP1); `VLLM::EngineCore` -> (EngineCore, None).
+vllm_role = title_roles(_TITLE, "APIServer")
+
+# /metrics (docs/engine-facts.md, "vLLM"): speculative decoding as counters (``v1/spec_decode/metrics.py``).
+SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
+SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+SPEC_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+METRICS = MetricNames(
+    "vllm", "vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+)  # fmt: skip
 
 
 _SPEC_FLAGS = ("--speculative-config", "-sc", "--spec-method", "--spec-model", "--spec-tokens")
@@ -157,5 +161,6 @@ VLLM = Profile(
     title_prefix="VLLM::",
     toggles=vllm_toggles,
     distribution="vllm",
+    metrics=METRICS,
     extra_phase_labels={"ready": "serving"},
 )

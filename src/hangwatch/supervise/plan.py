@@ -10,14 +10,12 @@ from urllib.parse import urlsplit
 from urllib.parse import urlunsplit
 
 from hangwatch import engines
-from hangwatch.analyse.acceptance import ENGINES
 from hangwatch.analyse.assess import Assessor
 from hangwatch.analyse.assess import Policy
 from hangwatch.analyse.logscan import LogScanner
 from hangwatch.analyse.stackwatch import StackHistory
 from hangwatch.collect.http_probe import Prober
 from hangwatch.collect.own_request import OwnRequester
-from hangwatch.collect.serving_metrics import ServingNames
 from hangwatch.collect.serving_metrics import ServingPoller
 from hangwatch.engines.profile import Profile
 from hangwatch.model.report import Report
@@ -133,13 +131,13 @@ def emit(report: Report, options: WatchOptions) -> None:
 
 def make_serving_poller(plan: Plan, clock: Callable[[], float]) -> ServingPoller | None:
     """Scrape the engine's /metrics (beside its health URL) to see a server wedged while serving."""
-    names = next((n for n in ENGINES if n.engine == plan.profile.name), None)
+    names = plan.profile.metrics
     if names is None or plan.probe_url is None:
         return None
     parts = urlsplit(plan.probe_url)
     poller = ServingPoller(
         urlunsplit((parts.scheme, parts.netloc, "/metrics", "", "")),
-        ServingNames(names.running, names.waiting, names.generation_tokens),
+        names,
         clock=clock,
     )
     poller.start()
