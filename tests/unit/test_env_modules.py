@@ -18,9 +18,9 @@ from elfcraft import cuda_module
 from elfcraft import host_module
 from hangwatch.analyse.coverage_checks import check_extension_arch
 from hangwatch.collect.pyenv import describe_env
+from hangwatch.doctor.session import scan_modules
 from hangwatch.model.doctor import Coverage
 from hangwatch.model.doctor import Status
-from hangwatch.supervise.preflight import scan_modules
 
 FA3 = "FlashAttention-3 (an attention backend for Hopper)"
 

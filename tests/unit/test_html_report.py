@@ -136,8 +136,8 @@ def test_rank_order_is_numeric():
 
 def test_cleanup_outcomes_from_the_records_at_the_verdict():
     from hangwatch.model.report import ProcessRecord
-    from hangwatch.supervise.cleanup import CleanupResult
     from hangwatch.supervise.session import with_cleanup
+    from hangwatch.supervise.teardown import CleanupResult
 
     def rec(pid: int, state: str, code: int | None = None) -> ProcessRecord:
         return ProcessRecord(pid, 1, f"p{pid}", (), None, None, state, code)

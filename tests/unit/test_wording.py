@@ -5,6 +5,7 @@ from __future__ import annotations
 from hangwatch.analyse import nccl_checks
 from hangwatch.analyse.evidence import window_evidence
 from hangwatch.analyse.stacktree import build_tree
+from hangwatch.doctor.session import select_gpus
 from hangwatch.model.doctor import GpuInventory
 from hangwatch.model.doctor import HostFacts
 from hangwatch.model.doctor import PyEnvFacts
@@ -12,8 +13,7 @@ from hangwatch.model.samples import Tick
 from hangwatch.render.live import LiveState
 from hangwatch.render.live import status_line
 from hangwatch.render.stacktext import tree_lines
-from hangwatch.supervise.cleanup import CleanupResult
-from hangwatch.supervise.preflight import select_gpus
+from hangwatch.supervise.teardown import CleanupResult
 from hangwatch.words import plural
 from reports import process_sample
 from reports import report_with

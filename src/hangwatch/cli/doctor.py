@@ -7,13 +7,9 @@ from pathlib import Path
 
 from hangwatch.analyse.archcompat import parse_capability
 from hangwatch.cli.options import add_output_file
+from hangwatch.doctor.session import DoctorOptions
+from hangwatch.doctor.session import doctor
 from hangwatch.errors import UsageError
-from hangwatch.render.doctor_text import doctor_text
-from hangwatch.render.files import write_outputs
-from hangwatch.render.json_report import write_report
-from hangwatch.supervise.preflight import DoctorOptions
-from hangwatch.supervise.preflight import fast_report
-from hangwatch.supervise.preflight import run_doctor
 
 
 def _gpu_list(text: str) -> tuple[int, ...]:
@@ -99,20 +95,14 @@ class DoctorCommand:
         for path in args.scan:
             if not path.exists():
                 raise UsageError(f"--scan {path}: no such file or folder")
-        if args.fast:
-            report = fast_report(command, args.port, capability=capability, gpus=args.gpus)
-        else:
-            options = DoctorOptions(
-                python=args.python,
-                port=args.port,
-                model=args.model,
-                gpus=args.gpus,
-                capability=capability,
-                command=command,
-                scan=tuple(args.scan),
-                cross_check=not args.no_cross_check,
-            )
-            report = run_doctor(options)
-        print(doctor_text(report), flush=True)
-        write_outputs([("--report-json", args.report_json, lambda path: write_report(report, path))])
-        return report.exit_code
+        options = DoctorOptions(
+            python=args.python,
+            port=args.port,
+            model=args.model,
+            gpus=args.gpus,
+            capability=capability,
+            command=command,
+            scan=tuple(args.scan),
+            cross_check=not args.no_cross_check,
+        )
+        return doctor(options, fast=args.fast, report_json=args.report_json)

@@ -141,9 +141,9 @@ class IsolateCommand:
         watch = replace(watch_options(args), report_json=None, report_html=None)
         run_dir = state.path.parent
         if not args.no_doctor and not state.runs:
-            from hangwatch.cli.run import _preflight
+            from hangwatch.run import preflight
 
-            _preflight(command, args.engine)
+            preflight(command, args.engine)
         options = IsolateOptions(
             command=command, watch=watch, grace=args.grace, run_dir=run_dir, repeat=repeat,
             budget_s=args.budget, run_all=args.run_all, pairs=args.pairs, toggles=toggles, notes=tuple(notes),

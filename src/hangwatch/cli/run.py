@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -54,9 +53,10 @@ class RunCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
+        from hangwatch.run import preflight
+        from hangwatch.run import run_supervised
         from hangwatch.supervise.session import RunOptions
         from hangwatch.supervise.session import default_run_dir
-        from hangwatch.supervise.session import run_supervised
 
         command = list(args.cmd)
         if command and command[0] == "--":
@@ -66,7 +66,7 @@ class RunCommand:
                 "no command to run", "Put the command after `--`: hangwatch run -- CMD [ARGS...]"
             )
         if not args.no_doctor:
-            _preflight(tuple(command), args.engine)
+            preflight(tuple(command), args.engine)
         options = RunOptions(
             watch=replace(watch_options(args), own_request=not args.no_own_request),
             command=tuple(command),
@@ -76,13 +76,3 @@ class RunCommand:
         )
         return run_supervised(options)
 
-
-def _preflight(command: tuple[str, ...], engine: str | None) -> None:
-    """Print what would make this launch hang or fail (wrong GPU architecture, port taken, ...), then go on:
-    the checks inform, the verdict decides."""
-    from hangwatch.render.doctor_text import preflight_text
-    from hangwatch.supervise.preflight import fast_preflight
-
-    text = preflight_text(fast_preflight(command, None, engine=engine))
-    if text:
-        print(text, file=sys.stderr, flush=True)
