@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.analyse.acceptance import counters_key
-from hangwatch.analyse.acceptance import server_metrics
-from hangwatch.analyse.acceptance import spec_for_rounds
+from hangwatch.analyse.bench.acceptance import counters_key
+from hangwatch.analyse.bench.acceptance import server_metrics
+from hangwatch.analyse.bench.acceptance import spec_for_rounds
 from hangwatch.collect.prometheus import parse
 from hangwatch.model.bench import RoundMeasurement
 from hangwatch.model.metrics import MetricsSnapshot

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.analyse.benchstats import bench_report
+from hangwatch.analyse.bench.stats import bench_report
 from hangwatch.bench.options import base_url_of
 from hangwatch.cli.bench import BenchCommand
 from hangwatch.cli.bench import bench_options

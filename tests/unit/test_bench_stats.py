@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from hangwatch.analyse.benchstats import compare
-from hangwatch.analyse.benchstats import outcome_of
-from hangwatch.analyse.benchstats import percentile
-from hangwatch.analyse.benchstats import percentiles
-from hangwatch.analyse.benchstats import server_result
+from hangwatch.analyse.bench.stats import compare
+from hangwatch.analyse.bench.stats import outcome_of
+from hangwatch.analyse.bench.stats import percentile
+from hangwatch.analyse.bench.stats import percentiles
+from hangwatch.analyse.bench.stats import server_result
 from hangwatch.model.bench import ErrorKind
 from hangwatch.model.bench import Outcome
 from hangwatch.model.bench import RequestRecord

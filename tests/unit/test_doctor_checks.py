@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from hangwatch.analyse import coverage_checks as cov
-from hangwatch.analyse import doctor_checks as dc
-from hangwatch.analyse import nccl_checks
+from hangwatch.analyse.doctor import checks as dc
+from hangwatch.analyse.doctor import coverage as cov
+from hangwatch.analyse.doctor import nccl as nccl_checks
 from hangwatch.collect.host import checkpoint_size
 from hangwatch.collect.nvml import read_inventory
 from hangwatch.collect.pyenv import interpreter_of

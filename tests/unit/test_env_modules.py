@@ -16,7 +16,7 @@ from cuda_artefacts import build_all
 from cuda_artefacts import find_nvcc
 from elfcraft import cuda_module
 from elfcraft import host_module
-from hangwatch.analyse.coverage_checks import check_extension_arch
+from hangwatch.analyse.doctor.coverage import check_extension_arch
 from hangwatch.collect.pyenv import describe_env
 from hangwatch.doctor.session import scan_modules
 from hangwatch.model.doctor import Coverage

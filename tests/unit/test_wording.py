@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hangwatch.analyse import nccl_checks
+from hangwatch.analyse.doctor import nccl as nccl_checks
 from hangwatch.analyse.evidence import window_evidence
 from hangwatch.analyse.stacktree import build_tree
 from hangwatch.doctor.session import select_gpus

@@ -17,7 +17,7 @@ from typing import Protocol
 
 import httpx
 
-from hangwatch.analyse.acceptance import counters_key
+from hangwatch.analyse.bench.acceptance import counters_key
 from hangwatch.bench.lean_transport import make_client
 from hangwatch.bench.loadgen import run_load
 from hangwatch.bench.openai_stream import ServerProblem

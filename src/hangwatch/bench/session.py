@@ -15,7 +15,7 @@ from dataclasses import field
 from types import FrameType
 
 from hangwatch import __version__
-from hangwatch.analyse.benchstats import bench_report
+from hangwatch.analyse.bench.stats import bench_report
 from hangwatch.bench.openai_stream import ServerProblem
 from hangwatch.bench.options import BenchOptions
 from hangwatch.bench.runner import Server

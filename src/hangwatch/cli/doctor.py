@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hangwatch.analyse.archcompat import parse_capability
+from hangwatch.analyse.doctor.archcompat import parse_capability
 from hangwatch.cli.options import add_output_file
 from hangwatch.doctor.session import DoctorOptions
 from hangwatch.doctor.session import doctor

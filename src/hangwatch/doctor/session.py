@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hangwatch import engines
-from hangwatch.analyse import coverage_checks as cov
-from hangwatch.analyse import doctor_checks as dc
-from hangwatch.analyse import nccl_checks
-from hangwatch.analyse.archcompat import LOADERS
-from hangwatch.analyse.archcompat import Capability
-from hangwatch.analyse.archcompat import format_capability
-from hangwatch.analyse.archcompat import loader_choice
+from hangwatch.analyse.doctor import checks as dc
+from hangwatch.analyse.doctor import coverage as cov
+from hangwatch.analyse.doctor import nccl as nccl_checks
+from hangwatch.analyse.doctor.archcompat import LOADERS
+from hangwatch.analyse.doctor.archcompat import Capability
+from hangwatch.analyse.doctor.archcompat import format_capability
+from hangwatch.analyse.doctor.archcompat import loader_choice
 from hangwatch.collect import cuobjdump
 from hangwatch.collect import host as hostinfo
 from hangwatch.collect.fatbin import carries_device_code

@@ -15,8 +15,8 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-from hangwatch.analyse.acceptance import server_metrics
-from hangwatch.analyse.acceptance import spec_for_rounds
+from hangwatch.analyse.bench.acceptance import server_metrics
+from hangwatch.analyse.bench.acceptance import spec_for_rounds
 from hangwatch.model.bench import BENCH_SCHEMA
 from hangwatch.model.bench import CURVE_STEP_PCT
 from hangwatch.model.bench import BenchReport
