@@ -54,3 +54,17 @@ def test_doctor_counts_the_tensor_parallel_size_not_the_gpus_listed():
     )  # fmt: skip
     text = " ".join(check.evidence)
     assert "tensor parallelism over 4 PCIe-only compute-capability-12 GPUs" in text, text
+
+
+def test_one_byte_formatter_for_every_size_hangwatch_prints():
+    from hangwatch.words import human_bytes
+
+    assert [human_bytes(n) for n in (0, 1023, 1024, 3 << 20, 5 << 40)] == [
+        "0 B", "1023 B", "1.0 KiB", "3.0 MiB", "5.0 TiB",
+    ]  # fmt: skip
+    assert human_bytes(-2048) == "-2.0 KiB"
+    # doctor's sizes: whole MiB below a GiB, then GiB with one decimal; cleanup's: always whole MiB
+    assert [human_bytes(n, "MiB", "GiB") for n in (None, 512 << 20, 3 << 29, 96 << 30)] == [
+        "?", "512 MiB", "1.5 GiB", "96.0 GiB",
+    ]  # fmt: skip
+    assert [human_bytes(n, "MiB", "MiB") for n in (None, 0, 3 << 30)] == ["?", "0 MiB", "3072 MiB"]

@@ -19,6 +19,7 @@ from hangwatch.model.doctor import PortFacts
 from hangwatch.model.doctor import PyEnvFacts
 from hangwatch.model.doctor import Status
 from hangwatch.model.doctor import worst
+from hangwatch.words import human_bytes
 from hangwatch.words import plural
 
 GiB = 2**30
@@ -36,9 +37,7 @@ NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "lustre", "gpfs", "beegfs", "fuse."
 
 
 def _gib(n: int | None) -> str:
-    if n is None:
-        return "?"
-    return f"{n / GiB:.1f} GiB" if n >= GiB else f"{n / MiB:.0f} MiB"
+    return human_bytes(n, "MiB", "GiB")
 
 
 def check_shm(host: HostFacts) -> Check:
