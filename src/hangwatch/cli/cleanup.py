@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from hangwatch.cli.options import add_grace
 from hangwatch.cli.options import seconds
 from hangwatch.errors import UsageError
 
@@ -32,13 +33,7 @@ class CleanupCommand:
         )
         which.add_argument("--port", type=int, metavar="N", help="the tree listening on this TCP port")
         parser.add_argument("--dry-run", action="store_true", help="list what would be done; change nothing")
-        parser.add_argument(
-            "--grace",
-            type=seconds("--grace", zero_ok=True),
-            default=10.0,
-            metavar="S",
-            help="SIGTERM grace before SIGKILL (default: 10)",
-        )
+        add_grace(parser)
         parser.add_argument(
             "--gpu-wait",
             type=seconds("--gpu-wait", zero_ok=True),

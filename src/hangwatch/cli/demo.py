@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from hangwatch.cli.options import add_output_file
+from hangwatch.cli.options import add_report_files
 from hangwatch.cli.options import seconds
 from hangwatch.errors import UsageError
 
@@ -51,9 +51,7 @@ class DemoCommand:
             metavar="S",
             help="stall window (default: 12 s)",
         )
-        add_output_file(parser, "--report-json", "write the report as JSON")
-        add_output_file(parser, "--report-html", "write the self-contained HTML report")
-        add_output_file(parser, "--report-md", "write the Markdown summary")
+        add_report_files(parser)
         parser.add_argument("--quiet", action="store_true", help="only the verdict")
 
     def run(self, args: argparse.Namespace) -> int:

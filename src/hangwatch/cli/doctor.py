@@ -6,7 +6,9 @@ import argparse
 from pathlib import Path
 
 from hangwatch.analyse.doctor.archcompat import parse_capability
+from hangwatch.cli.options import add_command
 from hangwatch.cli.options import add_output_file
+from hangwatch.cli.options import command_of
 from hangwatch.doctor.session import DoctorOptions
 from hangwatch.doctor.session import doctor
 from hangwatch.errors import UsageError
@@ -72,16 +74,11 @@ class DoctorCommand:
         )
         parser.add_argument("--no-cross-check", action="store_true", help="do not cross-check with cuobjdump")
         add_output_file(parser, "--report-json", "write the report as JSON (schema hangwatch.doctor/1)")
-        parser.add_argument(
-            "cmd",
-            nargs=argparse.REMAINDER,
-            metavar="-- CMD [ARGS...]",
-            help="the server command, to check its flags (tensor parallelism, port, model) too",
-        )
+        add_command(parser, "the server command, to check its flags (tensor parallelism, port, model) too")
 
     def run(self, args: argparse.Namespace) -> int:
 
-        command = tuple(args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd)
+        command = command_of(args)
         capability = None
         if args.capability:
             try:

@@ -6,8 +6,10 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
+from hangwatch.cli.options import add_command
+from hangwatch.cli.options import add_grace
 from hangwatch.cli.options import add_watch_options
-from hangwatch.cli.options import seconds
+from hangwatch.cli.options import command_of
 from hangwatch.cli.options import watch_options
 from hangwatch.errors import UsageError
 
@@ -32,13 +34,7 @@ class RunCommand:
             type=Path,
             help="where the log and reports go (default: ~/.local/state/hangwatch/runs/...)",
         )
-        parser.add_argument(
-            "--grace",
-            type=seconds("--grace", zero_ok=True),
-            default=10.0,
-            metavar="S",
-            help="SIGTERM grace before SIGKILL at cleanup",
-        )
+        add_grace(parser, "SIGTERM grace before SIGKILL at cleanup")
         parser.add_argument(
             "--no-doctor", action="store_true", help="skip the fast preflight checks (see `hangwatch doctor`)"
         )
@@ -48,9 +44,7 @@ class RunCommand:
             help="while serving, never send hangwatch's own one-token completion to the server "
             "(sent by default to vLLM/SGLang servers hangwatch launched, to see a wedge the gauges miss)",
         )
-        parser.add_argument(
-            "cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help="the command to supervise"
-        )
+        add_command(parser, "the command to supervise")
 
     def run(self, args: argparse.Namespace) -> int:
         from hangwatch.run import preflight
@@ -58,18 +52,16 @@ class RunCommand:
         from hangwatch.supervise.session import RunOptions
         from hangwatch.supervise.session import default_run_dir
 
-        command = list(args.cmd)
-        if command and command[0] == "--":
-            command = command[1:]
+        command = command_of(args)
         if not command:
             raise UsageError(
                 "no command to run", "Put the command after `--`: hangwatch run -- CMD [ARGS...]"
             )
         if not args.no_doctor:
-            preflight(tuple(command), args.engine)
+            preflight(command, args.engine)
         options = RunOptions(
             watch=replace(watch_options(args), own_request=not args.no_own_request),
-            command=tuple(command),
+            command=command,
             until_ready=args.until_ready,
             run_dir=args.run_dir or default_run_dir(),
             grace=args.grace,

@@ -43,6 +43,7 @@ from hangwatch.redact import redact_argv
 from hangwatch.render.isolate_progress import Progress
 from hangwatch.supervise.plan import WatchOptions
 from hangwatch.supervise.plan import plan_for
+from hangwatch.supervise.signals import handling
 
 
 @dataclass(frozen=True)
@@ -83,12 +84,8 @@ class Stop:
             self.requested = True
             self.signum = signal.Signals(signum)
 
-        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-        try:
+        with handling(handler):
             yield
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
 
 
 def trial_result(

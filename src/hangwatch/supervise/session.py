@@ -44,6 +44,7 @@ from hangwatch.supervise.plan import Plan
 from hangwatch.supervise.plan import WatchOptions
 from hangwatch.supervise.plan import plan_for
 from hangwatch.supervise.runrecord import write_run_record
+from hangwatch.supervise.signals import handling
 from hangwatch.supervise.watch import StackKit
 from hangwatch.supervise.watch import Watch
 from hangwatch.supervise.watch import build_watch
@@ -72,12 +73,8 @@ def stop_on_signals(watch: Watch) -> Iterator[None]:
         watch.stopped_by = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         watch.stop_requested.set()
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
+    with handling(handler):
         yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 @dataclass
