@@ -214,3 +214,13 @@ def parallel_toggles(argv: tuple[str, ...], tp_flags: tuple[str, ...], *, cumem:
         )
     )
     return out
+
+
+def attention_toggle(backend: str, current: str | None) -> Toggle:
+    """Another attention backend (``--attention-backend``), instead of ``current`` where one is given."""
+    return Toggle(
+        f"attention-{backend.lower().replace('_', '-')}",
+        (Edit(EditKind.REPLACE, "--attention-backend", backend),),
+        f"the {backend} attention backend" + (f" instead of {current}" if current else ""),
+        (Cause.CUDA_GRAPH_CAPTURE, Cause.COMPILE_STALL, Cause.EXCEPTION),
+    )

@@ -6,6 +6,7 @@ import re
 
 from hangwatch.engines.profile import RANKS_WAIT
 from hangwatch.engines.profile import Profile
+from hangwatch.engines.profile import attention_toggle
 from hangwatch.engines.profile import flag_value
 from hangwatch.engines.profile import has_flag
 from hangwatch.engines.profile import parallel_toggles
@@ -85,14 +86,7 @@ def sglang_toggles(argv: tuple[str, ...], version: str | None) -> tuple[Toggle, 
     backend = flag_value(argv, "--attention-backend")
     for other in _ATTENTION:
         if other != backend and (backend is not None or other == "triton"):
-            out.append(
-                Toggle(
-                    f"attention-{other.replace('_', '-')}",
-                    (Edit(EditKind.REPLACE, "--attention-backend", other),),
-                    f"the {other} attention backend" + (f" instead of {backend}" if backend else ""),
-                    (Cause.CUDA_GRAPH_CAPTURE, Cause.COMPILE_STALL, Cause.EXCEPTION),
-                )
-            )
+            out.append(attention_toggle(other, backend))
     return tuple(out)
 
 

@@ -6,6 +6,7 @@ import re
 
 from hangwatch.engines.profile import RANKS_WAIT
 from hangwatch.engines.profile import Profile
+from hangwatch.engines.profile import attention_toggle
 from hangwatch.engines.profile import flag_value
 from hangwatch.engines.profile import has_flag
 from hangwatch.engines.profile import parallel_toggles
@@ -65,14 +66,7 @@ def vllm_toggles(argv: tuple[str, ...], version: str | None) -> tuple[Toggle, ..
     if backend is not None:
         for other in _ATTENTION:
             if other != backend.upper():
-                out.append(
-                    Toggle(
-                        f"attention-{other.lower().replace('_', '-')}",
-                        (Edit(EditKind.REPLACE, "--attention-backend", other),),
-                        f"the {other} attention backend instead of {backend}",
-                        (Cause.CUDA_GRAPH_CAPTURE, Cause.COMPILE_STALL, Cause.EXCEPTION),
-                    )
-                )
+                out.append(attention_toggle(other, backend))
     return tuple(out)
 
 
