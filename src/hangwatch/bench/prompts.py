@@ -14,7 +14,6 @@ from pathlib import Path
 from hangwatch.errors import UsageError
 from hangwatch.model.bench import Prompt
 
-BUNDLED = "bundled"
 MAX_PROMPTS = 100_000
 
 
