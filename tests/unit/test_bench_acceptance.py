@@ -1,4 +1,4 @@
-"""Acceptance figures exactly as each engine defines them (engines.md 1.5, 2.5), from metric deltas."""
+"""Acceptance figures exactly as each engine defines them (docs/engine-facts.md), from metric deltas."""
 
 from __future__ import annotations
 

@@ -70,8 +70,8 @@ def test_server_result_counts_only_successful_requests_for_throughput():
 @pytest.mark.parametrize(
     ("ratios", "outcome"),
     [
-        ([0.74, 0.88, 0.91, 0.98], Outcome.SLOWER),  # engines.md 8, temperature 1.0
-        ([2.38, 1.44, 1.46, 2.11], Outcome.FASTER),  # engines.md 8, temperature 0
+        ([0.74, 0.88, 0.91, 0.98], Outcome.SLOWER),  # docs/engine-facts.md, temperature 1.0
+        ([2.38, 1.44, 1.46, 2.11], Outcome.FASTER),  # docs/engine-facts.md, temperature 0
         ([0.85, 3.03], Outcome.NO_CLEAR_DIFFERENCE),  # the same pair, two single rounds that disagree
         ([0.97, 1.02, 0.99], Outcome.NO_CLEAR_DIFFERENCE),
         ([1.0, 1.2], Outcome.NO_CLEAR_DIFFERENCE),  # touching 1.0 is not clear either

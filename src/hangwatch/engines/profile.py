@@ -64,7 +64,7 @@ class Profile:
     phases: tuple[PhaseRule, ...]
     role_of: RoleOf
     command_markers: tuple[re.Pattern[str], ...] = ()
-    # Output that means "I am still waiting", printed on a timer: not progress (engines.md §8).
+    # Output that means "I am still waiting", printed on a timer: not progress (docs/engine-facts.md).
     waiting_patterns: tuple[re.Pattern[str], ...] = ()
     ready_patterns: tuple[re.Pattern[str], ...] = ()  # a log line that by itself means ready
     health_path: str | None = None

@@ -1,4 +1,4 @@
-"""vLLM V1 (0.33 and the CPU build 0.32): phase lines from ../shared/reference/engines.md §2.3, §6, §8."""
+"""vLLM V1 (0.33 and the CPU build 0.32): phase lines: docs/engine-facts.md."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Doctor's host, GPU, version and environment checks: named pure functions from facts to ``Check``.
 
-Each function documents the failure it guards against (see ../shared/reference/failure-modes.md
-F1, F7 and engines.md §1.6, §2.6, §3). Thresholds are named constants, chosen where a server
+Each function documents the failure it guards against (see docs/engine-facts.md: "Hangs seen in the
+wild", the engines' flags and NCCL's variables). Thresholds are named constants, chosen where a server
 stops working or starts looking hung, not where it gets a little slower.
 """
 
