@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from builders import process_sample
+from builders import report_with
 from hangwatch.analyse.doctor import nccl as nccl_checks
 from hangwatch.analyse.evidence import window_evidence
 from hangwatch.analyse.stacktree import build_tree
@@ -15,8 +17,6 @@ from hangwatch.render.live import status_line
 from hangwatch.render.stacktext import tree_lines
 from hangwatch.supervise.teardown import CleanupResult
 from hangwatch.words import plural
-from reports import process_sample
-from reports import report_with
 
 
 def test_plural():
