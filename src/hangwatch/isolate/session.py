@@ -28,7 +28,6 @@ from hangwatch.isolate.plan import Candidate
 from hangwatch.isolate.plan import applicable
 from hangwatch.isolate.plan import order
 from hangwatch.isolate.plan import pairs
-from hangwatch.isolate.runner import RunResult
 from hangwatch.isolate.runner import probe_port
 from hangwatch.isolate.runner import run_once
 from hangwatch.isolate.state import IsolateState
@@ -36,6 +35,7 @@ from hangwatch.isolate.toggles import Applied
 from hangwatch.model.isolate import BASELINE
 from hangwatch.model.isolate import ISOLATE_SCHEMA
 from hangwatch.model.isolate import IsolateReport
+from hangwatch.model.isolate import RunResult
 from hangwatch.model.isolate import Toggle
 from hangwatch.model.isolate import TrialResult
 from hangwatch.model.vocabulary import State
