@@ -1,5 +1,6 @@
-"""The rank harness of the programs whose one rank (the victim) does something to itself while its peers
-wait for it: ``dead_peer.py`` (SIGKILL), ``self_stop.py`` (SIGSTOP).
+"""The rank harness of the test programs: ``spawn_ranks`` starts ranks and waits until each reported in
+(``spin_wait.py`` too); the rest serves the programs whose one rank (the victim) does something to itself
+while its peers wait for it: ``dead_peer.py`` (SIGKILL), ``self_stop.py`` (SIGSTOP).
 
 The launcher starts ``--ranks`` ranks with the ``spawn`` start method; each names itself ``NAME:rR`` and
 prints ``[rank R] init``. Once all ranks are up the launcher prints one line with their pids and writes
@@ -14,9 +15,11 @@ import multiprocessing as mp
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.context import SpawnContext
 from multiprocessing.context import SpawnProcess
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
+from typing import Any
 
 from _util import add_ready_file_arg
 from _util import log
@@ -68,24 +71,29 @@ def parse_args(description: str, does: str, delay_help: str) -> argparse.Namespa
     return args
 
 
+def spawn_ranks(
+    ctx: SpawnContext, count: int, target: Callable[..., None], args_of: Callable[[int], tuple[Any, ...]],
+    up: Queue[int],
+) -> list[SpawnProcess]:
+    """Start ``count`` ranks (``target(*args_of(rank))``, named ``rankR``) and wait until each has put
+    itself on ``up``."""
+    ranks = [ctx.Process(target=target, args=args_of(r), name=f"rank{r}") for r in range(count)]
+    for proc in ranks:
+        proc.start()
+    for _ in ranks:
+        up.get()
+    return ranks
+
+
 def start_ranks(args: argparse.Namespace, rank_main: Callable[[Rank], None]) -> list[SpawnProcess]:
     """Start the ranks, wait until every one reported in, write the ready file and let the victim act."""
     ctx = mp.get_context("spawn")
     up: Queue[int] = ctx.Queue()
     mailbox: Queue[str] = ctx.Queue()
     all_up = ctx.Event()
-    ranks = [
-        ctx.Process(
-            target=rank_main,
-            args=(Rank(r, args.ranks, args.victim, args.delay, up, all_up, mailbox),),
-            name=f"rank{r}",
-        )
-        for r in range(args.ranks)
-    ]
-    for proc in ranks:
-        proc.start()
-    for _ in ranks:
-        up.get()
+    ranks = spawn_ranks(
+        ctx, args.ranks, rank_main, lambda r: (Rank(r, args.ranks, args.victim, args.delay, up, all_up, mailbox),), up
+    )
     log(f"launcher: all {args.ranks} ranks up: " + ", ".join(f"rank{r}={p.pid}" for r, p in enumerate(ranks)))
     write_ready(args.ready_file)
     all_up.set()

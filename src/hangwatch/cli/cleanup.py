@@ -33,7 +33,7 @@ class CleanupCommand:
         )
         which.add_argument("--port", type=int, metavar="N", help="the tree listening on this TCP port")
         parser.add_argument("--dry-run", action="store_true", help="list what would be done; change nothing")
-        add_grace(parser)
+        add_grace(parser, "SIGTERM grace before SIGKILL (default: 10)")
         parser.add_argument(
             "--gpu-wait",
             type=seconds("--gpu-wait", zero_ok=True),

@@ -79,10 +79,7 @@ def add_output_file(group: ArgGroup, flag: str, help_text: str) -> None:
     group.add_argument(flag, type=output_file(flag), metavar="FILE", help=help_text)
 
 
-GRACE_HELP = "SIGTERM grace before SIGKILL (default: %(default)s)"
-
-
-def add_grace(group: ArgGroup, help_text: str = GRACE_HELP) -> None:
+def add_grace(group: ArgGroup, help_text: str) -> None:
     """``--grace S``: how long the clean-up waits after SIGTERM before SIGKILL (run, cleanup, isolate)."""
     group.add_argument(
         "--grace", type=seconds("--grace", zero_ok=True), default=10.0, metavar="S", help=help_text
