@@ -81,6 +81,9 @@ class Profile:
     toggles: TogglesOf = _no_toggles
     distribution: str | None = None  # the package whose installed version picks the toggles ("sglang")
     metrics: MetricNames | None = None  # the names of its /metrics (serving stall, bench)
+    # It serves the OpenAI API: hangwatch may send it a one-token completion of its own while it serves, and
+    # the access-log lines of that request's model lookup and of our /metrics scrape are echoes of ours.
+    openai_api: bool = False
 
     def matches(self, cmdline: list[str] | tuple[str, ...]) -> bool:
         text = " ".join(cmdline)

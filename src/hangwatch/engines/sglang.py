@@ -124,6 +124,7 @@ SGLANG = Profile(
     toggles=sglang_toggles,
     distribution="sglang",
     metrics=METRICS,
+    openai_api=True,
     extra_phase_labels={"draft_weights": "loading the draft model", "ready": "serving"},
     # Scheduler lines carry their rank after the time ("[2026-12-01 21:39:30 TP1] ..."; DP/PP/EP parts too
     # when set), at TP=1 none; the launcher's lines never do.

@@ -156,5 +156,6 @@ VLLM = Profile(
     toggles=vllm_toggles,
     distribution="vllm",
     metrics=METRICS,
+    openai_api=True,
     extra_phase_labels={"ready": "serving"},
 )

@@ -66,7 +66,7 @@ def make_scanner(plan: Plan, options: WatchOptions, prober: Prober | None) -> Lo
     ready = (options.ready_pattern,) if options.ready_pattern else ()
     # Access-log lines of hangwatch's own requests: the probe's, the /metrics scrape's, our own request's
     # model lookup (clients rarely ask for it; our one-token completion itself is real work, not an echo).
-    ours = ('"GET /metrics HTTP', '"GET /v1/models HTTP') if plan.profile.name in ("vllm", "sglang") else ()
+    ours = ('"GET /metrics HTTP', '"GET /v1/models HTTP') if plan.profile.openai_api else ()
 
     def echo() -> tuple[str, ...]:
         return (*(prober.echo_markers() if prober is not None else ()), *ours)
@@ -110,7 +110,7 @@ def make_prober(plan: Plan, options: WatchOptions, clock: Callable[[], float]) -
 
 def make_own_requester(plan: Plan, options: WatchOptions, clock: Callable[[], float]) -> OwnRequester | None:
     """Our own one-token completion, for engines that serve the OpenAI API (vLLM, SGLang)."""
-    if plan.probe_url is None or plan.profile.name not in ("vllm", "sglang"):
+    if plan.probe_url is None or not plan.profile.openai_api:
         return None
     parts = urlsplit(plan.probe_url)
     # A deadline a little past the stall window: an answer later than that is no answer.
