@@ -68,3 +68,17 @@ def test_one_byte_formatter_for_every_size_hangwatch_prints():
         "?", "512 MiB", "1.5 GiB", "96.0 GiB",
     ]  # fmt: skip
     assert [human_bytes(n, "MiB", "MiB") for n in (None, 0, 3 << 30)] == ["?", "0 MiB", "3072 MiB"]
+
+
+def test_a_watch_that_fell_behind_says_so():
+    from types import SimpleNamespace
+
+    from hangwatch.supervise.watch import Watch
+
+    on_time = SimpleNamespace(late=[], interval=1.0)
+    assert Watch._late_note(on_time) == ()  # type: ignore[arg-type]
+    behind = SimpleNamespace(late=[1.2, 2.46], interval=1.0)
+    assert Watch._late_note(behind) == (  # type: ignore[arg-type]
+        "sampling fell behind 2 times (at most 2.5 s late: a slow /proc, NVML or stack capture); the windows "
+        "count real time, not samples",
+    )
