@@ -26,6 +26,13 @@ $(VENV)/.test-deps: pyproject.toml $(BIN)/hangwatch
 	command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
 		echo "chromium not installed: the HTML screenshot test will be skipped"; }
+	# OpenSSH's server and client, iproute2 and util-linux (nsenter, unshare) for the emulated-node tests
+	# (tests/nodes_emulation.py: network namespaces on a bridge, one sshd per node; skipped there when absent).
+	[ -x /usr/sbin/sshd ] && command -v ssh >/dev/null 2>&1 && command -v nsenter >/dev/null 2>&1 || { \
+		[ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			openssh-server openssh-client iproute2 util-linux >/dev/null) || \
+		echo "openssh-server not installed: the emulated-node tests will be skipped"; }
 	@touch $@
 
 test-deps: $(VENV)/.test-deps
@@ -51,6 +58,7 @@ bench: test-deps
 	$(BIN)/python benchmarks/bench_doctor.py
 	$(BIN)/python benchmarks/bench_loadgen.py
 	$(BIN)/python benchmarks/bench_isolate.py
+	$(BIN)/python benchmarks/bench_nodes.py
 
 check: lint
 	$(BIN)/python -m pytest -ra -m "not slow"

@@ -47,10 +47,16 @@ ENV = {
 }
 
 
-def hangwatch(mode: str, options: list[str], program_args: list[str], timeout: float = 240) -> dict[str, Any]:
+def hangwatch(
+    mode: str,
+    options: list[str],
+    program_args: list[str],
+    timeout: float = 240,
+    program: Path = HERE / "stack_program.py",
+) -> dict[str, Any]:
     report = Path(tempfile.mkdtemp()) / "report.json"
     argv = [sys.executable, "-m", "hangwatch", "run", "--quiet", "--report-json", str(report), *options, "--"]
-    argv += [sys.executable, str(HERE / "stack_program.py"), mode, *program_args]
+    argv += [sys.executable, str(program), mode, *program_args]
     started = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=ENV, check=False)
     wall = time.monotonic() - started

@@ -28,6 +28,11 @@ class NVMLError_LibraryNotFound(NVMLError):  # noqa: N801
         return "NVML Shared Library Not Found"
 
 
+class NVMLError_NotFound(NVMLError):  # noqa: N801
+    def __str__(self) -> str:
+        return "Not Found"
+
+
 @dataclass
 class FakeGpu:
     name: str = "NVIDIA H200"
@@ -40,6 +45,8 @@ class FakeGpu:
     processes: list[tuple[int, int | None]] = field(default_factory=list)
     power_supported: bool = True
     fail_util: str | None = None
+    # (pid, timestamp in microseconds, SM %) samples; None: the GPU does not support per-process samples
+    process_util: list[tuple[int, int, int]] | None = None
 
 
 class FakeNvml:
@@ -86,3 +93,16 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: FakeGpu) -> list[SimpleNamespace]:
         return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in h.processes]
+
+    def nvmlDeviceGetProcessUtilization(self, h: FakeGpu, last_seen: int) -> list[SimpleNamespace]:
+        """NVML's per-process samples newer than ``last_seen`` (microseconds); "Not Found" when none."""
+        if h.process_util is None:
+            raise NVMLError_NotSupported()
+        samples = [
+            SimpleNamespace(pid=pid, timeStamp=ts, smUtil=sm, memUtil=0, encUtil=0, decUtil=0)
+            for pid, ts, sm in h.process_util
+            if ts > last_seen
+        ]
+        if not samples:
+            raise NVMLError_NotFound()
+        return samples

@@ -10,7 +10,10 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "hangwatch"
 
 # The shared leaves: any part may import them (``hangwatch`` itself: its __version__).
 LEAVES = {"hangwatch", "errors", "redact", "words"}
-COMMANDS = {"run", "attach", "stacks", "cleanup", "doctor", "bench", "isolate", "demo"}
+# One module or package per command; nodes/ is the ``collect`` command's and ``stacks --hosts``' (a module
+# named ``collect`` would shadow collect/).
+COMMANDS = {"run", "attach", "stacks", "cleanup", "doctor", "bench", "isolate", "demo", "nodes"}
+BELOW_COMMANDS = {"model", "collect", "transports", "engines", "analyse", "render", "supervise"}
 # What each part may import besides itself and the leaves. The commands sit on top of supervise/;
 # cli/ on top of everything.
 ALLOWED: dict[str, set[str]] = {
@@ -19,12 +22,13 @@ ALLOWED: dict[str, set[str]] = {
     "redact": set(),
     "words": set(),
     "collect": {"model"},
+    "transports": {"model"},  # how to reach another node: a boundary, like collect/
     "engines": {"model"},
     "analyse": {"model", "engines"},
     "render": {"model"},
     "supervise": {"model", "collect", "engines", "analyse", "render"},
-    **{c: {"model", "collect", "engines", "analyse", "render", "supervise"} for c in COMMANDS},
-    "cli": {"model", "collect", "engines", "analyse", "render", "supervise", *COMMANDS},
+    **{c: set(BELOW_COMMANDS) for c in COMMANDS},
+    "cli": BELOW_COMMANDS | COMMANDS,
     "__main__": {"cli"},
 }
 # A command that uses another: run makes doctor's fast checks before it launches; the demo is run over

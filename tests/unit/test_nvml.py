@@ -43,3 +43,25 @@ def test_unsupported_field_is_absent_and_failures_are_evidence():
 def test_real_module_without_a_driver_degrades():
     sample = NvmlGpuSource().read()  # this machine has nvidia-ml-py but no driver (CI), or a real GPU
     assert sample.unavailable is not None or sample.gpus
+
+
+def test_per_process_sm_samples_say_whose_kernel_runs():
+    """NVML's per-process samples (measured on the H200: the spinning rank 94-99 %, its absent peer 0):
+    only samples newer than the last reading count, and none newer means every process read 0."""
+    gpu = FakeGpu(
+        processes=[(201, 1 << 30), (202, 1 << 30)], process_util=[(201, 1_000, 99), (201, 2_000, 97)]
+    )
+    source = NvmlGpuSource(FakeNvml([gpu]))
+    first = {p.pid: p.sm_util_pct for p in source.read().processes}
+    assert first == {201: 99.0, 202: 0.0}
+    again = source.read()  # nothing newer than timestamp 2000: NVML answers "Not Found"
+    assert {p.pid: p.sm_util_pct for p in again.processes} == {201: 0.0, 202: 0.0} and again.error is None
+    gpu.process_util.append((202, 3_000, 40))
+    assert {p.pid: p.sm_util_pct for p in source.read().processes} == {201: 0.0, 202: 40.0}
+
+
+def test_per_process_sm_samples_unsupported_are_absent_not_errors():
+    source = NvmlGpuSource(FakeNvml([FakeGpu(processes=[(201, 1 << 30)], process_util=None)]))
+    for _ in range(2):
+        sample = source.read()
+        assert sample.processes[0].sm_util_pct is None and sample.error is None

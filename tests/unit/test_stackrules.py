@@ -20,6 +20,7 @@ from hangwatch.analyse.stackrules import rule_io_wait
 from hangwatch.analyse.stackrules import stack_context
 from hangwatch.analyse.stackwaits import Wait
 from hangwatch.analyse.stackwaits import classify_thread
+from hangwatch.model.samples import GpuProcessMemory
 from hangwatch.model.samples import GpuReading
 from hangwatch.model.samples import GpuSample
 from hangwatch.model.stacks import DumpOutcome
@@ -303,3 +304,99 @@ def test_unreadable_process_keeps_the_full_window():
     d = diagnose(hidden, loader.ticks("missing_collective"))
     assert d.cause is Cause.COLLECTIVE_WAIT and not d.closed
     assert d.culprits == (culprit,) and "could not be read (rank2: denied)" in d.explanation
+
+
+# Captured on the H200 by scripts/gpu/validate_gpu_waits.py (2026-12-02): a CUDA-IPC flag barrier of two
+# ranks (CuPy, no torch), rank 1 never arrives. The host of rank 0 waits in CuPy's cudaDeviceSynchronize
+# (sync), in a Python loop polling a CuPy event (poll: no rule knows its frames), or polling with sleeps
+# while rank 1 busy-spins on the CPU (sleep). NVML's per-process samples there: rank 0 at 94-99 % SM,
+# rank 1 at 0 %.
+IPC_SHAPES = ["gpu_ipc_sync", "gpu_ipc_poll", "gpu_ipc_sleep"]
+
+
+def _rank_pid(name: str, rank: str) -> int:
+    for p in loader.load(name)["samples"][0]["processes"]:
+        if (p.get("env") or {}).get("RANK") == rank:
+            return int(p["pid"])
+    raise KeyError(rank)
+
+
+def _ipc_case(name: str, mode: str, per_process_sm: bool) -> causes.Diagnosis:
+    rank0, rank1 = _rank_pid(name, "0"), _rank_pid(name, "1")
+    sm = (99.0, 0.0) if per_process_sm else (None, None)
+    gpu = replace(
+        SPIN_GPU,
+        processes=(
+            GpuProcessMemory(rank0, 0, 700 << 20, sm[0]),
+            GpuProcessMemory(rank1, 0, 700 << 20, sm[1]),
+        ),
+    )
+    samples = loader.samples(name, mode)
+    samples = [*samples[:-1], replace(samples[-1], gpus=(SPIN_GPM,))]
+    return diagnose(samples, [replace(t, gpu=gpu) for t in loader.ticks(name, cpu_delta=0.5)])
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", IPC_SHAPES)
+def test_gpu_wait_across_ranks_names_the_rank_that_never_arrived(name, mode):
+    """Whatever the host's wait is called, the GPU spins for the rank whose kernel is not on it."""
+    d = _ipc_case(name, mode, per_process_sm=True)
+    assert d.cause is Cause.GPU_SPIN
+    assert d.culprits == (_rank_pid(name, "1"),)
+    assert "rank1 never reached the GPU wait its peers are in" in d.explanation
+    assert "busy doing nothing" in d.explanation and not d.closed
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", ["gpu_ipc_sync", "gpu_ipc_poll"])
+def test_gpu_wait_without_per_process_samples_tells_the_poller_by_its_cpu(name, mode):
+    """No per-process SM samples: the host that polls uses CPU, the rank asleep in Event.wait none."""
+    d = _ipc_case(name, mode, per_process_sm=False)
+    assert d.cause is Cause.GPU_SPIN and d.culprits == (_rank_pid(name, "1"),)
+
+
+def test_gpu_wait_without_per_process_samples_cannot_split_two_busy_hosts():
+    """Rank 0 polling with sleeps, rank 1 spinning in Python: both use CPU in place and hold GPU memory.
+    Only the per-process samples say whose kernel spins; without them both are named, none dropped."""
+    d = _ipc_case("gpu_ipc_sleep", "native", per_process_sm=False)
+    assert d.cause is Cause.GPU_SPIN
+    assert set(d.culprits) == {_rank_pid("gpu_ipc_sleep", "0"), _rank_pid("gpu_ipc_sleep", "1")}
+
+
+def test_an_unnamed_host_wait_on_a_working_gpu_is_not_a_gpu_spin():
+    rank0, rank1 = _rank_pid("gpu_ipc_poll", "0"), _rank_pid("gpu_ipc_poll", "1")
+    gpu = replace(
+        WORK_GPU,
+        processes=(GpuProcessMemory(rank0, 0, 1 << 30, 99.0), GpuProcessMemory(rank1, 0, 1 << 30, 0.0)),
+    )
+    samples = loader.samples("gpu_ipc_poll", "native")
+    samples = [*samples[:-1], replace(samples[-1], gpus=(WORK_GPM,))]
+    d = diagnose(samples, [replace(t, gpu=gpu) for t in loader.ticks("gpu_ipc_poll", cpu_delta=0.5)])
+    assert d.cause is not Cause.GPU_SPIN
+
+
+def _reading(index: int, util: float, mem_util: float, power: float) -> GpuReading:
+    return GpuReading(index, "NVIDIA H200", util, mem_util, 1 << 30, 141 << 30, power, 1980)
+
+
+@pytest.mark.parametrize("per_process_sm", [True, False], ids=["sm-samples", "no-sm-samples"])
+def test_gpu_wait_on_several_gpus_is_judged_on_each_rank_own_gpu(per_process_sm):
+    """One rank a GPU, as engines place them: rank 0's GPU spins, rank 1's idles (it never launched),
+    and another job works hard on a third GPU. The working GPU elsewhere does not veto the spin."""
+    name = "gpu_ipc_poll"
+    rank0, rank1 = _rank_pid(name, "0"), _rank_pid(name, "1")
+    sm = (99.0, 0.0) if per_process_sm else (None, None)
+    gpu = GpuSample(
+        gpus=(_reading(0, 100, 0, 123), _reading(1, 0, 0, 80), _reading(2, 100, 30, 673)),
+        processes=(GpuProcessMemory(rank0, 0, 1 << 30, sm[0]), GpuProcessMemory(rank1, 1, 1 << 30, sm[1])),
+    )
+    gpm = (SPIN_GPM, replace(IDLE_GPM, index=1), replace(WORK_GPM, index=2))
+    samples = loader.samples(name, "native")
+    samples = [*samples[:-1], replace(samples[-1], gpus=gpm)]
+    d = diagnose(samples, [replace(t, gpu=gpu) for t in loader.ticks(name, cpu_delta=0.5)])
+    assert d.cause is Cause.GPU_SPIN and d.culprits == (rank1,), d.explanation
+    assert "busy doing nothing" in d.explanation
+    # The same ranks, but rank 0's own GPU works: its host waits for real work.
+    busy = replace(gpu, processes=(GpuProcessMemory(rank0, 2, 1 << 30, sm[0]), gpu.processes[1]))
+    d = diagnose(samples, [replace(t, gpu=busy) for t in loader.ticks(name, cpu_delta=0.5)])
+    assert d.cause is not Cause.GPU_SPIN

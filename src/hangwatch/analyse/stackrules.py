@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from collections.abc import Collection
 from collections.abc import Iterable
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import replace
 
 from hangwatch.analyse.causes import Diagnosis
 from hangwatch.analyse.causes import ended_unseen
@@ -40,6 +42,7 @@ GPU_BUSY_UTIL = 90.0
 MEM_UTIL_WORK = 10.0
 POWER_WORK_W = 300.0
 GPU_IDLE_UTIL = 5.0
+KERNEL_TICKS = 3  # how many of the latest ticks say whose kernels are on the GPU
 _UNREAD = frozenset({DumpOutcome.DENIED, DumpOutcome.TIMEOUT, DumpOutcome.FAILED, DumpOutcome.NO_DUMPER})
 
 
@@ -56,6 +59,9 @@ class StackContext:
     gpm: tuple[GpuActivity, ...] = ()
     parents: tuple[tuple[int, int], ...] = ()  # pid -> ppid, from the ticks
     laggards: tuple[int, ...] = ()  # ranks whose own log lines stopped at an earlier phase than their peers'
+    # Processes whose kernels ran on the SMs in the last few ticks (NVML's per-process samples); None
+    # where NVML gives no such samples.
+    kernels: frozenset[int] | None = None
 
     @property
     def peers(self) -> tuple[ProcessView, ...]:
@@ -121,6 +127,10 @@ def stack_context(
         cpu = {pid: c / seconds for pid, c in cpu.items()}
     d_state = tuple(sorted(pid for pid, n in d_counts.items() if window and n >= 0.8 * len(window)))
     gpu = next((t.gpu for t in reversed(window) if t.gpu is not None), None)
+    # A few ticks, not the whole window: a rank that computed before it got stuck ran kernels then.
+    recent = [p for t in window[-KERNEL_TICKS:] if t.gpu is not None for p in t.gpu.processes]
+    known = [p for p in recent if p.sm_util_pct is not None]
+    kernels = frozenset(p.pid for p in known if p.sm_util_pct) if known else None
     parents = tuple(sorted({p.pid: p.ppid for t in window for p in t.processes}.items()))
     return StackContext(
         views=views,
@@ -131,6 +141,7 @@ def stack_context(
         d_state=d_state,
         window_cpu=tuple(sorted(cpu.items())),
         gpu=gpu,
+        kernels=kernels,
         gpm=samples[-1].gpus if samples else (),
         parents=parents,
     )
@@ -348,7 +359,10 @@ def rule_collective_wait(ctx: StackContext) -> Diagnosis | None:
     sizes = [v.world_size for v in peers if v.world_size]
     outside = bool(sizes) and max(sizes) > len(peers)
     if outside:
-        text += f"; WORLD_SIZE={max(sizes)} but {len(peers)} ranks here: the others are outside the tree"
+        text += (
+            f"; WORLD_SIZE={max(sizes)} but {len(peers)} ranks here: the others are outside the tree"
+            " (not started, or on a node not read)"
+        )
     closed = not outside and ctx.all_blocked()
     return Diagnosis(Cause.COLLECTIVE_WAIT, culprits, text, ctx.confidence(*culprits), closed=closed)
 
@@ -388,38 +402,127 @@ def rule_compile_stall(ctx: StackContext) -> Diagnosis | None:
 
 
 def rule_gpu_spin(ctx: StackContext) -> Diagnosis | None:
-    """``gpu-spin``: a host thread sits in a CUDA synchronize that never returns.
+    """``gpu-spin``: the host waits for a GPU that never finishes, whatever library put it there.
 
-    The GPU signals say why: a spinning kernel (utilisation ~100 % with tensor/DRAM/arithmetic pipes
-    idle in GPM, or memory utilisation ~0 % at low power) or an idle GPU whose stream waits for an
-    event that never fires. A GPU that works hard is not this.
+    Two ways in. By name: a host thread in a CUDA synchronize (any library's: torch, CuPy, the
+    runtime) that does not move. By behaviour: the GPU reads as spinning (busy with every pipe idle)
+    while a process that holds GPU memory stays in place, however its wait is spelled (a Python poll
+    on an event, a sleep loop, a library's own wait). The GPU signals say why: a spinning kernel, or
+    an idle GPU whose stream waits for an event or value that never comes. A GPU that works is not this.
+
+    Among ranks, a GPU wait is a wait for the ranks that are not in it: a custom all-reduce spins on
+    flags only its peers can set. Those ranks (the ones elsewhere) are the culprits; with every rank
+    in the wait, the ranks waiting are. Never closed: the GPU is outside what the stacks prove.
     """
-    syncing = [
+    overall = gpu_state(ctx.gpu, ctx.gpm)
+    states = {v.pid: _own_gpu_state(ctx, v.pid, overall) for v in ctx.views}
+    named = [
         v
         for v in ctx.views
-        if v.waits(Wait.CUDA_SYNC) and v.outcome is DumpOutcome.OK and (v.unchanged or not ctx.over_time)
+        if v.waits(Wait.CUDA_SYNC)
+        and v.outcome is DumpOutcome.OK
+        and (v.unchanged or not ctx.over_time)
+        and states[v.pid] != "working"
     ]
-    if not syncing:
+    parked: list[ProcessView] = []
+    if ctx.over_time:
+        on_gpu, kernels = _gpu_pids(ctx), ctx.kernels
+        parked = [
+            v
+            for v in ctx.views
+            if v not in named
+            and states[v.pid] == "spinning"
+            and v.outcome is DumpOutcome.OK
+            and v.blocked
+            and _parked_on_gpu(v, on_gpu, kernels)
+        ]
+    waiting = named + parked
+    if not waiting:
         return None
-    verdict = gpu_state(ctx.gpu, ctx.gpm)
-    if verdict == "working":
-        return None
-    pids = tuple(v.pid for v in syncing)
-    where = "; ".join(f"{_who(v)} in {v.waits(Wait.CUDA_SYNC)[0].at}" for v in syncing[:4])
-    spin_cpu = [v for v in syncing if v.spinning]
+    verdict = states[waiting[0].pid]
+    where = "; ".join(f"{_who(v)} in {_gpu_wait_at(v)}" for v in waiting[:4])
+    spin_cpu = [v for v in waiting if v.spinning]
     text = f"{where}: the host waits for the GPU" + (", spinning at 100 % of a core" if spin_cpu else "")
     text += {
         "spinning": "; the GPU is busy doing nothing (a kernel spinning on a flag)",
         "idle": "; the GPU is idle: a stream waits for an event or value that never comes",
     }.get(verdict, "; no GPU reading says more")
-    return Diagnosis(Cause.GPU_SPIN, pids, text + _gpu_note(ctx), ctx.confidence(*pids))
+    culprits = tuple(v.pid for v in waiting)
+    if any(v.peer for v in waiting):
+        inside = {v.pid for v in waiting}
+        absent = [
+            v
+            for v in ctx.peers
+            if v.pid not in inside and (v.outcome is DumpOutcome.OK or v.outcome in _UNREAD)
+        ]
+        if absent:
+            culprits = tuple(v.pid for v in absent)
+            elsewhere = "; ".join(
+                f"{v.label} in {_where(v)}"
+                if v.outcome is DumpOutcome.OK
+                else f"{v.label}: {v.outcome.value}"
+                for v in absent[:4]
+            )
+            text += f"; {ctx.label(culprits)} never reached the GPU wait its peers are in: {elsewhere}"
+    pids = tuple(dict.fromkeys((*culprits, *(v.pid for v in waiting))))
+    return Diagnosis(Cause.GPU_SPIN, culprits, text + _gpu_note(ctx), ctx.confidence(*pids))
 
 
-def gpu_state(gpu: GpuSample | None, gpm: Sequence[GpuActivity]) -> str:
-    """ "spinning", "idle", "working" or "unknown", from GPM pipes where the GPU has them, else util/power."""
-    for g in gpm:
-        if g.graphics_util is not None and g.graphics_util >= GPU_BUSY_UTIL:
-            return "spinning" if g.pipes_idle() else "working"
+# A host that polls the GPU (an event query in a loop, with or without sleeps) uses some CPU; a rank
+# parked in a plain Python wait uses none. Measured on the H200: a poll that sleeps 2 ms between
+# queries used 0.0097 cores, a rank in Event.wait 0. /proc counts CPU in 10 ms ticks, so over the
+# 2-3 s between two captures anything from one tick up counts as polling.
+POLL_CORES = 0.003
+
+
+def _parked_on_gpu(v: ProcessView, on_gpu: frozenset[int], kernels: frozenset[int] | None) -> bool:
+    """Whether a process that stays in place is the one waiting on the spinning GPU.
+
+    Best, NVML's per-process samples: its kernel is the one on the SMs (the rank that never launched
+    its half reads 0). Else a process holding GPU memory whose host polls (CPU rising in place); a rank
+    asleep in a Python wait is not. Without NVML's per-process view at all (a container's pid
+    namespace), only a host burning CPU in place is taken for the poller.
+    """
+    if kernels is not None:
+        return v.pid in kernels
+    if on_gpu:
+        return v.pid in on_gpu and (v.cpu_cores or 0.0) >= POLL_CORES
+    return v.spinning
+
+
+def _own_gpu_state(ctx: StackContext, pid: int, overall: str) -> str:
+    """The state of the GPUs the process holds memory on: on eight GPUs, the rank that never launched
+    its half leaves its own GPU idle while its peers' spin. Every GPU's where NVML does not say."""
+    own = gpus_of(ctx.gpu, pid)
+    return gpu_state(ctx.gpu, ctx.gpm, own) if own is not None else overall
+
+
+def _gpu_pids(ctx: StackContext) -> frozenset[int]:
+    """The processes NVML sees holding memory on a GPU (empty where it shows none, as in containers)."""
+    if ctx.gpu is None:
+        return frozenset()
+    return frozenset(p.pid for p in ctx.gpu.processes)
+
+
+def _gpu_wait_at(v: ProcessView) -> str:
+    """Where the host waits: the synchronize frame when one names it, else where its main thread sits."""
+    named = v.waits(Wait.CUDA_SYNC)
+    return named[0].at if named else _where(v)
+
+
+def gpu_state(
+    gpu: GpuSample | None, gpm: Sequence[GpuActivity], indices: Collection[int] | None = None
+) -> str:
+    """ "spinning", "idle", "working" or "unknown" for the GPUs ``indices`` (every GPU when None), from
+    GPM pipes where the GPU has them, else util/power. One GPU working among them makes them working:
+    a host in place then may wait for real work."""
+    if indices is not None:
+        gpm = [g for g in gpm if g.index in indices]
+        if gpu is not None:
+            gpu = replace(gpu, gpus=tuple(g for g in gpu.gpus if g.index in indices))
+    busy_gpm = [g for g in gpm if g.graphics_util is not None and g.graphics_util >= GPU_BUSY_UTIL]
+    if busy_gpm:
+        return "spinning" if all(g.pipes_idle() for g in busy_gpm) else "working"
     if gpm and all(g.graphics_util is not None and g.graphics_util < GPU_IDLE_UTIL for g in gpm):
         return "idle"
     if gpu is None or gpu.unavailable or not gpu.gpus:
@@ -431,6 +534,14 @@ def gpu_state(gpu: GpuSample | None, gpm: Sequence[GpuActivity]) -> str:
     if all(g.util_pct is not None and g.util_pct < GPU_IDLE_UTIL for g in gpu.gpus):
         return "idle"
     return "unknown"
+
+
+def gpus_of(gpu: GpuSample | None, pid: int) -> frozenset[int] | None:
+    """The GPUs a process holds memory on (NVML's per-process view); None where NVML shows it on none."""
+    if gpu is None:
+        return None
+    found = frozenset(p.gpu_index for p in gpu.processes if p.pid == pid)
+    return found or None
 
 
 def _gpu_note(ctx: StackContext) -> str:

@@ -354,6 +354,11 @@ def process_views(samples: Sequence[StackSample]) -> tuple[ProcessView, ...]:
     peers = peer_pids(latest.processes)
     histories = thread_histories(samples)
     placed = {key: thread_in_place(h) for key, h in histories.items()}
+    # Each process's thread keys, indexed once: scanning every history per process was quadratic
+    # (13 s for 10,000 ranks across 1,000 nodes, benchmarks/bench_nodes.py).
+    by_pid: dict[int, list[tuple[int, int]]] = {}
+    for key in histories:
+        by_pid.setdefault(key[0], []).append(key)
     first_cpu: dict[int, tuple[float, float]] = {}
     for sample in samples:
         for p in sample.processes:
@@ -381,7 +386,7 @@ def process_views(samples: Sequence[StackSample]) -> tuple[ProcessView, ...]:
                 cpu_cores=cpu,
                 world_size=p.world_size,
                 detail=p.detail,
-                burners_in_place=_burners_in_place(p, histories, placed),
+                burners_in_place=_burners_in_place(p, histories, placed, by_pid.get(p.pid, [])),
             )
         )
     return tuple(views)
@@ -391,13 +396,14 @@ def _burners_in_place(
     p: ProcessStacks,
     histories: dict[tuple[int, int], tuple[list[ThreadStack], list[ThreadStack]]],
     placed: dict[tuple[int, int], bool],
+    own: list[tuple[int, int]],
 ) -> bool:
     """The threads seen on CPU stayed in place; with none seen on CPU (the CPU burns in a thread
     py-spy does not show), every thread did. A thread inside a compute library is work."""
     if not p.threads:
         return False
     keys = [(p.pid, t.tid) for t in p.threads]
-    burners = [k for k in histories if k[0] == p.pid and any(t.active for t in histories[k][0])]
+    burners = [k for k in own if any(t.active for t in histories[k][0])]
     if any(in_compute(t) for k in burners for t in histories[k][1] or histories[k][0][-1:]):
         return False
     return all(placed.get(k, False) for k in (burners or keys))

@@ -25,6 +25,7 @@ from dataclasses import replace
 from hangwatch.analyse.causes import Diagnosis
 from hangwatch.analyse.stackrules import classify
 from hangwatch.analyse.stackrules import gpu_state
+from hangwatch.analyse.stackrules import gpus_of
 from hangwatch.analyse.stackrules import stack_context
 from hangwatch.analyse.stacktree import signature
 from hangwatch.analyse.stackwaits import ProcessView
@@ -164,7 +165,7 @@ class StackHistory:
             return False
         # A host thread parked in place while the GPU works hard is waiting for real work (a long
         # kernel), whether it waits in a CUDA synchronize or in a library's own wrapper.
-        if gpu_state(self._gpu, self._solid[-1].gpus) == "working":
+        if gpu_state(self._gpu, self._solid[-1].gpus, gpus_of(self._gpu, pid)) == "working":
             syncing = any(t.wait is Wait.CUDA_SYNC for t in view.threads)
             on_gpu = self._gpu is not None and any(g.pid == pid for g in self._gpu.processes)
             return not (syncing or on_gpu)

@@ -1,5 +1,5 @@
-"""The command line: ``hangwatch run``, ``attach``, ``stacks``, ``doctor``, ``cleanup``, ``bench``,
-``isolate``, ``demo``.
+"""The command line: ``hangwatch run``, ``attach``, ``stacks``, ``collect``, ``doctor``, ``cleanup``,
+``bench``, ``isolate``, ``demo``.
 
 ``main(argv) -> int`` returns the exit code so tests can call it directly; errors a user can act
 on are ``HangwatchError`` subclasses, caught here and only here.
@@ -15,6 +15,7 @@ from hangwatch import __version__
 from hangwatch.cli.attach import AttachCommand
 from hangwatch.cli.bench import BenchCommand
 from hangwatch.cli.cleanup import CleanupCommand
+from hangwatch.cli.collect import CollectCommand
 from hangwatch.cli.command import Command
 from hangwatch.cli.demo import DemoCommand
 from hangwatch.cli.doctor import DoctorCommand
@@ -28,6 +29,7 @@ COMMANDS: tuple[Command, ...] = (
     RunCommand(),
     AttachCommand(),
     StacksCommand(),
+    CollectCommand(),
     DoctorCommand(),
     CleanupCommand(),
     BenchCommand(),

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from hangwatch.cli.node_options import add_node_options
+from hangwatch.cli.node_options import hosts_of
+from hangwatch.cli.node_options import ssh_options_of
 from hangwatch.cli.options import add_output_file
 from hangwatch.cli.options import seconds
 from hangwatch.engines import PROFILES
@@ -13,6 +16,9 @@ from hangwatch.errors import UsageError
 class StacksCommand:
     """Take the stacks of every process of a running tree now, merged across ranks, with a cause.
 
+    With --hosts (or --hostfile) and --match: the same on every node through ssh, merged into one report
+    whose ranks say their node, with who is missing from the world and each node's clock skew and errors.
+
     Read-only: processes in state T are not dumped (they are reported as stopped), and a process a
     dump leaves stopped is resumed. Needs the same permission as a debugger (py-spy uses ptrace).
     """
@@ -20,7 +26,7 @@ class StacksCommand:
     name = "stacks"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--pid", type=int, required=True, help="PID of the tree's root (the launcher)")
+        parser.add_argument("--pid", type=int, help="PID of the tree's root (the launcher), on this machine")
         parser.add_argument("--engine", choices=sorted(PROFILES), help="engine profile (default: detected)")
         parser.add_argument(
             "--samples",
@@ -40,6 +46,7 @@ class StacksCommand:
             "--no-native", action="store_true", help="Python frames only (no --native unwinding)"
         )
         add_output_file(parser, "--report-json", "write the samples and the merged tree")
+        add_node_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         from hangwatch.stacks import SnapshotOptions
@@ -47,6 +54,10 @@ class StacksCommand:
 
         if args.samples < 1 or args.samples > 100:
             raise UsageError("--samples must be between 1 and 100")
+        if args.hosts or args.hostfile:
+            return self._across_nodes(args)
+        if args.pid is None:
+            raise UsageError("give --pid (this machine) or --hosts/--hostfile with --match (several nodes)")
         options = SnapshotOptions(
             pid=args.pid,
             engine=args.engine,
@@ -56,3 +67,26 @@ class StacksCommand:
             report_json=args.report_json,
         )
         return take_snapshot(options)
+
+    def _across_nodes(self, args: argparse.Namespace) -> int:
+        from hangwatch.nodes.session import NodesStacksOptions
+        from hangwatch.nodes.session import stacks_across_nodes
+
+        if args.pid is not None or not args.match:
+            raise UsageError(
+                "across nodes, select the server's processes with --match REGEX (pids differ per node)"
+            )
+        if args.samples > 20:
+            raise UsageError("--samples must be between 1 and 20 across nodes")
+        return stacks_across_nodes(
+            NodesStacksOptions(
+                hosts=tuple(hosts_of(args)),
+                match=args.match,
+                engine=args.engine,
+                samples=args.samples,
+                every_s=args.every,
+                native=not args.no_native,
+                ssh=ssh_options_of(args),
+                report_json=args.report_json,
+            )
+        )

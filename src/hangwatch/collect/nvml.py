@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 from collections.abc import Callable
+from dataclasses import replace
 from types import ModuleType
 from typing import Any
 from typing import Protocol
@@ -36,6 +37,8 @@ class NvmlGpuSource:
     def __init__(self, nvml: ModuleType | Any | None = None) -> None:
         self._handles: list[Any] = []
         self._names: list[str] = []
+        self._process_util_supported = True
+        self._util_seen: dict[int, int] = {}  # GPU index -> newest per-process sample timestamp read
         self._nvml: Any
         self.unavailable: str | None
         self._nvml, self.unavailable = start(nvml)
@@ -75,12 +78,46 @@ class NvmlGpuSource:
                     sm_clock_mhz=int(clock) if clock is not None else None,
                 )
             )
-            processes += running_processes(nvml, handle, index, errors)
+            running = running_processes(nvml, handle, index, errors)
+            sm_util = self._process_sm_util(index, handle, errors)
+            processes += [
+                replace(p, sm_util_pct=sm_util.get(p.pid, 0.0)) if sm_util is not None else p for p in running
+            ]
         return GpuSample(
             gpus=tuple(readings),
             processes=tuple(processes),
             error="; ".join(sorted(set(errors))) or None,
         )
+
+    def _process_sm_util(self, index: int, handle: Any, errors: list[str]) -> dict[int, float] | None:
+        """pid -> the highest SM share of its samples since the last reading; None where unsupported.
+
+        NVML keeps a short ring of per-process samples and returns those newer than the timestamp we
+        pass; "Not Found" means no process ran a kernel since then (every process read 0).
+        """
+        if not self._process_util_supported:
+            return None
+        call = getattr(self._nvml, "nvmlDeviceGetProcessUtilization", None)
+        if call is None:
+            self._process_util_supported = False
+            return None
+        try:
+            samples = call(handle, self._util_seen.get(index, 0))
+        except Exception as exc:
+            reason = _nvml_reason(exc)
+            if "Not Found" in reason:
+                return {}
+            if "Not Supported" in reason or "No Permission" in reason:
+                self._process_util_supported = False
+                return None
+            errors.append(reason)
+            return None
+        found: dict[int, float] = {}
+        for sample in samples:
+            pid = int(sample.pid)
+            found[pid] = max(found.get(pid, 0.0), float(sample.smUtil))
+            self._util_seen[index] = max(self._util_seen.get(index, 0), int(sample.timeStamp))
+        return found
 
     def close(self) -> None:
         if self._nvml is not None and self.unavailable is None:

@@ -241,8 +241,14 @@ class TreeSampler:
             name = hint  # not titled yet (or titled less precisely), but its log lines say who it is
         role, rank = self._namer(name, cmdline, stat.identity in self._root_identities, known.rank_env or {})
         parent = self._known.get(stat.ppid)
-        if role is not None and parent is not None and parent.name == name:
-            # A child forked with its parent's title (a compile helper of a scheduler) is not that rank.
+        if (
+            role is not None
+            and parent is not None
+            and (parent.name, parent.role, parent.rank) == (name, role, rank)
+        ):
+            # A child forked with its parent's title and identity (a compile helper of a scheduler) is not
+            # that rank again. A launcher's children that share its plain title but carry ranks of their
+            # own (RANK=0 and RANK=1 under a `python3` launcher) are the ranks.
             role, rank = None, None
         io = procfs.read_io(pid, self._root)
         io_error = None

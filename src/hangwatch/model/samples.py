@@ -180,6 +180,10 @@ class GpuProcessMemory:
     pid: int
     gpu_index: int
     used_bytes: int | None
+    # The share of time its kernels ran on the GPU's SMs since the last reading (NVML's per-process
+    # samples); None where the GPU or driver does not give it. It tells, on a spinning GPU, whose kernel
+    # spins: the rank that never launched its half of a collective reads 0.
+    sm_util_pct: float | None = None
 
 
 @dataclass(frozen=True)

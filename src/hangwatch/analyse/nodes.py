@@ -1,0 +1,259 @@
+"""Merge the bundles of several nodes into the samples the one-node analysis consumes, then analyse them.
+
+Pids repeat across nodes (and across pid namespaces on one host), so every process gets a key unique in
+the merge: ``node index * KEY_STRIDE + pid`` (``pid_max`` is at most 2**22, under the stride), with the
+table back to (node, pid namespace, pid) kept beside the samples. Ranks are relabelled with their node
+(``hwn2:rank3``), so the stack tree's ranges and the rules' texts say where each rank is; round i of
+every node becomes round i of the merged samples. The cause rules then run unchanged over all ranks
+together: a rank on node 3 that never entered the all_reduce the others wait in is the odd one out of
+the whole job, not of its node.
+
+Beside the stacks: which ranks of the world checked in, on which node, and who is missing (a node that
+did not answer may hold them, and is named); each node's clock skew, bounded by the exchange's times.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import replace
+from typing import TypeVar
+
+from hangwatch.analyse import causes
+from hangwatch.analyse.causes import Diagnosis
+from hangwatch.analyse.stackrules import classify
+from hangwatch.analyse.stackrules import stack_context
+from hangwatch.analyse.stacktree import build_tree
+from hangwatch.analyse.stacktree import compact_ranges
+from hangwatch.analyse.stackwatch import with_native_detail
+from hangwatch.model.nodes import NODES_REPORT_SCHEMA
+from hangwatch.model.nodes import ClockSkew
+from hangwatch.model.nodes import NodeResult
+from hangwatch.model.nodes import NodesDiagnosis
+from hangwatch.model.nodes import NodesReport
+from hangwatch.model.nodes import NodeSummary
+from hangwatch.model.nodes import ProcessKey
+from hangwatch.model.nodes import RankCensus
+from hangwatch.model.nodes import RankPlace
+from hangwatch.model.samples import ExitRecord
+from hangwatch.model.samples import ProcessSample
+from hangwatch.model.samples import Tick
+from hangwatch.model.stacks import ProcessStacks
+from hangwatch.model.stacks import StackSample
+from hangwatch.model.stacks import StackTree
+
+T = TypeVar("T")
+KEY_STRIDE = 10_000_000
+_GLOBAL_RANK = re.compile(r"^(?:TP)?(\d+)$")
+
+
+@dataclass(frozen=True)
+class MergedNodes:
+    nodes: tuple[NodeSummary, ...]
+    samples: tuple[StackSample, ...]  # round i of every node that answered with stacks
+    ticks: tuple[Tick, ...]
+    keys: dict[int, ProcessKey]  # merged key -> where the process really is
+    census: RankCensus
+
+
+@dataclass(frozen=True)
+class NodesAnalysis:
+    merged: MergedNodes
+    diagnosis: Diagnosis
+    tree: StackTree
+
+
+def node_labels(results: Sequence[NodeResult]) -> list[str]:
+    """The node's own hostname (what its logs say); the host as given where hostnames repeat (containers)."""
+    names = [r.bundle.node.hostname if r.bundle is not None else r.host for r in results]
+    counts = Counter(names)
+    return [name if counts[name] == 1 else r.host for name, r in zip(names, results, strict=True)]
+
+
+def clock_skew(result: NodeResult) -> ClockSkew | None:
+    """The collector read its clock somewhere between our send and our receive less its run time.
+
+    And at least as long after our send as the collector's process had been running (its interpreter's
+    start and imports, which follow the ssh handshake). An interval, not a point: what is left of it is
+    mostly the handshake, before the process existed; the bound is what is certain. A persistent
+    connection (ssh ControlMaster) narrows it.
+    """
+    if result.bundle is None:
+        return None
+    clock = result.bundle.clock
+    latest = max(result.sent_wall_s, result.received_wall_s - clock.duration_s)
+    earliest = min(result.sent_wall_s + clock.since_exec_s, latest)
+    middle = (earliest + latest) / 2
+    return ClockSkew(offset_s=round(clock.wall_s - middle, 4), bound_s=round((latest - earliest) / 2, 4))
+
+
+def merge(results: Sequence[NodeResult]) -> MergedNodes:
+    labels = node_labels(results)
+    keys: dict[int, ProcessKey] = {}
+    summaries: list[NodeSummary] = []
+    per_node_samples: list[tuple[StackSample, ...]] = []
+    per_node_ticks: list[tuple[Tick, ...]] = []
+    for index, (label, result) in enumerate(zip(labels, results, strict=True)):
+        bundle = result.bundle
+        elapsed = round(result.received_wall_s - result.sent_wall_s, 4)
+        if bundle is None:
+            summaries.append(
+                NodeSummary(
+                    label, result.host, result.outcome, result.detail, None, 0, (), "", None, elapsed, None
+                )
+            )
+            continue
+        offset = (index + 1) * KEY_STRIDE
+        for p in bundle.processes:
+            keys[offset + p.pid] = ProcessKey(label, bundle.node.pid_ns, p.pid)
+        per_node_samples.append(tuple(_stacks(s, offset, label) for s in bundle.stacks))
+        per_node_ticks.append(tuple(_tick(t, offset, label) for t in bundle.ticks))
+        ranks = tuple(p.rank for p in bundle.processes if p.rank is not None)
+        summaries.append(
+            NodeSummary(
+                label=label,
+                host=result.host,
+                outcome=result.outcome,
+                detail=result.detail,
+                pid_ns=bundle.node.pid_ns,
+                processes=len(bundle.processes),
+                ranks=ranks,
+                rank_label=compact_ranges(f"rank{r}" if r.isdigit() else r for r in ranks),
+                skew=clock_skew(result),
+                elapsed_s=elapsed,
+                collect_s=bundle.clock.duration_s,
+                errors=bundle.errors,
+            )
+        )
+    samples = _rounds(per_node_samples, _merge_samples)
+    ticks = _rounds(per_node_ticks, _merge_ticks)
+    return MergedNodes(tuple(summaries), samples, ticks, keys, census(results, labels))
+
+
+def analyse(results: Sequence[NodeResult]) -> NodesAnalysis:
+    """The one-node analysis over every node's ranks at once."""
+    merged = merge(results)
+    samples = list(merged.samples)
+    analysed = [*samples[:-1], with_native_detail(samples)] if samples else []
+    exits = tuple(e for tick in merged.ticks for e in tick.exits)
+    context = stack_context(analysed, merged.ticks, exits)
+    diagnosis = classify(context)
+    tree = build_tree(analysed, highlight=diagnosis.culprits or None)
+    # Where each rank waits, from the views the rules used (computing them again would double the cost).
+    where = {v.pid: v.main.where for v in context.views if v.main is not None}
+    found = tuple(replace(r, where=where.get(r.key, "")) for r in merged.census.found)
+    merged = replace(merged, census=replace(merged.census, found=found))
+    return NodesAnalysis(merged, diagnosis, tree)
+
+
+def report_of(results: Sequence[NodeResult], selector: str) -> NodesReport:
+    """The analysis across nodes as the model the renderers take."""
+    analysis = analyse(results)
+    d = analysis.diagnosis
+    return NodesReport(
+        schema=NODES_REPORT_SCHEMA,
+        selector=selector,
+        nodes=analysis.merged.nodes,
+        ranks=analysis.merged.census,
+        processes=analysis.merged.keys,
+        diagnosis=NodesDiagnosis(d.cause, d.confidence, d.explanation, d.culprits),
+        next_steps=d.steps or causes.NEXT_STEPS.get(d.cause, ()),
+        stack_tree=analysis.tree,
+    )
+
+
+def census(results: Sequence[NodeResult], labels: Sequence[str]) -> RankCensus:
+    """Which global ranks were found where; the world size from the ranks' WORLD_SIZE."""
+    found: list[RankPlace] = []
+    sizes: list[int] = []
+    silent: list[str] = []
+    for index, (label, result) in enumerate(zip(labels, results, strict=True)):
+        if result.bundle is None:
+            silent.append(label)
+            continue
+        offset = (index + 1) * KEY_STRIDE
+        for p in result.bundle.processes:
+            if p.world_size:
+                sizes.append(p.world_size)
+            m = _GLOBAL_RANK.match(p.rank or "")
+            if m is None:
+                continue
+            key = offset + p.pid
+            found.append(RankPlace(int(m.group(1)), label, result.bundle.node.pid_ns, p.pid, key, ""))
+    found.sort(key=lambda r: (r.rank, r.node))
+    world = max(sizes) if sizes else None
+    # Counted, not searched: 10,000 ranks must not cost 10,000 squared.
+    counts = Counter(r.rank for r in found)
+    missing = tuple(r for r in range(world) if r not in counts) if world else ()
+    duplicated = tuple(sorted(r for r, n in counts.items() if n > 1))
+    by_node: dict[str, list[str]] = {}
+    for r in found:
+        by_node.setdefault(r.node, []).append(f"rank{r.rank}")
+    return RankCensus(
+        world,
+        tuple(found),
+        missing,
+        duplicated,
+        tuple(silent),
+        by_node=tuple((node, compact_ranges(ranks)) for node, ranks in by_node.items()),
+        missing_label=compact_ranges(f"rank{r}" for r in missing),
+        duplicated_label=compact_ranges(f"rank{r}" for r in duplicated),
+    )
+
+
+def _label(label: str, rank: str | None) -> str | None:
+    if rank is None:
+        return None
+    return f"{label}:rank{rank}" if rank.isdigit() else f"{label}:{rank}"
+
+
+def _stacks(sample: StackSample, offset: int, label: str) -> StackSample:
+    def process(p: ProcessStacks) -> ProcessStacks:
+        threads = tuple(replace(t, tid=offset + t.tid) for t in p.threads)
+        role = f"{label}:{p.role or p.name}" if p.rank is None else p.role
+        return replace(p, pid=offset + p.pid, threads=threads, rank=_label(label, p.rank), role=role)
+
+    return replace(sample, processes=tuple(process(p) for p in sample.processes))
+
+
+def _tick(tick: Tick, offset: int, label: str) -> Tick:
+    def process(p: ProcessSample) -> ProcessSample:
+        return replace(p, pid=offset + p.pid, ppid=offset + p.ppid, rank=_label(label, p.rank))
+
+    def exit_(e: ExitRecord) -> ExitRecord:
+        return replace(e, pid=offset + e.pid, name=f"{label}:{e.name}", rank=_label(label, e.rank))
+
+    return replace(
+        tick,
+        processes=tuple(process(p) for p in tick.processes),
+        exits=tuple(exit_(e) for e in tick.exits),
+    )
+
+
+def _rounds(per_node: list[tuple[T, ...]], join: Callable[[list[T]], T]) -> tuple[T, ...]:
+    """Round i of every node, for the rounds every node has (a node cut short by its deadline has fewer)."""
+    with_rounds = [rounds for rounds in per_node if rounds]
+    if not with_rounds:
+        return ()
+    count = min(len(r) for r in with_rounds)
+    return tuple(join([r[i] for r in with_rounds]) for i in range(count))
+
+
+def _merge_samples(parts: list[StackSample]) -> StackSample:
+    return StackSample(
+        t=round(sum(s.t for s in parts) / len(parts), 4),
+        processes=tuple(p for s in parts for p in s.processes),
+        elapsed_s=max(s.elapsed_s for s in parts),
+        gpus=tuple(g for s in parts for g in s.gpus),
+    )
+
+
+def _merge_ticks(parts: list[Tick]) -> Tick:
+    return Tick(
+        t=round(sum(t.t for t in parts) / len(parts), 4),
+        processes=tuple(p for t in parts for p in t.processes),
+        exits=tuple(e for t in parts for e in t.exits),
+    )

@@ -1,0 +1,70 @@
+"""The options that point a command at several nodes (``--hosts``, ``--hostfile``, the ssh transport),
+the same in every command that takes them."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+from hangwatch.cli.options import seconds
+from hangwatch.errors import UsageError
+from hangwatch.nodes import hosts as hostlist
+from hangwatch.transports.ssh import DEFAULT_CONCURRENCY
+from hangwatch.transports.ssh import SshOptions
+
+
+def add_node_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("across nodes (ssh)")
+    g.add_argument("--hosts", metavar="LIST", help="nodes to collect from: 'node[1-16]', 'a,b,gpu[01-04]'")
+    g.add_argument("--hostfile", type=Path, metavar="FILE", help="one node per line (MPI host files work)")
+    g.add_argument(
+        "--match", metavar="REGEX", help="the server's processes on each node: title or command line matches"
+    )
+    g.add_argument(
+        "--remote-hangwatch",
+        default="hangwatch",
+        metavar="CMD",
+        help="how to start hangwatch on the nodes (default: 'hangwatch' on the remote PATH; "
+        "e.g. '/opt/venv/bin/python -m hangwatch')",
+    )
+    g.add_argument("--ssh-config", type=Path, metavar="FILE", help="ssh -F FILE (default: ~/.ssh/config)")
+    g.add_argument("--ssh-option", action="append", default=[], metavar="KEY=VALUE", help="ssh -o KEY=VALUE")
+    g.add_argument(
+        "--concurrency",
+        type=int,
+        default=DEFAULT_CONCURRENCY,
+        metavar="N",
+        help="nodes at once (default: 32)",
+    )
+    g.add_argument(
+        "--node-timeout",
+        type=seconds("--node-timeout"),
+        default=30.0,
+        metavar="S",
+        help="per node (default: 30)",
+    )
+
+
+def hosts_of(args: argparse.Namespace) -> list[str]:
+    found = hostlist.expand(args.hosts) if args.hosts else []
+    if args.hostfile is not None:
+        found += hostlist.read_hostfile(args.hostfile)
+    return list(dict.fromkeys(found))
+
+
+def ssh_options_of(args: argparse.Namespace) -> SshOptions:
+    if args.concurrency < 1:
+        raise UsageError("--concurrency must be at least 1")
+    remote = tuple(shlex.split(args.remote_hangwatch))
+    if not remote:
+        raise UsageError("--remote-hangwatch is empty")
+    return SshOptions(
+        config=args.ssh_config,
+        options=tuple(args.ssh_option),
+        # A quarter of the node's time at most for the handshake: the rest is for collecting.
+        connect_timeout_s=min(10.0, args.node_timeout / 4),
+        node_timeout_s=args.node_timeout,
+        concurrency=args.concurrency,
+        remote=remote,
+    )

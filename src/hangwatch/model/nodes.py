@@ -1,0 +1,230 @@
+"""Evidence from several nodes: the per-node bundle (schema ``hangwatch.node-bundle/1``), what a transport
+made of each node, and the merged view across nodes.
+
+The bundle carries the very samples the local analysis consumes (``Tick``s of ``ProcessSample``s and
+``StackSample``s of ``ProcessStacks``), so one analysis serves one node and many: the bundle decodes
+back into those frozen objects (``nodes/codec.py``). What only a multi-node report needs (identity,
+clock, where a rank came from, thread states, log tails, errors) sits beside them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from hangwatch.model.samples import Tick
+from hangwatch.model.stacks import StackSample
+from hangwatch.model.stacks import StackTree
+from hangwatch.model.vocabulary import Cause
+
+BUNDLE_SCHEMA = "hangwatch.node-bundle/1"
+NODES_REPORT_SCHEMA = "hangwatch.stacks-nodes/1"
+
+
+class CollectMode(StrEnum):
+    CENSUS = "census"  # processes, ranks, CPU and thread states over a short window: cheap, for watch loops
+    FULL = "full"  # census plus k stack samples per rank and log tails: for diagnosis
+
+
+@dataclass(frozen=True)
+class NodeIdentity:
+    """Which machine (and which PID namespace) answered: pids mean something only together with these."""
+
+    hostname: str
+    boot_id: str  # /proc/sys/kernel/random/boot_id: tells a rebooted node, or two containers of one host
+    pid_ns: int  # inode of /proc/self/ns/pid: two pid namespaces on one host give different inodes
+    kernel: str
+
+
+@dataclass(frozen=True)
+class ClockReading:
+    """The node's clocks when the collector started, and how long it ran: the controller bounds the skew
+    from these and its own send and receive times."""
+
+    wall_s: float  # time.time() at start
+    monotonic_s: float
+    duration_s: float  # collector start to the bundle being written
+    # How long the collector's process had run when it read wall_s (its interpreter's start, imports):
+    # the reading came at least this long after the transport delivered the command.
+    since_exec_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class ThreadState:
+    """One thread over the collection window (/proc/PID/task/TID/stat)."""
+
+    tid: int
+    name: str
+    state: str  # at the end of the window
+    cpu_delta_s: float  # CPU seconds used during the window
+
+
+@dataclass(frozen=True)
+class NodeProcess:
+    """One process of the server on this node, with the rank and where the rank came from."""
+
+    pid: int
+    ppid: int
+    name: str
+    role: str | None
+    rank: str | None
+    # "title" (the engine's process title: sglang::scheduler_TP3), "env:RANK", "env:SLURM_PROCID", ...
+    rank_source: str | None
+    world_size: int | None
+    env: dict[str, str]  # allow-listed keys only (ENV_KEYS in nodes/collector.py), values redacted
+    cpu_cores: float  # CPU used over the window, in cores
+    threads: tuple[ThreadState, ...] = ()
+    threads_omitted: int = 0  # threads beyond the per-process cap
+
+
+@dataclass(frozen=True)
+class LogTail:
+    source: str  # the file, or "/proc/PID/fd/2 -> FILE"
+    lines: tuple[str, ...]  # redacted
+
+
+@dataclass(frozen=True)
+class BundleError:
+    """Something the collector could not do, said where it happened: evidence, never a crash."""
+
+    stage: str  # "select", "stacks", "procfs", "log", "limits"
+    detail: str
+    pid: int | None = None
+
+
+@dataclass(frozen=True)
+class NodeBundle:
+    schema: str
+    collector_version: str
+    mode: CollectMode
+    selector: str  # what the caller asked for: "pid 812", "match 'sglang::'"
+    node: NodeIdentity
+    clock: ClockReading
+    processes: tuple[NodeProcess, ...]
+    ticks: tuple[Tick, ...]  # one per round (census: start and end of the window), ``t`` from collector start
+    stacks: tuple[StackSample, ...] = ()  # full mode: k rounds over every process
+    logs: tuple[LogTail, ...] = ()
+    errors: tuple[BundleError, ...] = ()
+    truncated: bool = False  # parts were dropped to stay under the size limit (``errors`` says which)
+
+
+class NodeOutcome(StrEnum):
+    """What a transport made of one node."""
+
+    OK = "ok"
+    REFUSED = "refused"  # nothing listens (sshd down)
+    AUTH = "auth"  # the node refused our credentials (a wrong key, no agent)
+    HOST_KEY = "host-key"  # the node's host key is unknown or changed
+    UNREACHABLE = "unreachable"  # name does not resolve, no route
+    TIMEOUT = "timeout"  # no answer within the per-node timeout (connect or collect)
+    NO_COLLECTOR = "no-collector"  # hangwatch is not found on the node
+    REMOTE_ERROR = "remote-error"  # the collector ran and failed
+    BAD_OUTPUT = "bad-output"  # the answer is not a bundle (not JSON, another schema, too large)
+
+
+@dataclass(frozen=True)
+class NodeAnswer:
+    """What a transport got from one node: the collector's output (``OK``, not decoded yet), or why none."""
+
+    host: str
+    outcome: NodeOutcome
+    detail: str
+    stdout: bytes
+    sent_wall_s: float
+    received_wall_s: float
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """One node as the transport saw it: the bundle, or why there is none, with the controller's times."""
+
+    host: str  # as the user named it (``node7``, an address, an ssh_config alias)
+    outcome: NodeOutcome
+    detail: str
+    bundle: NodeBundle | None
+    sent_wall_s: float  # controller clock when the remote command was started
+    received_wall_s: float  # ... when its output was complete
+    output_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class ClockSkew:
+    """Node clock minus controller clock, within ``± bound_s`` (half the time the exchange left unknown)."""
+
+    offset_s: float
+    bound_s: float
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    label: str  # how the report names the node: its hostname, or the host as given when hostnames repeat
+    host: str
+    outcome: NodeOutcome
+    detail: str
+    pid_ns: int | None
+    processes: int
+    ranks: tuple[str, ...]
+    rank_label: str  # the ranks as compact ranges: "rank0-1", "TP8-15"
+    skew: ClockSkew | None
+    elapsed_s: float  # send to receive, on the controller
+    collect_s: float | None  # the collector's own run time
+    errors: tuple[BundleError, ...] = ()
+
+
+@dataclass(frozen=True)
+class RankPlace:
+    """Where one rank of the job was found: keyed by (node, pid namespace, pid); pids repeat across nodes."""
+
+    rank: int
+    node: str
+    pid_ns: int
+    pid: int
+    key: int  # the process's key in the merged samples
+    where: str  # its main thread's wait, "" when its stack was not read
+
+
+@dataclass(frozen=True)
+class RankCensus:
+    """Which ranks of the world checked in, on which node, and who is missing."""
+
+    world_size: int | None
+    found: tuple[RankPlace, ...]
+    missing: tuple[int, ...]
+    duplicated: tuple[int, ...]  # a rank found twice (two jobs matched, or a stale process)
+    silent_nodes: tuple[str, ...]  # nodes that did not answer: a missing rank may be there
+    by_node: tuple[tuple[str, str], ...] = ()  # (node, its ranks as compact ranges), in rank order
+    missing_label: str = ""  # compact ranges: "rank2-3"
+    duplicated_label: str = ""
+
+
+@dataclass(frozen=True)
+class ProcessKey:
+    """Where a process of the merge really is: pids mean something only with their node and namespace."""
+
+    node: str
+    pid_ns: int
+    pid: int
+
+
+@dataclass(frozen=True)
+class NodesDiagnosis:
+    """The cause the one-node rules named over every node's ranks; culprits are merge keys."""
+
+    cause: Cause
+    confidence: str | None
+    explanation: str
+    culprits: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class NodesReport:
+    """``hangwatch stacks --hosts``: what the text shows, and the JSON (schema hangwatch.stacks-nodes/1)."""
+
+    schema: str
+    selector: str
+    nodes: tuple[NodeSummary, ...]
+    ranks: RankCensus
+    processes: dict[int, ProcessKey]  # merge key -> where the process is
+    diagnosis: NodesDiagnosis
+    next_steps: tuple[str, ...]
+    stack_tree: StackTree

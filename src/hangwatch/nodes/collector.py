@@ -1,0 +1,417 @@
+"""The per-node collector behind ``hangwatch collect``: one JSON bundle of this node's share of a server.
+
+It runs on the node (through ssh, and later srun or kubectl exec), finds the server's processes there
+(the trees of the ``--pid`` roots, or of the processes whose title or command line matches
+``--match``: the caller says which, nothing is guessed), and samples them with the same collectors
+the local commands use (``TreeSampler`` for /proc, ``StackDumper`` for py-spy), so the bundle holds the
+samples the analysis consumes. Read-only like ``hangwatch stacks``: the only signal is the SIGCONT
+that undoes a dump that left a process stopped.
+
+Bounded: ``deadline_s`` caps the rounds taken (a round that would end past it is not started), and
+``max_bytes`` caps the encoded bundle (log tails, then thread details, then later stack rounds are
+dropped, each drop said in ``errors``). Everything that fails is a ``BundleError``, never an exception.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from dataclasses import replace
+from pathlib import Path
+
+from hangwatch import __version__
+from hangwatch import engines
+from hangwatch.collect import procfs
+from hangwatch.collect.proctree import TreeSampler
+from hangwatch.collect.proctree import own_processes
+from hangwatch.collect.stacks import StackDumper
+from hangwatch.model.nodes import BUNDLE_SCHEMA
+from hangwatch.model.nodes import BundleError
+from hangwatch.model.nodes import ClockReading
+from hangwatch.model.nodes import CollectMode
+from hangwatch.model.nodes import LogTail
+from hangwatch.model.nodes import NodeBundle
+from hangwatch.model.nodes import NodeIdentity
+from hangwatch.model.nodes import NodeProcess
+from hangwatch.model.nodes import ThreadState
+from hangwatch.model.samples import ProcessSample
+from hangwatch.model.samples import Tick
+from hangwatch.model.stacks import StackSample
+from hangwatch.nodes import codec
+from hangwatch.redact import redact_environ
+from hangwatch.redact import redact_text
+
+# Only these variables are read from a process's environment (it holds tokens): where ranks come from
+# under torchrun (local_elastic_agent.py), Slurm (srun), Open MPI and LeaderWorkerSet (multinode.md 1.4-1.5).
+ENV_KEYS = frozenset(
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "ROLE_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TORCHELASTIC_RUN_ID",
+        "TORCHELASTIC_RESTART_COUNT",
+        "SLURM_JOB_ID",
+        "SLURM_STEP_ID",
+        "SLURM_PROCID",
+        "SLURM_LOCALID",
+        "SLURM_NODEID",
+        "OMPI_COMM_WORLD_RANK",
+        "CUDA_VISIBLE_DEVICES",
+        "LWS_WORKER_INDEX",
+        "LWS_GROUP_SIZE",
+    }
+)
+# Which variable a generic rank came from, in the order engines/generic.py reads them.
+_RANK_SOURCES = (
+    ("RANK", "env:RANK"),
+    ("SLURM_PROCID", "env:SLURM_PROCID"),
+    ("OMPI_COMM_WORLD_RANK", "env:OMPI"),
+)
+MAX_PROCESSES = 1024  # a node of 8 GPUs has tens; more means the match was too broad
+MAX_THREADS_PER_PROCESS = 64
+LOG_TAIL_BYTES = 16_384
+MAX_LOG_LINE = 1000
+DEFAULT_MAX_BYTES = 8_000_000
+
+
+@dataclass(frozen=True)
+class CollectOptions:
+    pids: tuple[int, ...] = ()
+    match: str | None = None  # a regular expression searched in each process's title and command line
+    mode: CollectMode = CollectMode.FULL
+    samples: int = 2  # stack rounds in full mode
+    every_s: float = 1.0  # between rounds; census: the window
+    native: bool = True
+    engine: str | None = None
+    logs: tuple[Path, ...] = ()
+    log_lines: int = 30
+    deadline_s: float = 20.0
+    max_bytes: int = DEFAULT_MAX_BYTES
+
+
+ThreadStates = dict[int, dict[int, tuple[str, float]]]  # pid -> tid -> (state, CPU seconds)
+
+
+@dataclass
+class _Rounds:
+    ticks: list[Tick]
+    stacks: list[StackSample]
+    threads_before: ThreadStates
+    threads_after: ThreadStates
+
+
+def collect(
+    options: CollectOptions,
+    *,
+    root: Path = procfs.PROC,
+    dumper: StackDumper | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> NodeBundle:
+    wall, started = time.time(), time.monotonic()
+    since_exec = own_age(root)
+    errors: list[BundleError] = []
+    identity = node_identity(root)
+    roots, selector = select_roots(options, root, errors)
+    processes: tuple[NodeProcess, ...] = ()
+    logs: tuple[LogTail, ...] = ()
+    taken = _Rounds([Tick(t=0.0, processes=())], [], {}, {})
+    if roots:
+        cmdline = procfs.read_cmdline(roots[0], root) or ("?",)
+        profile = engines.by_name(options.engine) if options.engine else engines.detect(cmdline)
+        sampler = TreeSampler(roots, profile.role_of, watch_deaths=False, exclude=own_processes, root=root)
+        if options.mode is CollectMode.FULL and dumper is None:
+            dumper = StackDumper(native=options.native, root=root)
+        if dumper is not None and dumper.unavailable is not None:
+            errors.append(BundleError("stacks", dumper.unavailable))
+            dumper = None
+        try:
+            taken = take_rounds(
+                options, sampler, dumper, started=started, sleep=sleep, errors=errors, root=root
+            )
+        finally:
+            sampler.close()
+        processes = node_processes(taken.ticks, taken.threads_before, taken.threads_after, root)
+        if options.mode is CollectMode.FULL:
+            logs = log_tails(options, roots, root, errors)
+    ticks, stacks = taken.ticks, taken.stacks
+    bundle = NodeBundle(
+        schema=BUNDLE_SCHEMA,
+        collector_version=__version__,
+        mode=options.mode,
+        selector=selector,
+        node=identity,
+        clock=ClockReading(wall_s=wall, monotonic_s=started, duration_s=0.0, since_exec_s=since_exec),
+        processes=processes,
+        ticks=tuple(ticks),
+        stacks=tuple(stacks),
+        logs=logs,
+        errors=tuple(errors),
+    )
+    bundle = within_size(bundle, options.max_bytes)
+    return replace(bundle, clock=replace(bundle.clock, duration_s=round(time.monotonic() - started, 4)))
+
+
+def take_rounds(
+    options: CollectOptions,
+    sampler: TreeSampler,
+    dumper: StackDumper | None,
+    *,
+    started: float,
+    sleep: Callable[[float], None],
+    errors: list[BundleError],
+    root: Path,
+) -> _Rounds:
+    """Census: two ticks ``every_s`` apart; full: ``samples`` rounds of a tick and a stack capture."""
+    taken = _Rounds([], [], {}, {})
+    rounds = 2 if options.mode is CollectMode.CENSUS else max(1, options.samples)
+    for i in range(rounds):
+        if i:
+            # A round costs the pause plus a capture like the last one (later rounds are Python-only,
+            # cheaper than a native first): do not start one the deadline would cut off.
+            last = taken.stacks[-1].elapsed_s if taken.stacks else 0.1
+            cost = options.every_s + max(0.2, 2 * last)
+            if time.monotonic() - started + cost > options.deadline_s:
+                note = f"stopped after {i} of {rounds} rounds (deadline {options.deadline_s:g} s)"
+                errors.append(BundleError("limits", note))
+                break
+            sleep(options.every_s)
+        t = round(time.monotonic() - started, 4)
+        reading = sampler.sample(t)
+        members = reading.processes[:MAX_PROCESSES]
+        if len(reading.processes) > MAX_PROCESSES and i == 0:
+            note = f"{len(reading.processes)} processes matched; kept {MAX_PROCESSES}"
+            errors.append(BundleError("limits", note))
+        # Per-process read failures travel in the samples (ProcessSample.io_error), not beside them.
+        taken.ticks.append(Tick(t=t, processes=members, exits=reading.exits))
+        states = {p.pid: thread_states(p.pid, root) for p in members}
+        if i == 0:
+            taken.threads_before = states
+        taken.threads_after = states
+        if options.mode is CollectMode.FULL and dumper is not None:
+            # Native frames in the first round only, as `hangwatch stacks` does: they cost the most.
+            taken.stacks.append(dumper.capture(members, t, native=options.native and i == 0))
+    return taken
+
+
+def own_age(root: Path = procfs.PROC) -> float:
+    """Seconds since this process started (/proc/self/stat starttime against /proc/uptime; 10 ms ticks)."""
+    stat = procfs.read_stat(os.getpid(), root)
+    try:
+        uptime = float((root / "uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    if stat is None:
+        return 0.0
+    return round(max(0.0, uptime - stat.starttime_ticks / procfs.CLOCK_TICKS), 3)
+
+
+def node_identity(root: Path = procfs.PROC) -> NodeIdentity:
+    def read(path: str) -> str:
+        try:
+            return (root / path).read_text().strip()
+        except OSError:
+            return ""
+
+    try:
+        pid_ns = (root / "self" / "ns" / "pid").stat().st_ino
+    except OSError:
+        pid_ns = 0
+    return NodeIdentity(
+        hostname=socket.gethostname(),
+        boot_id=read("sys/kernel/random/boot_id"),
+        pid_ns=pid_ns,
+        kernel=os.uname().release,
+    )
+
+
+def _ancestors(pid: int, root: Path) -> set[int]:
+    """Our own chain up to init: the ssh session's shell has ``--match``'s pattern in its command line."""
+    out = set()
+    while pid > 1 and pid not in out:
+        out.add(pid)
+        stat = procfs.read_stat(pid, root)
+        if stat is None:
+            break
+        pid = stat.ppid
+    return out
+
+
+def select_roots(options: CollectOptions, root: Path, errors: list[BundleError]) -> tuple[list[int], str]:
+    """The roots of the server's trees on this node: the topmost matching processes, never ourselves."""
+    if options.pids:
+        selector = "pid " + ",".join(str(p) for p in options.pids)
+        found = [p for p in options.pids if procfs.read_stat(p, root) is not None]
+        for p in sorted(set(options.pids) - set(found)):
+            errors.append(BundleError("select", f"no process with PID {p} on this node", p))
+        return found, selector
+    if not options.match:
+        errors.append(BundleError("select", "nothing to select: give --pid or --match"))
+        return [], "nothing"
+    selector = f"match {options.match!r}"
+    try:
+        pattern = re.compile(options.match)
+    except re.error as exc:
+        errors.append(BundleError("select", f"--match is not a regular expression: {exc}"))
+        return [], selector
+    ours = _ancestors(os.getpid(), root)
+    parents: dict[int, int] = {}
+    matched: set[int] = set()
+    for pid in procfs.list_pids(root):
+        stat = procfs.read_stat(pid, root)
+        if stat is None:
+            continue
+        parents[pid] = stat.ppid
+        if pid in ours or stat.ppid == os.getpid():
+            continue
+        cmdline = procfs.read_cmdline(pid, root) or ()
+        title = procfs.process_title(cmdline, stat.comm)
+        if pattern.search(title) or pattern.search(" ".join(cmdline)):
+            matched.add(pid)
+
+    def under_another(pid: int) -> bool:
+        seen = set()
+        parent = parents.get(pid, 0)
+        while parent > 1 and parent not in seen:
+            if parent in matched:
+                return True
+            seen.add(parent)
+            parent = parents.get(parent, 0)
+        return False
+
+    roots = sorted(p for p in matched if not under_another(p))
+    if not roots:
+        errors.append(BundleError("select", f"no process matches {options.match!r} on this node"))
+    return roots, selector
+
+
+def thread_states(pid: int, root: Path) -> dict[int, tuple[str, float]]:
+    """tid -> (state, CPU seconds) for each thread; the names are read once, at the end."""
+    task = root / str(pid) / "task"
+    try:
+        tids = sorted(int(t) for t in os.listdir(task) if t.isdigit())
+    except OSError:
+        return {}
+    out = {}
+    for tid in tids[: MAX_THREADS_PER_PROCESS * 4]:
+        stat = procfs.read_stat(tid, task)
+        if stat is not None:
+            out[tid] = (stat.state, stat.cpu_s)
+    return out
+
+
+def node_processes(
+    ticks: list[Tick], before: ThreadStates, after: ThreadStates, root: Path
+) -> tuple[NodeProcess, ...]:
+    if not ticks:
+        return ()
+    first = {p.pid: p for p in ticks[0].processes}
+    span = max(ticks[-1].t - ticks[0].t, 1e-3)
+    out = []
+    for p in ticks[-1].processes:
+        env = procfs.read_environ(p.pid, ENV_KEYS, root)
+        start = first.get(p.pid)
+        cores = (p.cpu_s - start.cpu_s) / span if start is not None and len(ticks) > 1 else 0.0
+        threads = _threads(p, before.get(p.pid, {}), after.get(p.pid, {}), root)
+        world = env.get("WORLD_SIZE", "")
+        out.append(
+            NodeProcess(
+                pid=p.pid,
+                ppid=p.ppid,
+                name=p.name,
+                role=p.role,
+                rank=p.rank,
+                rank_source=rank_source(p, env),
+                world_size=int(world) if world.isdigit() else None,
+                env=redact_environ(env),
+                cpu_cores=round(max(0.0, cores), 4),
+                threads=threads[:MAX_THREADS_PER_PROCESS],
+                threads_omitted=max(0, len(threads) - MAX_THREADS_PER_PROCESS),
+            )
+        )
+    return tuple(out)
+
+
+def rank_source(p: ProcessSample, env: dict[str, str]) -> str | None:
+    """Where the profile found the rank: an environment variable holding it, else the process title."""
+    if p.rank is None:
+        return None
+    for key, source in _RANK_SOURCES:
+        if env.get(key) == p.rank:
+            return source
+    return "title"
+
+
+def _threads(
+    p: ProcessSample, before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], root: Path
+) -> tuple[ThreadState, ...]:
+    out = []
+    # The busiest first: when the cap cuts, it cuts idle helper threads.
+    for tid, (state, cpu) in sorted(
+        after.items(), key=lambda kv: -(kv[1][1] - before.get(kv[0], ("", kv[1][1]))[1])
+    ):
+        name = procfs.read_comm(tid, root / str(p.pid) / "task") or ""
+        delta = cpu - before[tid][1] if tid in before else 0.0
+        out.append(ThreadState(tid=tid, name=name, state=state, cpu_delta_s=round(max(0.0, delta), 4)))
+    return tuple(out)
+
+
+def log_tails(
+    options: CollectOptions, roots: list[int], root: Path, errors: list[BundleError]
+) -> tuple[LogTail, ...]:
+    """The last lines of the logs given, and of the roots' stdout/stderr where those are files."""
+    sources: list[tuple[str, Path]] = [(str(path), path) for path in options.logs]
+    for pid in roots:
+        for fd in (1, 2):
+            target = procfs.fd_target(pid, fd, root)
+            known = any(str(s[1]) == target for s in sources)
+            if target and target.startswith("/") and not known and Path(target).is_file():
+                sources.append((f"/proc/{pid}/fd/{fd} -> {target}", Path(target)))
+    out = []
+    for label, path in sources:
+        try:
+            with path.open("rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, size - LOG_TAIL_BYTES))
+                text = fh.read().decode("utf-8", "replace")
+        except OSError as exc:
+            errors.append(BundleError("log", f"{label}: {exc.strerror}"))
+            continue
+        lines = text.splitlines()[-options.log_lines :] if options.log_lines > 0 else []
+        out.append(LogTail(label, tuple(redact_text(line[:MAX_LOG_LINE]) for line in lines)))
+    return tuple(out)
+
+
+def within_size(bundle: NodeBundle, max_bytes: int) -> NodeBundle:
+    """Drop the least useful parts until the encoded bundle fits, saying what was dropped."""
+
+    def size(b: NodeBundle) -> int:
+        return len(codec.encode(b).encode())
+
+    if size(bundle) <= max_bytes:
+        return bundle
+    cuts: list[tuple[str, Callable[[NodeBundle], NodeBundle]]] = [
+        ("log tails", lambda b: replace(b, logs=())),
+        (
+            "thread details",
+            lambda b: replace(b, processes=tuple(replace(p, threads=()) for p in b.processes)),
+        ),
+        ("stack rounds after the first", lambda b: replace(b, stacks=b.stacks[:1])),
+        ("every stack", lambda b: replace(b, stacks=())),
+    ]
+    dropped = []
+    for what, cut in cuts:
+        bundle = cut(bundle)
+        dropped.append(what)
+        if size(bundle) <= max_bytes:
+            break
+    note = BundleError("limits", f"over {max_bytes} bytes: dropped {', '.join(dropped)}")
+    return replace(bundle, truncated=True, errors=(*bundle.errors, note))

@@ -1,0 +1,194 @@
+"""The ssh boundary: ``hangwatch collect`` on every node through the system ``ssh`` client.
+
+The system client, not a library: the user's keys, agent, certificates, ``~/.ssh/config`` (aliases,
+``ProxyJump``, ``ControlMaster``) all work, and hangwatch never reads a key. ``BatchMode=yes`` turns
+every prompt (a password, an unknown host key) into a failure instead of a hang; host keys stay
+checked. One invocation per node that dumps all of its ranks: a new connection costs 0.3-0.45 s here
+(multinode.md 2.8), so one per rank would not scale.
+
+Nodes run in parallel, at most ``concurrency`` at once (pdsh's default fan-out is 32), each under its
+own deadline (its ssh is killed with its process group when it passes). ssh's exit statuses and
+messages never leave this module: each node ends as a ``NodeAnswer`` whose ``outcome`` says what
+happened (refused, auth, host key, timeout, no collector, too much output), so one dead node is
+evidence about that node, and the others are still merged. What the collector printed is decoded by
+the caller (``nodes/gather.py``): the transport knows nothing of bundles.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from hangwatch.model.nodes import NodeAnswer
+from hangwatch.model.nodes import NodeOutcome
+
+T = TypeVar("T")
+
+SSH_ERROR = 255  # ssh's own failures (connect, auth, host key); anything else is the remote command's
+DEFAULT_CONCURRENCY = 32
+MAX_OUTPUT_BYTES = 64_000_000  # the collector caps its bundle at 8 MB by default; this guards the controller
+
+_PATTERNS: tuple[tuple[NodeOutcome, tuple[str, ...], str], ...] = (
+    (NodeOutcome.REFUSED, ("Connection refused",), "nothing listens for ssh there (sshd down?)"),
+    (
+        NodeOutcome.AUTH,
+        ("Permission denied", "Too many authentication failures"),
+        "the node refused our credentials (batch mode: no prompts; check the key, agent or ssh_config)",
+    ),
+    (
+        NodeOutcome.HOST_KEY,
+        ("Host key verification failed", "HOST IDENTIFICATION HAS CHANGED", "host key is known"),
+        "the node's host key is unknown or changed (add it to known_hosts; hangwatch keeps the check)",
+    ),
+    (
+        NodeOutcome.UNREACHABLE,
+        (
+            "Could not resolve hostname",
+            "No route to host",
+            "Network is unreachable",
+            "Name or service not known",
+        ),
+        "the node cannot be reached",
+    ),
+    (
+        NodeOutcome.TIMEOUT,
+        ("Connection timed out", "Operation timed out", "timed out during banner exchange"),
+        "the connection timed out",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    ssh: str = "ssh"
+    config: Path | None = None  # -F FILE; default: the user's ~/.ssh/config
+    options: tuple[str, ...] = ()  # extra -o KEY=VALUE
+    connect_timeout_s: float = 5.0
+    node_timeout_s: float = 30.0  # connect plus collect plus transfer
+    concurrency: int = DEFAULT_CONCURRENCY
+    # How to start hangwatch on the node: ("hangwatch",) from the remote PATH, or ("/opt/venv/bin/python",
+    # "-m", "hangwatch").
+    remote: tuple[str, ...] = ("hangwatch",)
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """What one ssh run gave: exit status (None: killed at the deadline), output, and when."""
+
+    rc: int | None
+    stdout: bytes
+    stderr: str
+    sent_wall_s: float
+    received_wall_s: float
+
+
+Runner = Callable[[list[str], float], Exchange]
+
+
+def ssh_argv(host: str, remote_args: Sequence[str], options: SshOptions) -> list[str]:
+    """The ssh command line for one node; the remote command is quoted word by word for the remote shell."""
+    if host.startswith("-"):
+        raise ValueError(f"not a host: {host!r}")
+    argv = [
+        options.ssh,
+        "-T",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        f"ConnectTimeout={max(1, round(options.connect_timeout_s))}",
+    ]
+    if options.config is not None:
+        argv += ["-F", str(options.config)]
+    for opt in options.options:
+        argv += ["-o", opt]
+    remote = " ".join(shlex.quote(a) for a in [*options.remote, "collect", *remote_args])
+    return [*argv, "--", host, remote]
+
+
+def run_ssh(argv: list[str], deadline_s: float) -> Exchange:
+    """Run one ssh in a session of its own; SIGKILL its whole group at the deadline."""
+    sent = time.time()
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        out, err = proc.communicate(timeout=deadline_s)
+        rc: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        rc = None
+    return Exchange(rc, out or b"", (err or b"").decode("utf-8", "replace"), sent, time.time())
+
+
+def collect_nodes(
+    hosts: Sequence[str],
+    remote_args: Sequence[str],
+    options: SshOptions,
+    finish: Callable[[NodeAnswer], T],
+    runner: Runner = run_ssh,
+) -> list[T]:
+    """``hangwatch collect REMOTE_ARGS`` on every host, in parallel; one result per host, in host order.
+
+    ``finish`` (decoding the bundle) runs in the worker thread as each answer arrives, overlapping the
+    nodes still on the wire.
+    """
+    if not hosts:
+        return []
+
+    def one(host: str) -> T:
+        return finish(
+            answer_of(host, runner(ssh_argv(host, remote_args, options), options.node_timeout_s), options)
+        )
+
+    with ThreadPoolExecutor(max_workers=max(1, min(options.concurrency, len(hosts)))) as pool:
+        return list(pool.map(one, hosts))
+
+
+def answer_of(host: str, ex: Exchange, options: SshOptions) -> NodeAnswer:
+    def failed(outcome: NodeOutcome, detail: str) -> NodeAnswer:
+        return NodeAnswer(host, outcome, detail, b"", ex.sent_wall_s, ex.received_wall_s)
+
+    said = _last_line(ex.stderr)
+    if ex.rc is None:
+        return failed(
+            NodeOutcome.TIMEOUT,
+            f"no answer within {options.node_timeout_s:g} s (connect, collect and transfer)"
+            + (f"; ssh said: {said}" if said else ""),
+        )
+    if ex.rc == SSH_ERROR:
+        for outcome, needles, meaning in _PATTERNS:
+            if any(n in ex.stderr for n in needles):
+                return failed(outcome, f"{meaning}: {said}")
+        return failed(NodeOutcome.UNREACHABLE, f"ssh failed: {said or 'exit status 255'}")
+    if ex.rc in (126, 127):
+        return failed(
+            NodeOutcome.NO_COLLECTOR,
+            f"hangwatch was not found on the node ({said}); give its path with --remote-hangwatch "
+            "(for example '/opt/venv/bin/python -m hangwatch')",
+        )
+    if ex.rc != 0:
+        return failed(NodeOutcome.REMOTE_ERROR, f"the collector failed (exit status {ex.rc}): {said}")
+    if len(ex.stdout) > MAX_OUTPUT_BYTES:
+        return failed(NodeOutcome.BAD_OUTPUT, f"{len(ex.stdout)} bytes, over the {MAX_OUTPUT_BYTES} limit")
+    return NodeAnswer(host, NodeOutcome.OK, "", ex.stdout, ex.sent_wall_s, ex.received_wall_s)
+
+
+def _last_line(text: str) -> str:
+    lines = [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.startswith("Warning: Permanently")
+    ]
+    return lines[-1][:300] if lines else ""

@@ -1,0 +1,294 @@
+"""Across nodes, without a network: host lists, the bundle codec, ssh's failures, the merge and its census.
+
+Bundles here come from the real collector run on this machine against a real sleeping process (so
+the codec sees what a node sends), or are built by hand where the merge's arithmetic is the point.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from hangwatch.analyse.nodes import KEY_STRIDE
+from hangwatch.analyse.nodes import analyse
+from hangwatch.analyse.nodes import clock_skew
+from hangwatch.analyse.nodes import merge
+from hangwatch.errors import UsageError
+from hangwatch.model.nodes import BUNDLE_SCHEMA
+from hangwatch.model.nodes import ClockReading
+from hangwatch.model.nodes import CollectMode
+from hangwatch.model.nodes import NodeBundle
+from hangwatch.model.nodes import NodeIdentity
+from hangwatch.model.nodes import NodeOutcome
+from hangwatch.model.nodes import NodeProcess
+from hangwatch.model.nodes import NodeResult
+from hangwatch.model.nodes import ProcessKey
+from hangwatch.model.samples import ProcessSample
+from hangwatch.model.samples import Tick
+from hangwatch.model.stacks import DumpOutcome
+from hangwatch.model.stacks import Frame
+from hangwatch.model.stacks import ProcessStacks
+from hangwatch.model.stacks import StackSample
+from hangwatch.model.stacks import ThreadStack
+from hangwatch.nodes import codec
+from hangwatch.nodes import hosts
+from hangwatch.nodes.collector import CollectOptions
+from hangwatch.nodes.collector import collect
+from hangwatch.nodes.collector import within_size
+from hangwatch.nodes.gather import result_of
+from hangwatch.render.nodes_text import local_text
+from hangwatch.transports.ssh import Exchange
+from hangwatch.transports.ssh import SshOptions
+from hangwatch.transports.ssh import answer_of
+from hangwatch.transports.ssh import collect_nodes
+from hangwatch.transports.ssh import ssh_argv
+
+
+# -- host lists -------------------------------------------------------------------------------------
+def test_host_ranges_expand_like_pdsh() -> None:
+    assert hosts.expand("node[1-3],login") == ["node1", "node2", "node3", "login"]
+    assert hosts.expand("gpu[08-10,12]") == ["gpu08", "gpu09", "gpu10", "gpu12"]
+    assert hosts.expand("r[1-2]n[1-2]") == ["r1n1", "r1n2", "r2n1", "r2n2"]
+    assert hosts.expand("a,a,b") == ["a", "b"]
+
+
+@pytest.mark.parametrize("bad", ["node[1-", "node[3-1]", "node[a-b]", "-oProxyCommand=x"])
+def test_bad_host_lists_are_usage_errors(bad: str) -> None:
+    with pytest.raises(UsageError):
+        hosts.expand(bad)
+
+
+def test_hostfile_takes_the_first_word_of_each_line(tmp_path: Path) -> None:
+    path = tmp_path / "hosts"
+    path.write_text("# the cluster\nnode1 slots=8\nnode[2-3]  # rack 2\n\n")
+    assert hosts.read_hostfile(path) == ["node1", "node2", "node3"]
+
+
+# -- the collector and the codec ---------------------------------------------------------------------
+@pytest.fixture
+def sleeper() -> object:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env={"RANK": "5", "WORLD_SIZE": "8", "HF_TOKEN": "hf_secretsecretsecretsecret1234"},
+    )
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_a_census_bundle_round_trips_into_the_model_objects(sleeper: subprocess.Popen[bytes]) -> None:
+    bundle = collect(CollectOptions(pids=(sleeper.pid,), mode=CollectMode.CENSUS, every_s=0.2))
+    text = codec.encode(bundle)
+    back = codec.decode(text)
+    # Frozen samples compare by value: nothing lost, nothing renamed (floats kept to 6 digits).
+    assert replace(back, clock=bundle.clock) == bundle
+    assert codec.encode(back) == text
+    assert isinstance(back.ticks[0].processes[0], ProcessSample)
+    (p,) = back.processes
+    assert (p.pid, p.rank, p.rank_source, p.world_size) == (sleeper.pid, "5", "env:RANK", 8)
+    assert "HF_TOKEN" not in p.env and "hf_secret" not in text  # allow-listed keys only
+    assert back.stacks == ()  # census mode takes no stacks
+    assert back.clock.duration_s >= 0.2
+
+
+def test_the_collector_never_selects_itself(tmp_path: Path) -> None:
+    """The ssh session's shell carries the pattern in its command line; it and the collector are skipped."""
+    bundle = collect(CollectOptions(match="never-matches-anything-zq", mode=CollectMode.CENSUS, every_s=0.0))
+    assert bundle.processes == ()
+    assert [e.stage for e in bundle.errors] == ["select"]
+
+
+def test_over_size_bundles_drop_parts_and_say_so(sleeper: subprocess.Popen[bytes]) -> None:
+    bundle = collect(CollectOptions(pids=(sleeper.pid,), mode=CollectMode.CENSUS, every_s=0.0))
+    small = within_size(bundle, 1000)
+    assert small.truncated
+    assert small.errors[-1].stage == "limits" and "thread details" in small.errors[-1].detail
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("not json", "not JSON"),
+        ('{"schema": "hangwatch.report/1"}', "schema"),
+        (f'{{"schema": "{BUNDLE_SCHEMA}"}}', "missing"),
+    ],
+)
+def test_what_is_not_a_bundle_is_a_decode_error(text: str, needle: str) -> None:
+    with pytest.raises(codec.BundleDecodeError, match=needle):
+        codec.decode(text)
+
+
+# -- ssh: what each failure becomes -------------------------------------------------------------------
+def _exchange(rc: int | None, stderr: str = "", stdout: bytes = b"") -> Exchange:
+    return Exchange(rc, stdout, stderr, 100.0, 100.5)
+
+
+@pytest.mark.parametrize(
+    ("rc", "stderr", "outcome"),
+    [
+        (255, "ssh: connect to host 10.0.0.3 port 22: Connection refused", NodeOutcome.REFUSED),
+        (255, "root@10.0.0.3: Permission denied (publickey).", NodeOutcome.AUTH),
+        (255, "Host key verification failed.", NodeOutcome.HOST_KEY),
+        (255, "ssh: Could not resolve hostname n9: Name or service not known", NodeOutcome.UNREACHABLE),
+        (255, "ssh: connect to host n9 port 22: Connection timed out", NodeOutcome.TIMEOUT),
+        (None, "", NodeOutcome.TIMEOUT),
+        (127, "bash: line 1: hangwatch: command not found", NodeOutcome.NO_COLLECTOR),
+        (2, "hangwatch: error: argument --match: expected one argument", NodeOutcome.REMOTE_ERROR),
+        (0, "", NodeOutcome.BAD_OUTPUT),
+    ],
+)
+def test_ssh_failures_become_that_nodes_outcome(rc: int | None, stderr: str, outcome: NodeOutcome) -> None:
+    result = result_of(answer_of("n9", _exchange(rc, stderr, b"garbage"), SshOptions()))
+    assert result.outcome is outcome
+    assert result.bundle is None
+    assert stderr.splitlines()[-1] in result.detail if stderr else result.detail
+
+
+def test_the_remote_command_is_quoted_and_batch_mode_is_on() -> None:
+    argv = ssh_argv(
+        "n1",
+        ["--match", "sglang::scheduler; rm -rf /"],
+        SshOptions(remote=("/opt/v/bin/python", "-m", "hangwatch")),
+    )
+    assert argv[:4] == ["ssh", "-T", "-o", "BatchMode=yes"]
+    assert argv[-2:] == ["n1", "/opt/v/bin/python -m hangwatch collect --match 'sglang::scheduler; rm -rf /'"]
+
+
+def test_nodes_run_in_parallel_within_the_bound() -> None:
+    import threading
+    import time
+
+    running, peak, lock = [0], [0], threading.Lock()
+
+    def runner(argv: list[str], deadline: float) -> Exchange:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        return _exchange(255, "Connection refused")
+
+    results = collect_nodes([f"n{i}" for i in range(10)], [], SshOptions(concurrency=4), lambda a: a, runner)
+    assert [r.host for r in results] == [f"n{i}" for i in range(10)]
+    assert peak[0] == 4
+
+
+# -- the merge ----------------------------------------------------------------------------------------
+def _frames(*names: str) -> tuple[Frame, ...]:
+    return tuple(Frame(n, "job.py", i + 1) for i, n in enumerate(names))
+
+
+def _bundle(host: str, ns: int, ranks: dict[int, str], world: int, t0: float = 0.0) -> NodeBundle:
+    """Ranks {pid: leaf function}; the pids repeat across nodes on purpose (pid namespaces)."""
+    procs = tuple(
+        NodeProcess(pid, 1, "python", "rank", str(rank), "env:RANK", world, {"RANK": str(rank)}, 0.0)
+        for rank, pid in enumerate(ranks)
+    )
+    samples = []
+    ticks = []
+    for i in range(2):
+        stacks = tuple(
+            ProcessStacks(
+                pid,
+                "python",
+                "rank",
+                next(p.rank for p in procs if p.pid == pid),
+                DumpOutcome.OK,
+                (ThreadStack(pid, "MainThread", False, False, _frames("main", leaf)),),
+                state="S",
+                cpu_s=1.0,
+                world_size=world,
+            )
+            for pid, leaf in ranks.items()
+        )
+        samples.append(StackSample(float(i), stacks, 0.01))
+        ticks.append(
+            Tick(
+                float(i),
+                tuple(
+                    ProcessSample(pid, 1, "python", (), "S", 1.0, 0.0, 0, 0, 0, 1, 0, (), "rank", p.rank)
+                    for pid, p in zip(ranks, procs, strict=True)
+                ),
+            )
+        )
+    return NodeBundle(
+        BUNDLE_SCHEMA,
+        "0",
+        CollectMode.FULL,
+        "match x",
+        NodeIdentity(host, "boot", ns, "6"),
+        ClockReading(1000.0 + t0, 5.0, 0.5),
+        procs,
+        tuple(ticks),
+        tuple(samples),
+    )
+
+
+def _ok(host: str, bundle: NodeBundle, sent: float = 1000.0, received: float = 1001.0) -> NodeResult:
+    return NodeResult(host, NodeOutcome.OK, "", bundle, sent, received)
+
+
+def test_equal_pids_on_two_nodes_stay_two_ranks_and_the_odd_one_is_named_with_its_node() -> None:
+    a = _bundle("n1", 11, {7: "all_reduce"}, world=3)
+    b = _bundle("n2", 22, {7: "all_reduce", 8: "busy_elsewhere"}, world=3)
+    # Renumber n2's ranks 1 and 2, as RANK says.
+    b = replace(b, processes=tuple(replace(p, rank=str(i + 1)) for i, p in enumerate(b.processes)))
+    b = replace(
+        b,
+        stacks=tuple(
+            replace(s, processes=tuple(replace(p, rank=str(i + 1)) for i, p in enumerate(s.processes)))
+            for s in b.stacks
+        ),
+    )
+    result = analyse([_ok("n1", a), _ok("n2", b)])
+    merged = result.merged
+    assert len(set(merged.keys)) == 3
+    assert {(k.node, k.pid_ns, k.pid) for k in merged.keys.values()} == {
+        ("n1", 11, 7),
+        ("n2", 22, 7),
+        ("n2", 22, 8),
+    }
+    # The same rules as on one node, over both nodes' ranks: the odd one out is rank 2, pid 8 of n2.
+    (culprit,) = result.diagnosis.culprits
+    assert merged.keys[culprit] == ProcessKey("n2", 22, 8)
+    assert "n1:rank0,n2:rank1 waiting in all_reduce" in result.diagnosis.explanation
+    assert result.tree.summary == "n1:rank0,n2:rank1 in all_reduce; n2:rank2 in busy_elsewhere (odd one out)"
+
+
+def test_who_is_missing_names_the_silent_nodes() -> None:
+    a = _bundle("n1", 11, {7: "init_process_group", 9: "init_process_group"}, world=4)
+    dead = NodeResult("n2", NodeOutcome.REFUSED, "Connection refused", None, 1000.0, 1000.1)
+    merged = merge([_ok("n1", a), dead])
+    assert merged.census.world_size == 4
+    assert merged.census.missing == (2, 3)
+    assert merged.census.silent_nodes == ("n2",)
+    assert [(n.label, n.outcome) for n in merged.nodes] == [
+        ("n1", NodeOutcome.OK),
+        ("n2", NodeOutcome.REFUSED),
+    ]
+
+
+def test_clock_skew_is_bounded_by_the_exchange() -> None:
+    ahead = _bundle("n1", 11, {7: "x"}, world=1, t0=30.0)  # the node's clock reads 30 s ahead
+    skew = clock_skew(_ok("n1", ahead, sent=1000.0, received=1001.0))
+    assert skew is not None
+    assert skew.bound_s == pytest.approx(0.25)  # (received - duration - sent) / 2
+    assert skew.offset_s - skew.bound_s <= 30.0 <= skew.offset_s + skew.bound_s + 0.5
+    # The collector's process had run 0.3 s when it read its clock: that much of the exchange is excluded.
+    later = replace(ahead, clock=replace(ahead.clock, since_exec_s=0.3))
+    narrower = clock_skew(_ok("n1", later, sent=1000.0, received=1001.0))
+    assert narrower is not None
+    assert narrower.bound_s == pytest.approx(0.1)  # (received - duration - (sent + 0.3)) / 2
+
+
+def test_texts_show_each_nodes_own_pid() -> None:
+    a = _bundle("n1", 11, {7: "x"}, world=1)
+    merged = merge([_ok("n1", a)])
+    key = next(iter(merged.keys))
+    assert key == KEY_STRIDE + 7
+    assert local_text(f"main[{key}] and rank {key}", merged.keys) == "main[7] and rank 7"
