@@ -120,7 +120,7 @@ def supervise(
 
 
 def vllm_tp2_stall(python: str, model: str, stall_after: float) -> Result:
-    """TP=2 vLLM on CPU with Worker_TP1 stopped during warm-up (engines.md §8)."""
+    """TP=2 vLLM on CPU with Worker_TP1 stopped during warm-up (docs/engine-facts.md)."""
     import psutil
 
     stopped: list[int] = []

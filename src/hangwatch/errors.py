@@ -40,7 +40,3 @@ class CommandNotFound(HangwatchError):
 
 class NoSuchProcess(HangwatchError):
     help_text = "Check the PID with `ps -ef`; give the PID of the server's main (launcher) process."
-
-
-class AccessDenied(HangwatchError):
-    help_text = PTRACE_HELP

@@ -35,7 +35,7 @@ from hangwatch.model.stacks import GpuActivity
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.vocabulary import Cause
 
-# gpu-signals.md (H200): a spinning kernel reads ~100 % utilisation with 0 % memory utilisation at
+# docs/gpu-signals.md (H200): a spinning kernel reads ~100 % utilisation with 0 % memory utilisation at
 # 120-142 W; real work moves memory utilisation to 23-100 % and power to 400-700 W. Without GPM
 # these are the fallback: utilisation high while memory utilisation stays under MEM_UTIL_WORK.
 GPU_BUSY_UTIL = 90.0

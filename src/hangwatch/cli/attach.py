@@ -43,9 +43,9 @@ class AttachCommand:
         add_watch_options(parser, stall_default=None)
 
     def run(self, args: argparse.Namespace) -> int:
+        from hangwatch.attach import AttachOptions
+        from hangwatch.attach import run_attached
         from hangwatch.collect.proctree import whole_machine_note
-        from hangwatch.supervise.attach import AttachOptions
-        from hangwatch.supervise.attach import run_attached
 
         stall = args.stall_after if args.stall_after is not None else args.window
         if args.log is not None and not args.log.is_file():
