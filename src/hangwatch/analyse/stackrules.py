@@ -466,11 +466,12 @@ def rule_odd_one_out(ctx: StackContext) -> Diagnosis | None:
         return _stuck_driver(ctx, peers)
     largest = max(len(g) for g in groups.values())
     majority = [g for g in groups.values() if len(g) == largest]
-    behind = set(ctx.laggards)
+    behind = set(ctx.laggards) & {v.pid for v in peers}
     if len(majority) == 1:
         waiting, odd = majority[0], [v for g in groups.values() if g is not majority[0] for v in g]
-    elif behind & {v.pid for v in peers}:
-        # No majority: the ranks whose own log stopped at an earlier phase are the ones left behind.
+    elif behind and len(behind) < len(peers):
+        # No majority: the ranks whose own log stopped at an earlier phase are the ones left behind,
+        # when some ranks went further (every rank behind says nothing about who waits for whom).
         odd = [v for v in peers if v.pid in behind]
         waiting = [v for v in peers if v.pid not in behind]
     else:
