@@ -530,7 +530,14 @@ def rule_stuck_worker(ctx: StackContext) -> Diagnosis | None:
 
     def receiving(v: ProcessView) -> bool:
         assert v.main is not None
-        return v.main.wait is Wait.IDLE_LOOP or bool(_MESSAGES.search(f"{v.main.where} {v.main.at}"))
+        # The names are the fast path; a thread parked in a read or poll of a pipe or socket waits
+        # for a message whatever its frames are called (multiprocessing's resource tracker reading
+        # its pipe in ``main``).
+        return (
+            v.main.wait is Wait.IDLE_LOOP
+            or v.main.receiving
+            or bool(_MESSAGES.search(f"{v.main.where} {v.main.at}"))
+        )
 
     stuck = [v for v in dumped if not receiving(v)]
     if not stuck or len(stuck) == len(dumped) or len(stuck) > 2:
