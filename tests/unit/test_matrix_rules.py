@@ -3,15 +3,25 @@ values of the cell's own report: the stacks, CPU times, log sources and probe ti
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 from dataclasses import replace
 
 from hangwatch import engines
 from hangwatch.analyse.assess import Assessor
 from hangwatch.analyse.assess import Policy
+from hangwatch.analyse.logscan import LogScanner
+from hangwatch.analyse.progress import progress_signals
+from hangwatch.analyse.serving import ServingWatch
 from hangwatch.analyse.stackrules import classify
 from hangwatch.analyse.stackrules import stack_context
+from hangwatch.analyse.stackwatch import StackHistory
+from hangwatch.collect.http_probe import Prober
 from hangwatch.model.samples import LogSample
 from hangwatch.model.samples import PhaseEvent
+from hangwatch.model.samples import ProbeOutcome
+from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ProcessSample
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import DumpOutcome
@@ -132,3 +142,180 @@ def test_a_rank_spinning_in_its_forward_waits_for_the_rank_blocked_elsewhere_whi
     # What the assessor handed the rules before the fix: every rank "behind". Still TP1 alone.
     found = classify(replace(ctx, laggards=(_TP0, _TP1)))
     assert found.culprits == (_TP1,) and "TP0 waiting in OpOverload.__call__" in found.explanation
+
+
+# -- sglang-tp1-sched-serving-block-run (2026-12-02): the scheduler blocked in run_batch after ready --
+
+_LAUNCHER, _TRACKER, _SCHED, _DETOK = 13740, 13886, 13887, 13888
+
+
+def _n(name: str, lib: str) -> Frame:
+    return Frame(name, lib, 0, native=True)
+
+
+_SPAWNED = _frames(
+    ("<module>", "<string>", 1),
+    ("spawn_main", "multiprocessing/spawn.py", 122),
+    ("_main", "multiprocessing/spawn.py", 135),
+    ("BaseProcess._bootstrap", "multiprocessing/process.py", 314),
+    ("BaseProcess.run", "multiprocessing/process.py", 108),
+)
+_PY = {
+    _LAUNCHER: _frames(
+        ("_run_module_as_main", "<frozen runpy>", 198),
+        ("<module>", "sglang/launch_server.py", 84),
+        ("launch_server", "http_server.py", 3179),
+        ("Server.run", "uvicorn/server.py", 86),
+        ("asyncio_run", "uvicorn/_compat.py", 30),
+        ("Runner.run", "asyncio/runners.py", 118),
+    ),
+    _TRACKER: _frames(("<module>", "<string>", 1), ("main", "multiprocessing/resource_tracker.py", 227)),
+    _SCHED: _SPAWNED
+    + _frames(
+        ("run_scheduler_process", "scheduler.py", 6368),
+        ("Scheduler.event_loop_overlap", "scheduler.py", 2109),
+        ("Scheduler.run_batch", "scheduler.py", 4704),
+        ("Fault.wrap.<locals>.wrapper", "sitecustomize.py", 191),
+        ("Fault.fire", "sitecustomize.py", 162),
+        ("Event.wait", "threading.py", 629),
+        ("Condition.wait", "threading.py", 327),
+    ),
+    _DETOK: _SPAWNED
+    + _frames(
+        ("run_detokenizer_process", "detokenizer_manager.py", 561),
+        ("DetokenizerManager.event_loop", "detokenizer_manager.py", 188),
+        ("sock_recv", "io_struct.py", 2742),
+        ("Socket.recv_pyobj", "zmq/sugar/socket.py", 1033),
+    ),
+}
+# What the native dump (48 s) found below each innermost Python frame.
+_BELOW = {
+    _LAUNCHER: (_n("uv__io_poll", "linux.c"), _n("epoll_pwait", "libc.so.6")),
+    _TRACKER: (_n("read", "libc.so.6"),),
+    _SCHED: (_n("lock_PyThread_acquire_lock", "libpython3.11.so.1.0"), _n("??", "libc.so.6")),
+    _DETOK: (_n("zmq_msg_recv", "libzmq.so.5"), _n("poll", "libc.so.6")),
+}
+_NAMES = {
+    _LAUNCHER: ("python", "main"),
+    _TRACKER: ("python", None),
+    _SCHED: ("sglang::scheduler", "scheduler"),
+    _DETOK: ("sglang::detokenizer", "detokenizer"),
+}
+_CPU = {_LAUNCHER: 8.89, _TRACKER: 0.07, _SCHED: 10.05, _DETOK: 8.01}
+
+
+def _sglang_sample(t: float, native: bool) -> StackSample:
+    procs = []
+    for pid, frames in _PY.items():
+        name, role = _NAMES[pid]
+        full = frames + _BELOW[pid] if native else frames
+        thread = ThreadStack(pid, "MainThread", False, False, full)
+        procs.append(ProcessStacks(pid, name, role, None, DumpOutcome.OK, (thread,), "S", _CPU[pid], native))
+    return StackSample(t, tuple(procs), 0.5)
+
+
+def test_a_helper_reading_its_pipe_waits_for_messages_and_the_blocked_scheduler_is_the_culprit():
+    """Every process waits; the launcher in its event loop, the detokenizer in a zmq receive and
+    multiprocessing's resource tracker in a read of its pipe (``for line in f:``, natively ``read``)
+    all wait for messages; the scheduler, in a wait of its own, is the one they wait for. The long
+    quiet spell was sampled by Python-only captures; the native frames come from the burst's dump."""
+    history = StackHistory()
+    for t, native in ((48.03, True), (89.031, False), (100.031, False), (111.029, False)):
+        history.add(_sglang_sample(t, native))
+    samples = history.samples_for_analysis()
+    assert [s.t for s in samples] == [89.031, 100.031, 111.029]
+    found = classify(stack_context(samples))
+    assert found.culprits == (_SCHED,), found.explanation
+    # The spell's own samples alone say nothing of the tracker's read: it counted as stuck too.
+    assert classify(stack_context([*samples[:-1], _sglang_sample(111.029, False)])).culprits == (
+        _TRACKER,
+        _SCHED,
+    )
+
+
+def test_a_probe_that_timed_out_is_followed_to_its_late_answer():
+    """SGLang's /health answers 503 only after 20 s while its scheduler is wedged; the probe gives up
+    after 2 s. The request is followed to its answer, whose moment is then known (here: 1.5 s, 0.3 s)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+
+    def serve() -> None:
+        conn, _ = sock.accept()
+        with conn:
+            conn.recv(4096)
+            time.sleep(1.5)
+            conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n")
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    clock = time.monotonic
+    started = clock()
+    prober = Prober(f"http://127.0.0.1:{sock.getsockname()[1]}/health", lambda: clock() - started, 60.0, 0.3)
+    prober.start()
+    try:
+        late: tuple[ProbeResult, ...] = ()
+        deadline = clock() + 20
+        while not late and clock() < deadline:
+            time.sleep(0.1)
+            late = prober.late_answers()
+        first = prober.drain()
+    finally:
+        prober.stop()
+        server.join(timeout=5)
+        sock.close()
+    assert first and first[0].outcome is ProbeOutcome.TIMEOUT  # what the probe itself said
+    assert len(late) == 1 and late[0].status == 503 and late[0].t == first[0].t
+    assert late[0].elapsed_s > first[0].elapsed_s  # answered after the probe had given up
+
+
+def test_a_line_logged_at_a_late_answer_is_an_echo_even_the_first_time():
+    """The cell's timeline: the probe sent at 22.091 s timed out after 2.0 s; SGLang answered it, and
+    logged its line, 20 s after the request. The first such line counted as news, so progress."""
+    late = [ProbeResult(22.091, "http://127.0.0.1:45809/health", ProbeOutcome.HTTP, 503, "late", 20.02)]
+    scanner = LogScanner(engines.by_name("sglang"), late_answers=lambda: tuple(late))
+    timed_out = ProbeResult(22.091, "http://127.0.0.1:45809/health", ProbeOutcome.TIMEOUT, None, "", 2.0013)
+    line = (
+        "[2026-12-02 00:52:49] Health check failed. Server couldn't get a response from detokenizer for "
+        "last 20 seconds. tic start time: 00:52:29. last_heartbeat time: 00:52:28"
+    )
+    sample = scanner.scan((line,), len(line), 43.0, (42.13,), (timed_out,))
+    assert sample.progress_lines == 0 and sample.echo_lines == 1
+    # Without the late answer the same line, away from any answer, was the server's own news.
+    plain = LogScanner(engines.by_name("sglang")).scan((line,), len(line), 43.0, (42.13,), (timed_out,))
+    assert plain.progress_lines == 1
+
+
+def _probe(t: float, outcome: ProbeOutcome, status: int | None, elapsed: float) -> ProbeResult:
+    return ProbeResult(t, "http://127.0.0.1:45809/health", outcome, status, None, elapsed)
+
+
+def test_while_serving_a_probe_failing_or_flapping_between_failures_is_not_progress():
+    """The cell's probes: green at ready, a timeout, SGLang's 503 after 20 s, a timeout again."""
+    green = _probe(21.088, ProbeOutcome.HTTP, 200, 1.0027)
+    timeout = _probe(72.135, ProbeOutcome.TIMEOUT, None, 2.0025)
+    failed = _probe(52.113, ProbeOutcome.HTTP, 503, 20.0216)
+    tree = (_proc(_LAUNCHER, 1, "python", "main", None),)
+    prev = Tick(72.0, tree)
+    for last, now in ((green, timeout), (timeout, failed), (failed, timeout)):
+        tick = Tick(73.0, tree, probes=(now,))
+        assert not [s for s in progress_signals(prev, tick, last, serving=True) if s.kind == "probe"]
+        assert [s for s in progress_signals(prev, tick, last) if s.kind == "probe"]  # at start-up it is
+    back = Tick(73.0, tree, probes=(_probe(73.0, ProbeOutcome.HTTP, 200, 0.01),))
+    assert [s for s in progress_signals(prev, back, failed, serving=True) if s.kind == "probe"]
+
+
+def test_a_probe_green_then_failing_while_serving_stays_evidence_between_probes():
+    """A patient probe reports once per slow answer (every 20 s here): the witness must hold between."""
+    watch = ServingWatch()
+    tree = (_proc(_LAUNCHER, 1, "python", "main", None),)
+    watch.observe(Tick(21.0, tree, probes=(_probe(21.088, ProbeOutcome.HTTP, 200, 1.0),)))
+    assert watch.waiting_since is None
+    watch.observe(Tick(25.0, tree, probes=(_probe(22.091, ProbeOutcome.TIMEOUT, None, 2.0),)))
+    since = watch.waiting_since
+    assert since == 25.0
+    for t in range(26, 60):
+        watch.observe(Tick(float(t), tree))
+    assert watch.waiting_since == since
+    stall = watch.stall(60.0, last_progress_t=26.0, stall_after=30.0)
+    assert stall is not None and "was green while serving" in stall.evidence[0]

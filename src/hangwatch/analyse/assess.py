@@ -125,7 +125,9 @@ class Assessor:
         self.now = tick.t
         self._discount = self._spin_discount()
         spinning = self._discount.__contains__
-        signals = progress_signals(self._prev, tick, self.last_probe, self.policy.thresholds, spinning)
+        signals = progress_signals(
+            self._prev, tick, self.last_probe, self.policy.thresholds, spinning, serving=self.serving
+        )
         if self.stacks is not None:
             # A thread on CPU whose stack moved between two captures executes code, even when the
             # machine is so loaded that its CPU share stays under the threshold. As weak as CPU time.

@@ -86,12 +86,14 @@ class LogScanner:
         ready_patterns: tuple[re.Pattern[str], ...] = (),
         waiting_patterns: tuple[re.Pattern[str], ...] = (),
         probe_echo: Callable[[], tuple[str, ...]] = tuple,
+        late_answers: Callable[[], tuple[ProbeResult, ...]] = tuple,
     ) -> None:
         self._profile = profile
         self._ready = profile.ready_patterns + ready_patterns
         self._waiting = profile.waiting_patterns + waiting_patterns
         self._visited: dict[str, list[str]] = {}  # source (profile.source_of) -> phases it opened
         self._probe_echo = probe_echo
+        self._late_answers = late_answers  # answers to probes that had already timed out
         self._echoes = ProbeEchoes()
         self._said: dict[str, None] = {}  # lines already said (time stamps removed), oldest first
 
@@ -107,7 +109,7 @@ class LogScanner:
         waiting = echoes = 0
         named: dict[int, str] = {}
         markers = self._probe_echo() if lines else ()
-        self._echoes.observe_probes(probes)
+        self._echoes.observe_probes((*probes, *self._late_answers()))
         events: list[PhaseEvent] = []
         findings: list[LogFinding] = []
         ready_line = None

@@ -73,7 +73,8 @@ def make_scanner(plan: Plan, options: WatchOptions, prober: Prober | None) -> Lo
     def echo() -> tuple[str, ...]:
         return (*(prober.echo_markers() if prober is not None else ()), *ours)
 
-    return LogScanner(plan.profile, ready, options.waiting_patterns, echo)
+    late = prober.late_answers if prober is not None else tuple
+    return LogScanner(plan.profile, ready, options.waiting_patterns, echo, late)
 
 
 def make_assessor(
