@@ -319,3 +319,47 @@ def test_a_probe_green_then_failing_while_serving_stays_evidence_between_probes(
     assert watch.waiting_since == since
     stall = watch.stall(60.0, last_progress_t=26.0, stall_after=30.0)
     assert stall is not None and "was green while serving" in stall.evidence[0]
+
+
+def test_without_ranks_processes_in_different_places_are_not_odd_ones_out():
+    """vLLM TP=1 (the isolate e2e baseline, 2026-12-02): the API server and the engine core in a zmq
+    poll, multiprocessing's resource tracker reading its pipe, the worker blocked in its warm-up. No
+    process has a rank, so "most in one place, the others elsewhere" compared processes that differ by
+    nature, and the tracker was named with the worker; who waits for whom names the worker alone."""
+    poll = (_n("zmq_poll", "libzmq.so.5"), _n("poll", "libc.so.6"))
+    stacks = {
+        23636: ("VLLM::APIServer", "APIServer", _frames(
+            ("launch_core_engines", "vllm/v1/engine/utils.py", 1351),
+            ("wait_for_engine_startup", "vllm/v1/engine/utils.py", 1398),
+            ("Poller.poll", "zmq/sugar/poll.py", 106),
+        ) + poll, 8.52),
+        25605: ("python", None, _PY[_TRACKER] + _BELOW[_TRACKER], 0.07),
+        25606: ("VLLM::EngineCore", "EngineCore", _frames(
+            ("MessageQueue.acquire_read", "vllm/distributed/device_communicators/shm_broadcast.py", 864),
+            ("SpinCondition.wait", "vllm/distributed/device_communicators/shm_broadcast.py", 210),
+            ("Poller.poll", "zmq/sugar/poll.py", 106),
+        ) + poll, 11.04),
+        26349: ("VLLM::Worker", "Worker", _frames(
+            ("GPUModelRunner.profile_run", "vllm/v1/worker/gpu_model_runner.py", 5210),
+            ("Fault.wrap.<locals>.wrapper", "sitecustomize.py", 225),
+            ("Fault.fire", "sitecustomize.py", 196),
+            ("Event.wait", "threading.py", 629),
+            ("Condition.wait", "threading.py", 327),
+        ) + _BELOW[_SCHED], 11.66),
+    }  # fmt: skip
+    samples = [
+        StackSample(
+            t,
+            tuple(
+                ProcessStacks(
+                    pid, name, role, None, DumpOutcome.OK,
+                    (ThreadStack(pid, "MainThread", False, False, frames),), "S", cpu, True,
+                )
+                for pid, (name, role, frames, cpu) in stacks.items()
+            ),
+            0.5,
+        )
+        for t in (44.009, 45.013, 48.009)
+    ]  # fmt: skip
+    found = classify(stack_context(samples))
+    assert found.culprits == (26349,), found.explanation

@@ -455,7 +455,10 @@ def rule_odd_one_out(ctx: StackContext) -> Diagnosis | None:
     the ones that sleep. Medium confidence: the words are ours, not the frames'. Never closed (a wait
     with a timeout looks the same), so the window applies.
     """
-    peers = [v for v in ctx.peers if v.outcome is DumpOutcome.OK and v.main is not None]
+    # Ranks only: with none (TP=1) ``ctx.peers`` is every process, and an API server, an engine core,
+    # a worker and a resource tracker are in different places by nature, not because one is odd
+    # (the stuck worker below tells who waits for whom among them).
+    peers = [v for v in ctx.views if v.peer and v.outcome is DumpOutcome.OK and v.main is not None]
     if len(peers) < 2 or not ctx.over_time or not all(v.blocked for v in peers):
         return None
     groups: dict[str, list[ProcessView]] = {}
