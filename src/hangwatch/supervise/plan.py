@@ -62,7 +62,9 @@ def plan_for(options: WatchOptions, cmdline: tuple[str, ...]) -> Plan:
     return Plan(profile, probe_url, tuple(notes))
 
 
-def make_scanner(plan: Plan, options: WatchOptions, prober: Prober | None) -> LogScanner:
+def make_scanner(
+    plan: Plan, options: WatchOptions, prober: Prober | None, own: OwnRequester | None = None
+) -> LogScanner:
     ready = (options.ready_pattern,) if options.ready_pattern else ()
     # Access-log lines of hangwatch's own requests: the probe's, the /metrics scrape's, our own request's
     # model lookup (clients rarely ask for it; our one-token completion itself is real work, not an echo).
@@ -71,7 +73,11 @@ def make_scanner(plan: Plan, options: WatchOptions, prober: Prober | None) -> Lo
     def echo() -> tuple[str, ...]:
         return (*(prober.echo_markers() if prober is not None else ()), *ours)
 
-    return LogScanner(plan.profile, ready, options.waiting_patterns, echo)
+    late = prober.late_answers if prober is not None else tuple
+    latest = own.latest if own is not None else (lambda: None)
+    return LogScanner(
+        plan.profile, ready, options.waiting_patterns, echo, late_answers=late, own_request=latest
+    )
 
 
 def make_assessor(

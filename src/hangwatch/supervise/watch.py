@@ -389,6 +389,11 @@ def build_watch(
         plan, options, root_pids, kit.history, timeout_label=timeout_label, window_end=window_end
     )
     watch = Watch(
-        collectors, make_scanner(plan, options, prober), assessor, view, clock, interval_s=options.interval
+        collectors,
+        make_scanner(plan, options, prober, own),
+        assessor,
+        view,
+        clock,
+        interval_s=options.interval,
     )
     return watch, kit
