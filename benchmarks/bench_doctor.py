@@ -19,9 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from hangwatch.supervise.preflight import DoctorOptions
-from hangwatch.supervise.preflight import fast_report
-from hangwatch.supervise.preflight import run_doctor
+from hangwatch.doctor.session import DoctorOptions
+from hangwatch.doctor.session import fast_report
+from hangwatch.doctor.session import run_doctor
 
 FAST_BUDGET_S = 2.0
 

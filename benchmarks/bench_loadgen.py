@@ -46,10 +46,10 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from hangwatch.collect.lean_transport import make_client
-from hangwatch.collect.loadgen import run_load
-from hangwatch.collect.openai_stream import Target
-from hangwatch.collect.prompts import load_prompts
+from hangwatch.bench.lean_transport import make_client
+from hangwatch.bench.loadgen import run_load
+from hangwatch.bench.openai_stream import Target
+from hangwatch.bench.prompts import load_prompts
 from hangwatch.model.bench import Endpoint
 from hangwatch.model.bench import Prompt
 from hangwatch.model.bench import Workload

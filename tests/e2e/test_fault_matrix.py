@@ -19,9 +19,11 @@ from faults import matrix
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
-# Every fault kind and both engines, run and attach. The serving-wedge cells of both engines are still
-# wrong on real engines (docs/fault-matrix.md, open in issue 10) and stay out of CI until they are right;
-# the wedge-while-serving rule itself is tested against a stub in tests/integration/test_serving_wedge.py.
+# Every fault kind and both engines, run and attach, and a wedge while serving: SGLang's scheduler blocked
+# in run_batch after ready, with requests in flight (its /health fails slowly; no /metrics), right on the
+# final code of 2026-12-02 in 3 of 3 runs (docs/fault-matrix.md). It costs about 90 s (SGLang boots in
+# 20-40 s, the verdict comes ~35 s after the fault). vLLM's serving wedge is kept out: its boot alone takes
+# 50-80 s here.
 SUBSET = [
     "vllm-tp2-TP1-weights-sigstop-run",
     "vllm-tp2-TP1-weights-raise-run",
@@ -29,6 +31,7 @@ SUBSET = [
     "vllm-tp2-TP1-weights-sigkill-attach",
     "sglang-tp2-TP1-weights-block-run",
     "sglang-tp2-TP1-weights-sigkill-attach",
+    "sglang-tp1-sched-serving-block-run",
 ]
 # hangwatch's --timeout for a cell: a weights-phase fault fires ~30 s into a vLLM boot, an SGLang boot
 # takes 16-50 s; the verdict must come within the cell's bound (at most 35 s) after that.

@@ -684,9 +684,14 @@ def run_cell(cell: Cell, cfg: RunConfig, tracker: Tracker) -> Result:
                 # `run` without --until-ready supervises a ready server with no end (its --timeout
                 # only bounds the start-up): a serving cell ends serve_after_ready_s after the arming.
                 limit = cfg.serve_after_ready_s
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             result.rc = hw.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
+        if result.rc is None and _decided(watch):
+            # A verdict came and hangwatch is tearing the tree down (SGLang drains for seconds after a
+            # SIGTERM): a Ctrl-C now would cut the clean-up short and lose the report.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                result.rc = hw.wait(timeout=90)
+        if result.rc is None:
             result.error = f"no verdict: hangwatch still running {limit:.0f} s on"
             # Ctrl-C: hangwatch gives its interrupted verdict and writes the report before it is killed.
             with contextlib.suppress(OSError):
@@ -714,6 +719,14 @@ def run_cell(cell: Cell, cfg: RunConfig, tracker: Tracker) -> Result:
         result.why_wrong.append(result.error)
         result.right = False
     return result
+
+
+_DECIDED_RE = re.compile(r"\[hangwatch\] verdict (?!ready)")
+
+
+def _decided(watch: LineWatch) -> bool:
+    """hangwatch printed a verdict other than ``ready`` (a serving cell's first verdict is its ready)."""
+    return watch.find(_DECIDED_RE) is not None
 
 
 def _wait_ready(url: str, timeout: float, alive: Callable[[], bool]) -> bool:

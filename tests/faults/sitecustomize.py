@@ -20,7 +20,14 @@ Fields (``;``-separated ``key=value``; several faults separated by ``||``):
   classmethods and ``async def`` are kept as they are).
 * ``who``: which processes, checked at call time (titles are set late, by setproctitle):
   ``title:GLOB`` (the process title: setproctitle's, else /proc/self/cmdline with NULs as spaces),
-  ``cmdline:GLOB`` (the whole command line, NULs as spaces), ``env:NAME=VALUE``, ``any``.
+  ``cmdline:GLOB`` (the whole command line, NULs as spaces), ``env:NAME=VALUE``, ``any``;
+  ``argv-has:GLOB`` / ``argv-lacks:GLOB``: the *server's* command line has, or lacks, an argument
+  matching GLOB (``--enforce-eager``, ``--cuda-graph-backend-decode*``): a fault that depends on a flag,
+  as a real engine bug does. The server is the nearest interpreter up the tree that was started as a
+  program of its own, not as a multiprocessing child (ranks and schedulers run ``-c from
+  multiprocessing.spawn ...``); each such interpreter passes its arguments on to its children in
+  ``HANGWATCH_FAULT_SERVER_ARGV`` (so a supervisor above the server, with the same environment, is
+  not taken for it).
   Several conditions joined by ``&`` must all hold.
 * ``after``: fire on the Nth call in a selected process (default 1).
 * ``armfile``: calls made before this file exists are not counted (the matrix creates it once the server
@@ -39,6 +46,7 @@ import functools
 import importlib.abc
 import importlib.machinery
 import inspect
+import json
 import os
 import runpy
 import signal
@@ -51,6 +59,7 @@ from types import ModuleType
 from typing import Any
 
 ENV = "HANGWATCH_FAULT"
+SERVER_ARGV_ENV = "HANGWATCH_FAULT_SERVER_ARGV"
 EXTRA_ENV = "HANGWATCH_EXTRA_SITECUSTOMIZE"
 KINDS = ("block", "spin", "sigkill", "sigstop", "raise", "exit", "trace")
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -85,6 +94,27 @@ def _cmdline() -> str:
     except OSError:
         return " ".join(sys.argv)
     return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+def _argv() -> list[str]:
+    try:
+        with open("/proc/self/cmdline", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return list(sys.argv)
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def _multiprocessing_child(argv: list[str]) -> bool:
+    """Started by multiprocessing (spawn, forkserver, its resource tracker), not as a program."""
+    return any(a.startswith("from multiprocessing.") for a in argv)
+
+
+def server_argv() -> list[str]:
+    """The arguments of the server the tree was started as (its first interpreter's)."""
+    with contextlib.suppress(ValueError):
+        return list(json.loads(os.environ.get(SERVER_ARGV_ENV, "[]")))
+    return []
 
 
 class Fault:
@@ -123,6 +153,10 @@ class Fault:
                     return False
             elif how == "cmdline":
                 if not fnmatch.fnmatchcase(_cmdline(), arg):
+                    return False
+            elif how in ("argv-has", "argv-lacks"):
+                found = any(fnmatch.fnmatchcase(a, arg) for a in server_argv())
+                if found != (how == "argv-has"):
                     return False
             elif how == "env":
                 name, _, value = arg.partition("=")
@@ -290,6 +324,9 @@ def _chain() -> None:
 def _main() -> None:
     text = os.environ.get(ENV, "")
     if text.strip():
+        argv = _argv()
+        if not _multiprocessing_child(argv):
+            os.environ[SERVER_ARGV_ENV] = json.dumps(argv)
         try:
             install(text)
         except Exception as exc:

@@ -46,6 +46,15 @@ def add_ready_file_arg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def signal_self(rank: int, go: Any, delay: float, sig: signal.Signals) -> None:
+    """The victim rank's act: wait for the launcher's go-ahead (an Event set once the ready file is written),
+    ``delay`` seconds more, then send itself ``sig`` (SIGKILL: a dead peer; SIGSTOP: a stopped one)."""
+    go.wait()
+    time.sleep(delay)
+    log(f"[rank {rank}] sending {sig.name} to myself")
+    os.kill(os.getpid(), sig)
+
+
 def set_title(title: str) -> None:
     """Name this process like the engines do: setproctitle when installed, else only /proc/PID/comm.
 

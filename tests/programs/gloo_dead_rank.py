@@ -18,14 +18,13 @@ Example::
 
 from __future__ import annotations
 
-import os
 import signal
-import time
 
 from _gloo import RankContext
 from _gloo import launch
 from _gloo import make_parser
 from _util import log
+from _util import signal_self
 
 
 def rank_main(ctx: RankContext) -> None:
@@ -37,10 +36,7 @@ def rank_main(ctx: RankContext) -> None:
     dist.all_reduce(tensor)  # warm-up: every pair connection is up and used
     if ctx.rank == ctx.options["victim"]:
         ctx.announce("SIGKILL after the go-ahead")
-        ctx.go.wait()
-        time.sleep(ctx.options["delay"])
-        log(f"[rank {ctx.rank}] sending SIGKILL to myself")
-        os.kill(os.getpid(), signal.SIGKILL)
+        signal_self(ctx.rank, ctx.go, ctx.options["delay"], signal.SIGKILL)
     ctx.announce("all_reduce")
     dist.all_reduce(tensor)
     log(f"[rank {ctx.rank}] all_reduce returned")

@@ -24,6 +24,7 @@ import threading
 import time
 from multiprocessing.queues import Queue
 
+from _ranks import spawn_ranks
 from _util import add_ready_file_arg
 from _util import die_with_parent
 from _util import log
@@ -75,18 +76,9 @@ def main() -> None:
     ctx = mp.get_context("spawn")
     flag = ctx.Value("i", 0, lock=False)  # a plain shared int: polling it runs no Python frame
     up: Queue[int] = ctx.Queue()
-    ranks = [
-        ctx.Process(
-            target=rank_main,
-            args=(r, args.culprit, args.native, args.release_after, flag, up),
-            name=f"rank{r}",
-        )
-        for r in range(args.ranks)
-    ]
-    for proc in ranks:
-        proc.start()
-    for _ in ranks:
-        up.get()
+    ranks = spawn_ranks(
+        ctx, args.ranks, rank_main, lambda r: (r, args.culprit, args.native, args.release_after, flag, up), up
+    )
     log(f"launcher: {args.ranks} ranks up; rank {args.culprit} will not arrive")
     time.sleep(0.5)  # every spinner is inside its loop
     write_ready(args.ready_file)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from hangwatch.analyse.archcompat import arch_directory
-from hangwatch.analyse.archcompat import coverage
-from hangwatch.analyse.archcompat import loader_choice
-from hangwatch.analyse.archcompat import parse_capability
+from hangwatch.analyse.doctor.archcompat import arch_directory
+from hangwatch.analyse.doctor.archcompat import coverage
+from hangwatch.analyse.doctor.archcompat import loader_choice
+from hangwatch.analyse.doctor.archcompat import parse_capability
 from hangwatch.model.doctor import Coverage
 
 N, J, X = Coverage.NATIVE, Coverage.JIT, Coverage.NONE

@@ -1,4 +1,4 @@
-"""Acceptance figures exactly as each engine defines them (engines.md 1.5, 2.5), from metric deltas."""
+"""Acceptance figures exactly as each engine defines them (docs/engine-facts.md), from metric deltas."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.analyse.acceptance import counters_key
-from hangwatch.analyse.acceptance import server_metrics
-from hangwatch.analyse.acceptance import spec_for_rounds
+from hangwatch.analyse.bench.acceptance import counters_key
+from hangwatch.analyse.bench.acceptance import server_metrics
+from hangwatch.analyse.bench.acceptance import spec_for_rounds
 from hangwatch.collect.prometheus import parse
 from hangwatch.model.bench import RoundMeasurement
 from hangwatch.model.metrics import MetricsSnapshot

@@ -13,16 +13,16 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from hangwatch.collect.loadgen import abort_after
-from hangwatch.collect.loadgen import poisson_offsets
-from hangwatch.collect.loadgen import prompt_order
-from hangwatch.collect.loadgen import run_load
-from hangwatch.collect.openai_stream import NotEventStreamError
-from hangwatch.collect.openai_stream import SseData
-from hangwatch.collect.openai_stream import Target
-from hangwatch.collect.openai_stream import build_payload
-from hangwatch.collect.openai_stream import list_models
-from hangwatch.collect.openai_stream import request_once
+from hangwatch.bench.loadgen import abort_after
+from hangwatch.bench.loadgen import poisson_offsets
+from hangwatch.bench.loadgen import prompt_order
+from hangwatch.bench.loadgen import run_load
+from hangwatch.bench.openai_stream import NotEventStreamError
+from hangwatch.bench.openai_stream import SseData
+from hangwatch.bench.openai_stream import Target
+from hangwatch.bench.openai_stream import build_payload
+from hangwatch.bench.openai_stream import list_models
+from hangwatch.bench.openai_stream import request_once
 from hangwatch.model.bench import Endpoint
 from hangwatch.model.bench import ErrorKind
 from hangwatch.model.bench import Prompt

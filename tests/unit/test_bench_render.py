@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hangwatch.analyse.benchstats import bench_report
+from hangwatch.analyse.bench.stats import bench_report
 from hangwatch.bench.options import base_url_of
 from hangwatch.cli.bench import BenchCommand
 from hangwatch.cli.bench import bench_options
@@ -208,7 +208,7 @@ def test_base_url_of(url):
 
 
 def test_bundled_prompts_load(tmp_path):
-    from hangwatch.collect.prompts import load_prompts
+    from hangwatch.bench.prompts import load_prompts
 
     prompts = load_prompts(None)
     assert len(prompts) == 240 and all(p.text for p in prompts)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from hangwatch.analyse.benchstats import compare
-from hangwatch.analyse.benchstats import outcome_of
-from hangwatch.analyse.benchstats import percentile
-from hangwatch.analyse.benchstats import percentiles
-from hangwatch.analyse.benchstats import server_result
+from hangwatch.analyse.bench.stats import compare
+from hangwatch.analyse.bench.stats import outcome_of
+from hangwatch.analyse.bench.stats import percentile
+from hangwatch.analyse.bench.stats import percentiles
+from hangwatch.analyse.bench.stats import server_result
 from hangwatch.model.bench import ErrorKind
 from hangwatch.model.bench import Outcome
 from hangwatch.model.bench import RequestRecord
@@ -70,8 +70,8 @@ def test_server_result_counts_only_successful_requests_for_throughput():
 @pytest.mark.parametrize(
     ("ratios", "outcome"),
     [
-        ([0.74, 0.88, 0.91, 0.98], Outcome.SLOWER),  # engines.md 8, temperature 1.0
-        ([2.38, 1.44, 1.46, 2.11], Outcome.FASTER),  # engines.md 8, temperature 0
+        ([0.74, 0.88, 0.91, 0.98], Outcome.SLOWER),  # docs/engine-facts.md, temperature 1.0
+        ([2.38, 1.44, 1.46, 2.11], Outcome.FASTER),  # docs/engine-facts.md, temperature 0
         ([0.85, 3.03], Outcome.NO_CLEAR_DIFFERENCE),  # the same pair, two single rounds that disagree
         ([0.97, 1.02, 0.99], Outcome.NO_CLEAR_DIFFERENCE),
         ([1.0, 1.2], Outcome.NO_CLEAR_DIFFERENCE),  # touching 1.0 is not clear either

@@ -10,10 +10,10 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from hangwatch.collect.lean_transport import LeanTransport
-from hangwatch.collect.lean_transport import make_client
-from hangwatch.collect.openai_stream import Target
-from hangwatch.collect.openai_stream import request_once
+from hangwatch.bench.lean_transport import LeanTransport
+from hangwatch.bench.lean_transport import make_client
+from hangwatch.bench.openai_stream import Target
+from hangwatch.bench.openai_stream import request_once
 from hangwatch.model.bench import Endpoint
 from hangwatch.model.bench import ErrorKind
 from hangwatch.model.bench import Prompt

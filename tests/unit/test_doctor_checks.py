@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from hangwatch.analyse import coverage_checks as cov
-from hangwatch.analyse import doctor_checks as dc
-from hangwatch.analyse import nccl_checks
+from hangwatch.analyse.doctor import checks as dc
+from hangwatch.analyse.doctor import coverage as cov
+from hangwatch.analyse.doctor import nccl as nccl_checks
 from hangwatch.collect.host import checkpoint_size
 from hangwatch.collect.nvml import read_inventory
 from hangwatch.collect.pyenv import interpreter_of
@@ -19,12 +19,12 @@ from hangwatch.model.doctor import Coverage
 from hangwatch.model.doctor import DeviceHolder
 from hangwatch.model.doctor import GpuFacts
 from hangwatch.model.doctor import GpuInventory
-from hangwatch.model.doctor import GpuProcessFacts
 from hangwatch.model.doctor import HostFacts
 from hangwatch.model.doctor import ModuleCoverage
 from hangwatch.model.doctor import PortFacts
 from hangwatch.model.doctor import PyEnvFacts
 from hangwatch.model.doctor import Status
+from hangwatch.model.samples import GpuProcessMemory
 
 GiB, MiB = 2**30, 2**20
 H100 = GpuFacts(0, "NVIDIA H100", (9, 0), 1 * GiB, 80 * GiB, 0.0, nvlinks=18)
@@ -95,7 +95,7 @@ def test_versions(torch_cuda, driver, status):
 
 
 def test_gpu_memory_held_by_others_and_cuda_processes_nvml_cannot_see():
-    inventory = GpuInventory(gpus=(H100,), processes=(GpuProcessFacts(4242, 0, 40 * GiB),))
+    inventory = GpuInventory(gpus=(H100,), processes=(GpuProcessMemory(4242, 0, 40 * GiB),))
     check = dc.check_gpu_processes(inventory, HostFacts(), [H100], ours=set())
     assert check.status is Status.FAIL and "pid 4242" in check.evidence[0]
     holder = DeviceHolder(777, "python (serve.py)", ("/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl"))
@@ -114,7 +114,7 @@ def test_wedged_gpu():
     busy = GpuFacts(0, "NVIDIA RTX PRO 6000", (12, 0), 20 * GiB, 96 * GiB, 100.0, nvlinks=0)
     check = dc.check_gpu_wedged(GpuInventory(gpus=(busy,)), HostFacts(), [busy])
     assert check.status is Status.FAIL and "nvidia-smi -r" in (check.fix or "")
-    running = GpuInventory(gpus=(busy,), processes=(GpuProcessFacts(9, 0, GiB),))
+    running = GpuInventory(gpus=(busy,), processes=(GpuProcessMemory(9, 0, GiB),))
     assert dc.check_gpu_wedged(running, HostFacts(), [busy]).status is Status.PASS
 
 
@@ -219,7 +219,7 @@ def test_read_inventory_with_fake_nvml():
     assert [g.capability for g in inv.gpus] == [(12, 0), (12, 0)]
     assert all(g.nvlinks == 0 for g in inv.gpus)
     assert inv.links == ((0, 1, "PHB"),)
-    assert inv.processes == (GpuProcessFacts(99, 1, MiB),)
+    assert inv.processes == (GpuProcessMemory(99, 1, MiB),)
 
 
 def test_quick_env_reads_version_files(tmp_path):

@@ -16,11 +16,11 @@ from cuda_artefacts import build_all
 from cuda_artefacts import find_nvcc
 from elfcraft import cuda_module
 from elfcraft import host_module
-from hangwatch.analyse.coverage_checks import check_extension_arch
+from hangwatch.analyse.doctor.coverage import check_extension_arch
 from hangwatch.collect.pyenv import describe_env
+from hangwatch.doctor.session import scan_modules
 from hangwatch.model.doctor import Coverage
 from hangwatch.model.doctor import Status
-from hangwatch.supervise.preflight import scan_modules
 
 FA3 = "FlashAttention-3 (an attention backend for Hopper)"
 

@@ -1,4 +1,4 @@
-"""The HTML report's structure, on a fixed report (tests/reports.py ``timeline_report``): one colour and
+"""The HTML report's structure, on a fixed report (tests/builders.py ``timeline_report``): one colour and
 dash per rank in every chart, legends in rank order, coinciding lines apart, the last progress and the
 stall window marked, phase labels whole, the processes table at the verdict with the clean-up apart."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from builders import timeline_report
 from hangwatch.render.html import html_report
 from hangwatch.render.timeline_svg import rank_key
 from hangwatch.render.timeline_svg import timeline_svg
-from reports import timeline_report
 
 PATH = re.compile(
     r'<path d="([^"]+)" stroke="([^"]+)"((?: stroke-dasharray="[^"]+")?) class="line"><title>([^<]+)'
@@ -136,8 +136,8 @@ def test_rank_order_is_numeric():
 
 def test_cleanup_outcomes_from_the_records_at_the_verdict():
     from hangwatch.model.report import ProcessRecord
-    from hangwatch.supervise.cleanup import CleanupResult
     from hangwatch.supervise.session import with_cleanup
+    from hangwatch.supervise.teardown import CleanupResult
 
     def rec(pid: int, state: str, code: int | None = None) -> ProcessRecord:
         return ProcessRecord(pid, 1, f"p{pid}", (), None, None, state, code)

@@ -16,12 +16,12 @@ from hangwatch.isolate.matrix import parse_matrix
 from hangwatch.isolate.plan import applicable
 from hangwatch.isolate.plan import order
 from hangwatch.isolate.plan import pairs
-from hangwatch.isolate.runner import RunResult
 from hangwatch.isolate.state import IsolateState
 from hangwatch.isolate.state import load_state
 from hangwatch.isolate.toggles import apply_edits
 from hangwatch.model.isolate import Edit
 from hangwatch.model.isolate import EditKind
+from hangwatch.model.isolate import RunResult
 from hangwatch.model.isolate import Toggle
 from hangwatch.model.isolate import TrialResult
 from hangwatch.model.report import Verdict

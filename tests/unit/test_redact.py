@@ -75,13 +75,13 @@ def test_redactor_masks_exact_values_wherever_they_appear():
 
 def test_every_writer_redacts_every_field(monkeypatch):
     """JSON (the timeline's last_line, findings, phase lines, stacks' source lines), HTML, Markdown, text."""
+    from builders import report_with
     from hangwatch import redact
     from hangwatch.render.html import html_report
     from hangwatch.render.json_report import json_text
     from hangwatch.render.json_report import report_to_dict
     from hangwatch.render.markdown import markdown_report
     from hangwatch.render.text import verdict_text
-    from reports import report_with
 
     secret = "v4lue-of-MY-API-KEY"
     monkeypatch.setenv("MY_API_KEY", secret)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from builders import report_with
 from hangwatch.render.html import html_report
 from hangwatch.render.markdown import markdown_report
 from hangwatch.render.text import verdict_text
-from reports import report_with
 
 SERVER_TEXT = "<b>bold</b> `rm -rf` *x* [red]y[/red] [/models/foo]"
 

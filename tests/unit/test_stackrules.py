@@ -176,7 +176,7 @@ def _with_leaf(name: str, frames: list[Frame], active: bool = True) -> list[Stac
     return out
 
 
-# engines.md §8, vLLM 0.32 TP0 in a compiled graph: the wait shows only natively.
+# docs/engine-facts.md (vllm-cpu), vLLM 0.32 TP0 in a compiled graph: the wait shows only natively.
 COMPILED_COLLECTIVE = [
     Frame("Runner.call", "<inductor-generated>.py", 412),
     Frame("OpOverload.__call__", "torch/_ops.py", 841),
@@ -195,7 +195,7 @@ def test_gpu_state_from_gpm_first_then_power():
     matmul = GpuActivity(0, 2.0, 99.5, 96.1, 93.2, 16.3, 1.35, 0.0, 0.0)
     assert gpu_state(None, [spin]) == "spinning"
     assert gpu_state(None, [matmul]) == "working"
-    assert gpu_state(_gpu(100, 0, 120), ()) == "spinning"  # gpu-signals.md: spin at 120-134 W, 0 % mem util
+    assert gpu_state(_gpu(100, 0, 120), ()) == "spinning"  # docs/gpu-signals.md: spin at 120-134 W, 0 % mem util
     assert gpu_state(_gpu(99, 23, 691), ()) == "working"
     assert gpu_state(_gpu(0, 0, 121), ()) == "idle"  # a stream waiting on a value that never comes
     assert gpu_state(GpuSample(unavailable="no NVML"), ()) == "unknown"

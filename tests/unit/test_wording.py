@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from hangwatch.analyse import nccl_checks
+from builders import process_sample
+from builders import report_with
+from hangwatch.analyse.doctor import nccl as nccl_checks
 from hangwatch.analyse.evidence import window_evidence
 from hangwatch.analyse.stacktree import build_tree
+from hangwatch.doctor.session import select_gpus
 from hangwatch.model.doctor import GpuInventory
 from hangwatch.model.doctor import HostFacts
 from hangwatch.model.doctor import PyEnvFacts
@@ -12,11 +15,8 @@ from hangwatch.model.samples import Tick
 from hangwatch.render.live import LiveState
 from hangwatch.render.live import status_line
 from hangwatch.render.stacktext import tree_lines
-from hangwatch.supervise.cleanup import CleanupResult
-from hangwatch.supervise.preflight import select_gpus
+from hangwatch.supervise.teardown import CleanupResult
 from hangwatch.words import plural
-from reports import process_sample
-from reports import report_with
 
 
 def test_plural():
@@ -54,3 +54,31 @@ def test_doctor_counts_the_tensor_parallel_size_not_the_gpus_listed():
     )  # fmt: skip
     text = " ".join(check.evidence)
     assert "tensor parallelism over 4 PCIe-only compute-capability-12 GPUs" in text, text
+
+
+def test_one_byte_formatter_for_every_size_hangwatch_prints():
+    from hangwatch.words import human_bytes
+
+    assert [human_bytes(n) for n in (0, 1023, 1024, 3 << 20, 5 << 40)] == [
+        "0 B", "1023 B", "1.0 KiB", "3.0 MiB", "5.0 TiB",
+    ]  # fmt: skip
+    assert human_bytes(-2048) == "-2.0 KiB"
+    # doctor's sizes: whole MiB below a GiB, then GiB with one decimal; cleanup's: always whole MiB
+    assert [human_bytes(n, "MiB", "GiB") for n in (None, 512 << 20, 3 << 29, 96 << 30)] == [
+        "?", "512 MiB", "1.5 GiB", "96.0 GiB",
+    ]  # fmt: skip
+    assert [human_bytes(n, "MiB", "MiB") for n in (None, 0, 3 << 30)] == ["?", "0 MiB", "3072 MiB"]
+
+
+def test_a_watch_that_fell_behind_says_so():
+    from types import SimpleNamespace
+
+    from hangwatch.supervise.watch import Watch
+
+    on_time = SimpleNamespace(late=[], interval=1.0)
+    assert Watch._late_note(on_time) == ()  # type: ignore[arg-type]
+    behind = SimpleNamespace(late=[1.2, 2.46], interval=1.0)
+    assert Watch._late_note(behind) == (  # type: ignore[arg-type]
+        "sampling fell behind 2 times (at most 2.5 s late: a slow /proc, NVML or stack capture); the windows "
+        "count real time, not samples",
+    )

@@ -125,7 +125,9 @@ class Assessor:
         self.now = tick.t
         self._discount = self._spin_discount()
         spinning = self._discount.__contains__
-        signals = progress_signals(self._prev, tick, self.last_probe, self.policy.thresholds, spinning)
+        signals = progress_signals(
+            self._prev, tick, self.last_probe, self.policy.thresholds, spinning, serving=self.serving
+        )
         if self.stacks is not None:
             # A thread on CPU whose stack moved between two captures executes code, even when the
             # machine is so loaded that its CPU share stays under the threshold. As weak as CPU time.
@@ -284,20 +286,22 @@ class Assessor:
     def laggards(self, tick: Tick) -> tuple[int, ...]:
         """Ranks whose own log lines stopped at an earlier phase than their peers': the others went on
         (vLLM's ``(Worker_TP0 pid=N) Loading weights took``) and these never got there."""
-        if len(self._source_phase) < 2:
-            return ()
-        furthest = max(self._source_phase.values())
-        behind = [s for s, order in self._source_phase.items() if order < furthest]
-        if not behind:
-            return ()
-        pids = []
-        for source in behind:
+        # Ranks are compared with ranks: the API server or the engine core always logs later phases
+        # (the HTTP server, ready) than any worker ever does, and would put every rank behind.
+        ranked = {p.pid for p in tick.processes if p.rank is not None}
+        rank_phase: dict[tuple[int, ...], int] = {}
+        for source, order in self._source_phase.items():
             kind, _, value = source.partition(":")
             if kind == "pid" and value.isdigit():
-                pids.append(int(value))
+                pids: tuple[int, ...] = (int(value),) if int(value) in ranked else ()
             else:
-                pids.extend(p.pid for p in tick.processes if p.rank == value)
-        return tuple(pids)
+                pids = tuple(p.pid for p in tick.processes if p.rank == value)
+            if pids:
+                rank_phase[pids] = max(rank_phase.get(pids, -1), order)
+        if len(rank_phase) < 2:
+            return ()
+        furthest = max(rank_phase.values())
+        return tuple(pid for pids, order in rank_phase.items() if order < furthest for pid in pids)
 
     def _port_hints(self, tick: Tick) -> list[str]:
         """What the tree's listening sockets say: an idle server without a readiness rule, or a probe on

@@ -167,6 +167,10 @@ TEAR_DOWN_S = 1.0
 AROUND_S = 0.2
 # A member that ended with its status unread this long before the first failure may be where it began.
 UNSEEN_BEFORE_S = 5.0
+# A rank's peers take longer to give up on it: vLLM's engine core waits 5 s for a dead worker to exit,
+# SIGTERMs the others, waits 4 s more, SIGKILLs them and only then raises (its first traceback 10 s
+# after the worker's death in vllm-tp2-TP1-compile-sigkill-run).
+UNSEEN_RANK_BEFORE_S = 15.0
 
 
 def diagnose_crash(
@@ -290,10 +294,14 @@ def _unseen_deaths(
         return []
     first_failure = min(f.t for f in failures)
     start = min(first_failure, first_exception_t if first_exception_t is not None else first_failure)
+
+    def window(e: ExitRecord) -> float:
+        return UNSEEN_RANK_BEFORE_S if e.rank is not None or e.role is not None else UNSEEN_BEFORE_S
+
     return [
         e
         for e in exits
-        if ended_unseen(e) and e.pid not in root_pids and start - UNSEEN_BEFORE_S <= e.t <= first_failure
+        if ended_unseen(e) and e.pid not in root_pids and start - window(e) <= e.t <= first_failure
     ]
 
 

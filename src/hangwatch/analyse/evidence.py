@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hangwatch.analyse.progress import human_bytes
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import Tick
 from hangwatch.redact import redact_text
+from hangwatch.words import human_bytes
 from hangwatch.words import plural
 
 

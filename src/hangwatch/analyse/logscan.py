@@ -9,6 +9,7 @@ from hangwatch.analyse.echoes import ProbeEchoes
 from hangwatch.engines.profile import Profile
 from hangwatch.model.samples import LogFinding
 from hangwatch.model.samples import LogSample
+from hangwatch.model.samples import OwnRequest
 from hangwatch.model.samples import PhaseEvent
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.vocabulary import Cause
@@ -61,6 +62,22 @@ _SOURCE_PID = re.compile(r"\((\w+?) pid=(\d+)\)")
 _SOURCE_RANK = re.compile(r"^\[[^\]]*?\b((?:TP|DP|PP|EP)\d+)\]|\b((?:TP|DP|PP)\d+)\b pid=")
 
 
+# Lines the server writes because of hangwatch's own request: handling it (SGLang logs a prefill for the
+# one token), and reacting when hangwatch gives up on it (the server notices the closed connection on its
+# next check, then logs the error: 0.9-1.9 s later in sglang-tp1-detok-serving-block-run).
+OWN_ECHO_S = 2.0
+
+
+def caused_by_own(own: OwnRequest | None, at: float) -> bool:
+    """A line that arrived right after hangwatch sent its own request, or right after it ended: an echo
+    of that request whatever it says (the request's answer, if any, is progress of its own)."""
+    if own is None:
+        return False
+    if own.sent_t <= at <= own.sent_t + OWN_ECHO_S:
+        return True
+    return own.done_t is not None and own.done_t <= at <= own.done_t + OWN_ECHO_S
+
+
 def line_source(line: str) -> tuple[int | None, str | None]:
     """(pid, rank) of the process a log line names as its writer, where it does."""
     pid = rank = None
@@ -86,12 +103,17 @@ class LogScanner:
         ready_patterns: tuple[re.Pattern[str], ...] = (),
         waiting_patterns: tuple[re.Pattern[str], ...] = (),
         probe_echo: Callable[[], tuple[str, ...]] = tuple,
+        *,
+        late_answers: Callable[[], tuple[ProbeResult, ...]] = tuple,
+        own_request: Callable[[], OwnRequest | None] = lambda: None,
     ) -> None:
         self._profile = profile
         self._ready = profile.ready_patterns + ready_patterns
         self._waiting = profile.waiting_patterns + waiting_patterns
         self._visited: dict[str, list[str]] = {}  # source (profile.source_of) -> phases it opened
         self._probe_echo = probe_echo
+        self._late_answers = late_answers  # answers to probes that had already timed out
+        self._own_request = own_request  # hangwatch's own one-token completion, the latest
         self._echoes = ProbeEchoes()
         self._said: dict[str, None] = {}  # lines already said (time stamps removed), oldest first
 
@@ -107,7 +129,8 @@ class LogScanner:
         waiting = echoes = 0
         named: dict[int, str] = {}
         markers = self._probe_echo() if lines else ()
-        self._echoes.observe_probes(probes)
+        own = self._own_request() if lines else None
+        self._echoes.observe_probes((*probes, *self._late_answers()))
         events: list[PhaseEvent] = []
         findings: list[LogFinding] = []
         ready_line = None
@@ -121,7 +144,7 @@ class LogScanner:
             if markers and any(m in line for m in markers):
                 echoes += 1
                 continue
-            if times and self._echoes.is_echo(line, times[index]):
+            if times and (self._echoes.is_echo(line, times[index]) or caused_by_own(own, times[index])):
                 echoes += 1  # not progress, but still read for what it names
             phase = self._phase_of(line)
             if phase is not None:

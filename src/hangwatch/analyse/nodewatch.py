@@ -73,7 +73,6 @@ class NodeRounds:
         """The merged tick at controller time ``t`` from one round (one result per host, in host order)."""
         processes: list[ProcessSample] = []
         exits: list[ExitRecord] = []
-        errors: list[str] = []
         probes: list[ProbeResult] = []
         gpus: list[tuple[int, str, GpuSample]] = []
         for index, (node, result) in enumerate(zip(self.nodes, results, strict=True)):
@@ -87,7 +86,6 @@ class NodeRounds:
                         f"{node.label} stopped answering at {t:.1f} s"
                         f" ({result.outcome.value}): {result.detail}"
                     )
-                errors.append(f"{node.label}: {result.outcome.value}")
                 # As last seen, nothing moved: silence is not progress, and not a death either.
                 processes += [_still(p) for p in node.last.values()]
                 continue
@@ -128,7 +126,6 @@ class NodeRounds:
             exits=tuple(exits),
             probes=tuple(probes),
             gpu=merge_gpus(gpus) if gpus else None,
-            errors=tuple(errors),
         )
 
     def stacks(self, t: float, results: Sequence[NodeResult]) -> StackSample:

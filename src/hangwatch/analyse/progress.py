@@ -13,6 +13,7 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from hangwatch.model.samples import ProbeOutcome
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import Tick
 
@@ -48,8 +49,15 @@ def progress_signals(
     last_probe: ProbeResult | None,
     thresholds: Thresholds = Thresholds(),
     spinning: Callable[[int], bool] = lambda pid: False,
+    *,
+    serving: bool = False,
 ) -> tuple[ProgressSignal, ...]:
-    """Everything at ``tick`` that counts as progress since ``prev``."""
+    """Everything at ``tick`` that counts as progress since ``prev``.
+
+    ``serving``: the server was ready. A probe that then turns from green to failing, or flaps between
+    failures (SGLang's /health answers 503 after 20 s while its scheduler is wedged, and the next probe
+    times out), is evidence of a wedge (serving.py), not progress; only turning green again is.
+    """
     if prev is None:
         return (ProgressSignal("process", None, "supervision started"),)
     dt = max(tick.t - prev.t, 1e-3)
@@ -85,7 +93,8 @@ def progress_signals(
     if tick.probes:
         first = last_probe
         for probe in tick.probes:
-            if first is not None and probe.key != first.key:
+            green = probe.outcome is ProbeOutcome.HTTP and 200 <= (probe.status or 0) < 300
+            if first is not None and probe.key != first.key and (green or not serving):
                 signals.append(
                     ProgressSignal("probe", None, f"probe {first.describe()} -> {probe.describe()}")
                 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hangwatch.model.samples import ProbeOutcome
+from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ServingSample
 from hangwatch.model.samples import Tick
 
@@ -76,6 +77,7 @@ class ServingWatch:
         self._reasons: tuple[str, ...] = ()
         self._green_until: float | None = None  # the last time the probe answered 2xx
         self._failing_since: float | None = None
+        self._last_probe: ProbeResult | None = None
 
     def observe(self, tick: Tick) -> None:
         reasons = list(self._probe_reasons(tick))
@@ -110,9 +112,13 @@ class ServingWatch:
                 self._green_until, self._failing_since = probe.t, None
             elif self._green_until is not None and self._failing_since is None:
                 self._failing_since = probe.t
-        if self._failing_since is None or not tick.probes:
+        if tick.probes:
+            self._last_probe = tick.probes[-1]
+        # Still failing between probes: a patient probe waits up to 30 s for a slow server's answer,
+        # and the evidence must not lapse on every tick without a new outcome.
+        last = self._last_probe
+        if self._failing_since is None or last is None:
             return ()
-        last = tick.probes[-1]
         return (
             f"{last.url} was green while serving and has failed for {tick.t - self._failing_since:.0f} s "
             f"({last.describe()})",

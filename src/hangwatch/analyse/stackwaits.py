@@ -270,6 +270,12 @@ class ThreadView:
     code: str | None  # the innermost source line, when known
     location: str  # "gloo_missing_collective.py:26"
     at: str  # the frame that decided the wait: "CudaGraphRunner.capture (cuda_graph_runner.py:28)"
+    # Blocked in a system call that waits for data from outside the process (a read of a pipe or
+    # socket, a poll), as its innermost native frame shows: it waits for another process's message.
+    receiving: bool = False
+    # Its innermost Python frame is an op call of a compiled graph (``OpOverload.__call__``, generated
+    # code): running a model's forward, where a collective shows as nothing more than an op call.
+    op_call: bool = False
 
 
 @dataclass(frozen=True)
@@ -409,10 +415,20 @@ def _burners_in_place(
     return all(placed.get(k, False) for k in (burners or keys))
 
 
+_RECEIVE_NATIVE = re.compile(
+    r"^(?:__GI_)?_*(?:libc_)?(?:read|readv|recv|recvfrom|recvmsg|poll|ppoll|epoll_wait|epoll_pwait2?"
+    r"|select|pselect6?)(?:64)?$"
+)
+
+
 def _thread_view(t: ThreadStack) -> ThreadView:
     wait, frame = classify_thread(t)
     code, location, at = memo("view", t.frames, lambda frames: _leaf_facts(frames, frame, wait_point(t)))
-    return ThreadView(t.tid, t.name, wait, t.active, wait_point(t), code, location, at)
+    leaf = t.frames[-1] if t.frames else None
+    receiving = leaf is not None and leaf.native and _RECEIVE_NATIVE.match(leaf.name) is not None
+    python = [f for f in t.frames if not f.native]
+    op_call = bool(python) and _OP_CALL.match(_text(python[-1])) is not None
+    return ThreadView(t.tid, t.name, wait, t.active, wait_point(t), code, location, at, receiving, op_call)
 
 
 def _leaf_facts(

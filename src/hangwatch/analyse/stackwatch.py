@@ -121,8 +121,16 @@ class StackHistory:
             self._gpu = gpu
 
     def samples_for_analysis(self) -> list[StackSample]:
-        """The spell's samples, the latest one enriched with native frames of an earlier identical stack."""
-        return _enriched(self._spell)
+        """The spell's samples, the latest one enriched with native frames of an earlier identical stack.
+
+        The donors may be older than the spell: after its burst a long quiet spell is sampled by
+        Python-only captures, and what a thread parked in one place waits in natively (a read of a
+        pipe, a futex) is still what the last native dump of that same Python stack showed.
+        """
+        if not self._spell:
+            return []
+        donors = [s for s in self.kept if s.t < self._spell[-1].t]
+        return [*self._spell[:-1], with_native_detail([*donors, self._spell[-1]])]
 
     def moved(self) -> tuple[int, ...]:
         """Pids with a thread on CPU, outside any wait, whose stack changed since the previous capture.

@@ -17,12 +17,12 @@ from typing import Protocol
 
 import httpx
 
-from hangwatch.analyse.acceptance import counters_key
-from hangwatch.collect.lean_transport import make_client
-from hangwatch.collect.loadgen import run_load
-from hangwatch.collect.openai_stream import ServerProblem
-from hangwatch.collect.openai_stream import Target
-from hangwatch.collect.openai_stream import list_models
+from hangwatch.analyse.bench.acceptance import counters_key
+from hangwatch.bench.lean_transport import make_client
+from hangwatch.bench.loadgen import run_load
+from hangwatch.bench.openai_stream import ServerProblem
+from hangwatch.bench.openai_stream import Target
+from hangwatch.bench.openai_stream import list_models
 from hangwatch.collect.prometheus import RawScrape
 from hangwatch.collect.prometheus import afetch
 from hangwatch.collect.prometheus import ascrape

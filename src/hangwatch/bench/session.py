@@ -15,7 +15,8 @@ from dataclasses import field
 from types import FrameType
 
 from hangwatch import __version__
-from hangwatch.analyse.benchstats import bench_report
+from hangwatch.analyse.bench.stats import bench_report
+from hangwatch.bench.openai_stream import ServerProblem
 from hangwatch.bench.options import BenchOptions
 from hangwatch.bench.runner import Server
 from hangwatch.bench.runner import discover_models
@@ -23,7 +24,6 @@ from hangwatch.bench.runner import no_trouble
 from hangwatch.bench.runner import run_bench
 from hangwatch.bench.servers import LaunchSpec
 from hangwatch.bench.servers import SupervisedServer
-from hangwatch.collect.openai_stream import ServerProblem
 from hangwatch.errors import HangwatchError
 from hangwatch.model.bench import BenchReport
 from hangwatch.model.bench import Boot
@@ -39,6 +39,7 @@ from hangwatch.render.bench_progress import make_progress
 from hangwatch.render.bench_text import bench_text
 from hangwatch.render.files import write_outputs
 from hangwatch.supervise.plan import WatchOptions
+from hangwatch.supervise.signals import handling
 
 # Exit codes besides run's (0 done, 2 usage, 3 stalled, 4 crashed, 5 timeout, 130 interrupted):
 UNUSABLE_EXIT_CODE = 6  # a server could not be benchmarked: nothing listens, not OpenAI, every request failed
@@ -68,12 +69,8 @@ def interrupt_on_term() -> Iterator[None]:
     def handler(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
+    with handling(handler, (signal.SIGTERM, signal.SIGHUP)):
         yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 def launch_server(

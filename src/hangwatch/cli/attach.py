@@ -27,9 +27,9 @@ class AttachCommand:
     --log, or found automatically when its stdout or stderr is a regular file.
 
     With --hosts (or --hostfile), --kube-selector or --slurm-job, and --match: the same watch across
-    nodes, through ssh, kubectl exec or srun. Each interval a
-    cheap census of every node feeds one verdict for the job; stacks are taken on every node when it
-    goes quiet; a node that stops answering is evidence, and progress on any node is progress of the job.
+    nodes, through ssh, kubectl exec or srun. Each interval a cheap census of every node feeds one
+    verdict for the job; stacks are taken on every node when it goes quiet; a node that stops answering
+    is evidence, and progress on any node is progress of the job.
     """
 
     name = "attach"
@@ -58,9 +58,9 @@ class AttachCommand:
         add_slurm_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
+        from hangwatch.attach import AttachOptions
+        from hangwatch.attach import run_attached
         from hangwatch.collect.proctree import whole_machine_note
-        from hangwatch.supervise.attach import AttachOptions
-        from hangwatch.supervise.attach import run_attached
 
         stall = args.stall_after if args.stall_after is not None else args.window
         if args.hosts or args.hostfile or args.kube_selector or args.slurm_job:

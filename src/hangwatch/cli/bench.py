@@ -207,8 +207,8 @@ class BenchCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         # Imported here: httpx, jinja2 and asyncio load only when a benchmark runs, not for every command.
+        from hangwatch.bench.prompts import load_prompts
         from hangwatch.bench.session import run_bench_command
-        from hangwatch.collect.prompts import load_prompts
         from hangwatch.supervise.session import default_run_dir
 
         prompts = load_prompts(args.prompts)

@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from hangwatch.cli.options import add_grace
 from hangwatch.cli.options import seconds
 from hangwatch.errors import UsageError
-from hangwatch.render.cleanup_text import outcome_text
-from hangwatch.render.cleanup_text import plan_text
-from hangwatch.supervise import reclaim
 
 
 class CleanupCommand:
@@ -35,13 +33,7 @@ class CleanupCommand:
         )
         which.add_argument("--port", type=int, metavar="N", help="the tree listening on this TCP port")
         parser.add_argument("--dry-run", action="store_true", help="list what would be done; change nothing")
-        parser.add_argument(
-            "--grace",
-            type=seconds("--grace", zero_ok=True),
-            default=10.0,
-            metavar="S",
-            help="SIGTERM grace before SIGKILL (default: 10)",
-        )
+        add_grace(parser, "SIGTERM grace before SIGKILL (default: 10)")
         parser.add_argument(
             "--gpu-wait",
             type=seconds("--gpu-wait", zero_ok=True),
@@ -56,24 +48,9 @@ class CleanupCommand:
             raise UsageError(f"--port {args.port}: not a TCP port")
         if args.pid is not None and args.pid <= 0:
             raise UsageError(f"--pid {args.pid}: not a process id")
-        gpu = reclaim.make_gpu_source()
-        try:
-            if args.pid is not None:
-                plan = reclaim.plan_for_pid(args.pid, gpu)
-            elif args.port is not None:
-                plan = reclaim.plan_for_port(args.port, gpu)
-            else:
-                try:
-                    plan = reclaim.plan_for_run(args.run, gpu)
-                except reclaim.TreeGone:
-                    # A finished run (the usual case: hangwatch run cleans up after itself): nothing to do.
-                    print(f"hangwatch cleanup: run {args.run}: already clean (no process of it is left)")
-                    return 0
-            if args.dry_run:
-                print(plan_text(plan, args.grace), flush=True)
-                return 0
-            outcome = reclaim.execute(plan, gpu, grace_s=args.grace, gpu_wait_s=args.gpu_wait)
-        finally:
-            gpu.close()
-        print(outcome_text(outcome), flush=True)
-        return outcome.exit_code
+        from hangwatch.cleanup import run_cleanup
+
+        return run_cleanup(
+            pid=args.pid, port=args.port, run_dir=args.run, dry_run=args.dry_run, grace_s=args.grace,
+            gpu_wait_s=args.gpu_wait,
+        )  # fmt: skip

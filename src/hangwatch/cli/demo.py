@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
-import tempfile
-from pathlib import Path
 
-from hangwatch.cli.options import add_output_file
+from hangwatch.cli.options import add_report_files
 from hangwatch.cli.options import seconds
 from hangwatch.errors import UsageError
-from hangwatch.model.vocabulary import State
 
-STALLED_EXIT = State.STALLED.exit_code
 MIN_RANKS = 2  # the deadlock is between ranks: one rank alone has nobody to wait for
 MAX_RANKS = 64
 
@@ -56,35 +51,13 @@ class DemoCommand:
             metavar="S",
             help="stall window (default: 12 s)",
         )
-        add_output_file(parser, "--report-json", "write the report as JSON")
-        add_output_file(parser, "--report-html", "write the self-contained HTML report")
-        add_output_file(parser, "--report-md", "write the Markdown summary")
+        add_report_files(parser)
         parser.add_argument("--quiet", action="store_true", help="only the verdict")
 
     def run(self, args: argparse.Namespace) -> int:
-        from hangwatch.cli import main
+        from hangwatch.demo.session import run_demo
 
-        run_dir = Path(tempfile.mkdtemp(prefix="hangwatch-demo-"))
-        argv = ["run", "--engine", "sglang", "--until-ready", "--stall-after", str(args.stall_after)]
-        # No preflight: the demo's "engine" is a story on this machine, not a server to check it for.
-        argv += ["--run-dir", str(run_dir), "--grace", "3", "--no-doctor"]
-        for flag in ("--report-json", "--report-html", "--report-md"):
-            path = getattr(args, flag[2:].replace("-", "_"))
-            if path is not None:
-                argv += [flag, str(path)]
-        if args.quiet:
-            argv.append("--quiet")
-        argv += ["--", sys.executable, "-m", "hangwatch.demo.story", "--ranks", str(args.ranks)]
-        code = main(argv)
-        if code != STALLED_EXIT:
-            print(
-                f"\nThe demo should end in a stall verdict (exit {STALLED_EXIT}), "
-                f"but hangwatch exited {code}."
-            )
-            return code
-        print(
-            "\nThat was the demo: the ranks loaded their weights, then waited on each other forever "
-            "(0 % CPU, no log, no port). `hangwatch run` exits 3 for a stall; the demo exits 0 because "
-            "that is the outcome it exists to show."
-        )
-        return 0
+        return run_demo(
+            ranks=args.ranks, stall_after=args.stall_after, report_json=args.report_json,
+            report_html=args.report_html, report_md=args.report_md, quiet=args.quiet,
+        )  # fmt: skip

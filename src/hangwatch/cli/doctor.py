@@ -5,15 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hangwatch.analyse.archcompat import parse_capability
+from hangwatch.analyse.doctor.archcompat import parse_capability
+from hangwatch.cli.options import add_command
 from hangwatch.cli.options import add_output_file
+from hangwatch.cli.options import command_of
+from hangwatch.doctor.session import DoctorOptions
+from hangwatch.doctor.session import doctor
 from hangwatch.errors import UsageError
-from hangwatch.render.doctor_text import doctor_text
-from hangwatch.render.files import write_outputs
-from hangwatch.render.json_report import write_report
-from hangwatch.supervise.preflight import DoctorOptions
-from hangwatch.supervise.preflight import fast_report
-from hangwatch.supervise.preflight import run_doctor
 
 
 def _gpu_list(text: str) -> tuple[int, ...]:
@@ -76,16 +74,11 @@ class DoctorCommand:
         )
         parser.add_argument("--no-cross-check", action="store_true", help="do not cross-check with cuobjdump")
         add_output_file(parser, "--report-json", "write the report as JSON (schema hangwatch.doctor/1)")
-        parser.add_argument(
-            "cmd",
-            nargs=argparse.REMAINDER,
-            metavar="-- CMD [ARGS...]",
-            help="the server command, to check its flags (tensor parallelism, port, model) too",
-        )
+        add_command(parser, "the server command, to check its flags (tensor parallelism, port, model) too")
 
     def run(self, args: argparse.Namespace) -> int:
 
-        command = tuple(args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd)
+        command = command_of(args)
         capability = None
         if args.capability:
             try:
@@ -99,20 +92,14 @@ class DoctorCommand:
         for path in args.scan:
             if not path.exists():
                 raise UsageError(f"--scan {path}: no such file or folder")
-        if args.fast:
-            report = fast_report(command, args.port, capability=capability, gpus=args.gpus)
-        else:
-            options = DoctorOptions(
-                python=args.python,
-                port=args.port,
-                model=args.model,
-                gpus=args.gpus,
-                capability=capability,
-                command=command,
-                scan=tuple(args.scan),
-                cross_check=not args.no_cross_check,
-            )
-            report = run_doctor(options)
-        print(doctor_text(report), flush=True)
-        write_outputs([("--report-json", args.report_json, lambda path: write_report(report, path))])
-        return report.exit_code
+        options = DoctorOptions(
+            python=args.python,
+            port=args.port,
+            model=args.model,
+            gpus=args.gpus,
+            capability=capability,
+            command=command,
+            scan=tuple(args.scan),
+            cross_check=not args.no_cross_check,
+        )
+        return doctor(options, fast=args.fast, report_json=args.report_json)

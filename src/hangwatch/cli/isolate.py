@@ -8,8 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hangwatch.cli.options import add_command
+from hangwatch.cli.options import add_grace
 from hangwatch.cli.options import add_output_file
 from hangwatch.cli.options import add_supervision_options
+from hangwatch.cli.options import command_of
 from hangwatch.cli.options import number
 from hangwatch.cli.options import seconds
 from hangwatch.engines import PROFILES
@@ -89,13 +92,7 @@ class IsolateCommand:
         add_supervision_options(
             w, timeout_help="per trial: verdict timeout after S seconds if not ready (default: no limit)"
         )
-        w.add_argument(
-            "--grace",
-            type=seconds("--grace", zero_ok=True),
-            default=10.0,
-            metavar="S",
-            help="SIGTERM grace before SIGKILL at each clean-up (default: %(default)s)",
-        )
+        add_grace(w, "SIGTERM grace before SIGKILL at each clean-up (default: %(default)s)")
         w.add_argument("--no-stacks", action="store_true", help="never take stacks (py-spy)")
         w.add_argument("--no-doctor", action="store_true", help="skip the fast preflight checks")
         o = parser.add_argument_group("output")
@@ -109,12 +106,7 @@ class IsolateCommand:
         add_output_file(o, "--report-json", "write the result as JSON (schema hangwatch.isolate/1)")
         add_output_file(o, "--report-html", "write the result as one self-contained HTML page")
         o.add_argument("--quiet", action="store_true", help="no progress lines, only the result")
-        parser.add_argument(
-            "cmd",
-            nargs=argparse.REMAINDER,
-            metavar="-- CMD [ARGS...]",
-            help="the command to isolate (the baseline)",
-        )
+        add_command(parser, "the command to isolate (the baseline)")
 
     def run(self, args: argparse.Namespace) -> int:
         from dataclasses import replace
@@ -127,7 +119,7 @@ class IsolateCommand:
         from hangwatch.render.isolate_text import isolate_text
         from hangwatch.render.json_report import write_report
 
-        command: tuple[str, ...] | None = tuple(args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd) or None
+        command: tuple[str, ...] | None = command_of(args) or None
         state, toggles, notes = _state_and_toggles(args, command)
         command = state.command
         repeat = args.repeat or state.repeat
@@ -141,9 +133,9 @@ class IsolateCommand:
         watch = replace(watch_options(args), report_json=None, report_html=None)
         run_dir = state.path.parent
         if not args.no_doctor and not state.runs:
-            from hangwatch.cli.run import _preflight
+            from hangwatch.run import preflight
 
-            _preflight(command, args.engine)
+            preflight(command, args.engine)
         options = IsolateOptions(
             command=command, watch=watch, grace=args.grace, run_dir=run_dir, repeat=repeat,
             budget_s=args.budget, run_all=args.run_all, pairs=args.pairs, toggles=toggles, notes=tuple(notes),

@@ -79,6 +79,31 @@ def add_output_file(group: ArgGroup, flag: str, help_text: str) -> None:
     group.add_argument(flag, type=output_file(flag), metavar="FILE", help=help_text)
 
 
+def add_grace(group: ArgGroup, help_text: str) -> None:
+    """``--grace S``: how long the clean-up waits after SIGTERM before SIGKILL (run, cleanup, isolate)."""
+    group.add_argument(
+        "--grace", type=seconds("--grace", zero_ok=True), default=10.0, metavar="S", help=help_text
+    )
+
+
+def add_command(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """The command after ``--`` (run, doctor, isolate); :func:`command_of` reads it."""
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help=help_text)
+
+
+def command_of(args: argparse.Namespace) -> tuple[str, ...]:
+    """The command given after ``--`` (the separator itself left out); () when none was."""
+    cmd: list[str] = args.cmd
+    return tuple(cmd[1:] if cmd[:1] == ["--"] else cmd)
+
+
+def add_report_files(group: ArgGroup) -> None:
+    """The reports of one watch (run, attach, demo): JSON, HTML, Markdown."""
+    add_output_file(group, "--report-json", "write the report as JSON (schema hangwatch.report/1)")
+    add_output_file(group, "--report-html", "write a self-contained HTML report (works offline)")
+    add_output_file(group, "--report-md", "write a short Markdown summary for an issue tracker")
+
+
 def add_watch_options(parser: argparse.ArgumentParser, stall_default: float | None = 60.0) -> None:
     g = parser.add_argument_group("what to watch for")
     g.add_argument(
@@ -86,9 +111,7 @@ def add_watch_options(parser: argparse.ArgumentParser, stall_default: float | No
     )
     add_supervision_options(g, stall_default)
     o = parser.add_argument_group("output")
-    add_output_file(o, "--report-json", "write the report as JSON (schema hangwatch.report/1)")
-    add_output_file(o, "--report-html", "write a self-contained HTML report (works offline)")
-    add_output_file(o, "--report-md", "write a short Markdown summary for an issue tracker")
+    add_report_files(o)
     o.add_argument(
         "--no-stacks", action="store_true", help="never take stacks (py-spy), even when the tree goes quiet"
     )

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import replace
 from pathlib import Path
 
+from hangwatch.cli.options import add_command
+from hangwatch.cli.options import add_grace
 from hangwatch.cli.options import add_watch_options
-from hangwatch.cli.options import seconds
+from hangwatch.cli.options import command_of
 from hangwatch.cli.options import watch_options
 from hangwatch.errors import UsageError
 
@@ -33,13 +34,7 @@ class RunCommand:
             type=Path,
             help="where the log and reports go (default: ~/.local/state/hangwatch/runs/...)",
         )
-        parser.add_argument(
-            "--grace",
-            type=seconds("--grace", zero_ok=True),
-            default=10.0,
-            metavar="S",
-            help="SIGTERM grace before SIGKILL at cleanup",
-        )
+        add_grace(parser, "SIGTERM grace before SIGKILL at cleanup")
         parser.add_argument(
             "--no-doctor", action="store_true", help="skip the fast preflight checks (see `hangwatch doctor`)"
         )
@@ -49,40 +44,27 @@ class RunCommand:
             help="while serving, never send hangwatch's own one-token completion to the server "
             "(sent by default to vLLM/SGLang servers hangwatch launched, to see a wedge the gauges miss)",
         )
-        parser.add_argument(
-            "cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]", help="the command to supervise"
-        )
+        add_command(parser, "the command to supervise")
 
     def run(self, args: argparse.Namespace) -> int:
+        from hangwatch.run import preflight
+        from hangwatch.run import run_supervised
         from hangwatch.supervise.session import RunOptions
         from hangwatch.supervise.session import default_run_dir
-        from hangwatch.supervise.session import run_supervised
 
-        command = list(args.cmd)
-        if command and command[0] == "--":
-            command = command[1:]
+        command = command_of(args)
         if not command:
             raise UsageError(
                 "no command to run", "Put the command after `--`: hangwatch run -- CMD [ARGS...]"
             )
         if not args.no_doctor:
-            _preflight(tuple(command), args.engine)
+            preflight(command, args.engine)
         options = RunOptions(
             watch=replace(watch_options(args), own_request=not args.no_own_request),
-            command=tuple(command),
+            command=command,
             until_ready=args.until_ready,
             run_dir=args.run_dir or default_run_dir(),
             grace=args.grace,
         )
         return run_supervised(options)
 
-
-def _preflight(command: tuple[str, ...], engine: str | None) -> None:
-    """Print what would make this launch hang or fail (wrong GPU architecture, port taken, ...), then go on:
-    the checks inform, the verdict decides."""
-    from hangwatch.render.doctor_text import preflight_text
-    from hangwatch.supervise.preflight import fast_preflight
-
-    text = preflight_text(fast_preflight(command, None, engine=engine))
-    if text:
-        print(text, file=sys.stderr, flush=True)

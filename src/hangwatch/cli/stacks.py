@@ -57,8 +57,8 @@ class StacksCommand:
         add_slurm_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        from hangwatch.supervise.snapshot import SnapshotOptions
-        from hangwatch.supervise.snapshot import take_snapshot
+        from hangwatch.stacks import SnapshotOptions
+        from hangwatch.stacks import take_snapshot
 
         if args.samples < 1 or args.samples > 100:
             raise UsageError("--samples must be between 1 and 100")

@@ -2,7 +2,7 @@
 
 NVML utilisation counts a kernel spinning on a flag as 100 % busy. GPM tells it apart: graphics
 utilisation 100 % with tensor, DRAM and arithmetic pipes near 0 is a spin; real work lifts at least
-one of them (gpu-signals.md). A GPM sample is taken at each stack capture and the metrics are
+one of them (docs/gpu-signals.md). A GPM sample is taken at each stack capture and the metrics are
 computed against the previous one, so the interval is the few seconds between captures and costs
 nothing extra. GPUs without GPM (or no NVML at all) give ``unavailable`` and the rules fall back to
 utilisation and power. ``nvml`` is injectable (the fake in tests/fakes has the same functions).

@@ -7,8 +7,12 @@ silent, unlike ``curl -s``. Uses the standard library so the outcome is the sock
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import functools
 import http.client
+import re
+import socket
 import threading
 import time
 from collections import deque
@@ -32,8 +36,15 @@ def validate_probe_url(url: str) -> str:
 
 
 def probe_once(
-    url: str, timeout_s: float, t: float = 0.0, on_connect: Callable[[int], None] | None = None
+    url: str,
+    timeout_s: float,
+    t: float = 0.0,
+    on_connect: Callable[[int], None] | None = None,
+    on_unanswered: Callable[[socket.socket, float], None] | None = None,
 ) -> ProbeResult:
+    """One probe. ``on_unanswered(sock, started)``: the connection of a request that got no answer in
+    time is handed over open (with the monotonic time it was sent), not closed, so that its late
+    answer can still be seen."""
     parts = urlsplit(url)
     shown = redact_url(url)
     conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
@@ -65,6 +76,9 @@ def probe_once(
             response.read(65536)
             return result(ProbeOutcome.HTTP, status=response.status)
         except TimeoutError:
+            if on_unanswered is not None and conn.sock is not None:
+                sock, conn.sock = conn.sock, None  # conn.close() below leaves it open
+                on_unanswered(sock, started)
             return result(
                 ProbeOutcome.TIMEOUT, detail=f"connected, but no HTTP answer within {timeout_s:g} s"
             )
@@ -77,6 +91,9 @@ def probe_once(
 
 
 PATIENT_TIMEOUT_S = 30.0
+# Requests that timed out, followed at once to their late answer (each for PATIENT_TIMEOUT_S at most).
+MAX_FOLLOWED = 8
+_STATUS_LINE = re.compile(rb"^HTTP/\d(?:\.\d)? (\d{3})")
 
 
 class Prober:
@@ -93,6 +110,8 @@ class Prober:
         self._thread = threading.Thread(target=self._loop, name="hangwatch-probe", daemon=True)
         self._local_ports: deque[int] = deque(maxlen=8)
         self.path = urlsplit(url).path or "/"
+        self._late: list[ProbeResult] = []  # late answers to requests that had timed out
+        self._following: set[socket.socket] = set()
 
     def echo_markers(self) -> tuple[str, ...]:
         """Text by which a log line shows it was caused by our probe: our source ports, our request."""
@@ -107,16 +126,70 @@ class Prober:
     def start(self) -> None:
         self._thread.start()
 
+    def late_answers(self) -> tuple[ProbeResult, ...]:
+        """The answers that came after their probe had timed out, since the last call.
+
+        Not probe outcomes (the probe said ``timeout``), but the moments the server answered us: a line
+        it logs with such an answer (SGLang's ``Health check failed`` 20 s after the request) is an
+        echo of our probe like any other (echoes.py), not the server's own news.
+        """
+        with self._lock:
+            late, self._late = self._late, []
+        return tuple(late)
+
+    def _follow(self, sock: socket.socket, started: float, t: float) -> None:
+        with self._lock:
+            if len(self._following) >= MAX_FOLLOWED or self._stop.is_set():
+                sock.close()
+                return
+            self._following.add(sock)
+        threading.Thread(
+            target=self._await_late, args=(sock, started, t), name="hangwatch-probe-late", daemon=True
+        ).start()
+
+    def _await_late(self, sock: socket.socket, started: float, t: float) -> None:
+        try:
+            left = PATIENT_TIMEOUT_S - (time.monotonic() - started)
+            if left <= 0 or self._stop.is_set():
+                return
+            sock.settimeout(left)
+            head = sock.recv(64)
+            if not head:
+                return
+            elapsed = round(time.monotonic() - started, 4)
+            m = _STATUS_LINE.match(head)
+            status = int(m.group(1)) if m else None
+            late = ProbeResult(
+                t,
+                redact_url(self.url),
+                ProbeOutcome.HTTP,
+                status,
+                f"answered late, after {elapsed:.1f} s",
+                elapsed,
+            )
+            with self._lock:
+                self._late.append(late)
+        except OSError:
+            return
+        finally:
+            with self._lock:
+                self._following.discard(sock)
+            sock.close()
+
     def _loop(self) -> None:
         timeout = self._timeout
         while not self._stop.is_set():
             started = time.monotonic()
-            outcome = probe_once(self.url, timeout, round(self._clock(), 3), self._remember_port)
+            t = round(self._clock(), 3)
+            outcome = probe_once(
+                self.url, timeout, t, self._remember_port, functools.partial(self._follow, t=t)
+            )
             with self._lock:
                 self._results.append(outcome)
             # A server that takes long to answer (SGLang's /health runs a generation, and answers 503
             # after 20 s while its scheduler is wedged) gets a patient probe: its late answer, and the
             # line it logs with it, then arrive at the probe's answer, where they are told for echoes.
+            # The requests that timed out on the way there are followed to their late answers.
             timeout = (
                 min(timeout * 2, PATIENT_TIMEOUT_S)
                 if outcome.outcome is ProbeOutcome.TIMEOUT
@@ -131,5 +204,10 @@ class Prober:
 
     def stop(self) -> None:
         self._stop.set()
+        with self._lock:
+            following = list(self._following)
+        for sock in following:  # wakes a follower blocked in recv (close alone may not)
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         if self._thread.is_alive():
             self._thread.join(timeout=self._timeout + 1)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 from collections.abc import Callable
+from dataclasses import replace
 from types import ModuleType
 from typing import Any
 from typing import Protocol
@@ -19,7 +20,6 @@ from typing import TypeVar
 
 from hangwatch.model.doctor import GpuFacts
 from hangwatch.model.doctor import GpuInventory
-from hangwatch.model.doctor import GpuProcessFacts
 from hangwatch.model.samples import GpuProcessMemory
 from hangwatch.model.samples import GpuReading
 from hangwatch.model.samples import GpuSample
@@ -35,21 +35,14 @@ class GpuSource(Protocol):
 
 class NvmlGpuSource:
     def __init__(self, nvml: ModuleType | Any | None = None) -> None:
-        self._nvml: Any = None
         self._handles: list[Any] = []
         self._names: list[str] = []
-        self.unavailable: str | None = None
         self._process_util_supported = True
         self._util_seen: dict[int, int] = {}  # GPU index -> newest per-process sample timestamp read
-        try:
-            self._nvml = nvml if nvml is not None else importlib.import_module("pynvml")
-        except ImportError as exc:
-            self.unavailable = f"the NVML bindings are not installed ({exc}); pip install nvidia-ml-py"
-            return
-        try:
-            self._nvml.nvmlInit()
-        except Exception as exc:
-            self.unavailable = f"NVML could not start: {_nvml_reason(exc)}"
+        self._nvml: Any
+        self.unavailable: str | None
+        self._nvml, self.unavailable = start(nvml)
+        if self.unavailable is not None:
             return
         try:
             count = self._nvml.nvmlDeviceGetCount()
@@ -69,10 +62,10 @@ class NvmlGpuSource:
         processes: list[GpuProcessMemory] = []
         errors: list[str] = []
         for index, handle in enumerate(self._handles):
-            util = self._query(errors, nvml.nvmlDeviceGetUtilizationRates, handle)
-            memory = self._query(errors, nvml.nvmlDeviceGetMemoryInfo, handle)
-            power_mw = self._query(errors, nvml.nvmlDeviceGetPowerUsage, handle)
-            clock = self._query(errors, nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)
+            util = query(errors, nvml.nvmlDeviceGetUtilizationRates, handle)
+            memory = query(errors, nvml.nvmlDeviceGetMemoryInfo, handle)
+            power_mw = query(errors, nvml.nvmlDeviceGetPowerUsage, handle)
+            clock = query(errors, nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)
             readings.append(
                 GpuReading(
                     index=index,
@@ -85,19 +78,11 @@ class NvmlGpuSource:
                     sm_clock_mhz=int(clock) if clock is not None else None,
                 )
             )
-            running = self._query(errors, nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []
+            running = running_processes(nvml, handle, index, errors)
             sm_util = self._process_sm_util(index, handle, errors)
-            for proc in running:
-                used = getattr(proc, "usedGpuMemory", None)
-                pid = int(proc.pid)
-                processes.append(
-                    GpuProcessMemory(
-                        pid,
-                        index,
-                        int(used) if used is not None else None,
-                        sm_util.get(pid, 0.0) if sm_util is not None else None,
-                    )
-                )
+            processes += [
+                replace(p, sm_util_pct=sm_util.get(p.pid, 0.0)) if sm_util is not None else p for p in running
+            ]
         return GpuSample(
             gpus=tuple(readings),
             processes=tuple(processes),
@@ -134,19 +119,44 @@ class NvmlGpuSource:
             self._util_seen[index] = max(self._util_seen.get(index, 0), int(sample.timeStamp))
         return found
 
-    def _query(self, errors: list[str], call: Callable[..., T], *args: Any) -> T | None:
-        try:
-            return call(*args)
-        except Exception as exc:
-            reason = _nvml_reason(exc)
-            if "Not Supported" not in reason:  # unsupported fields are simply absent (None)
-                errors.append(reason)
-            return None
-
     def close(self) -> None:
         if self._nvml is not None and self.unavailable is None:
             with contextlib.suppress(Exception):  # shutting down; nothing to report
                 self._nvml.nvmlShutdown()
+
+
+def start(nvml: ModuleType | Any | None = None) -> tuple[Any, str | None]:
+    """The NVML module imported (``nvml``: a fake with its functions) and initialised; or None, and why."""
+    try:
+        lib = nvml if nvml is not None else importlib.import_module("pynvml")
+    except ImportError as exc:
+        return None, f"the NVML bindings are not installed ({exc}); pip install nvidia-ml-py"
+    try:
+        lib.nvmlInit()
+    except Exception as exc:  # pynvml raises NVMLError subclasses made at run time
+        return None, f"NVML could not start: {_nvml_reason(exc)}"
+    return lib, None
+
+
+def query(errors: list[str], call: Callable[..., T], *args: Any) -> T | None:
+    """``call(*args)``, or None when NVML refuses: the reason goes to ``errors``, except "Not Supported"
+    (a field the GPU lacks is simply absent). No NVMLError leaves this module."""
+    try:
+        return call(*args)
+    except Exception as exc:  # any NVMLError: recorded, never raised
+        reason = _nvml_reason(exc)
+        if "Not Supported" not in reason:
+            errors.append(reason)
+        return None
+
+
+def running_processes(lib: Any, handle: Any, index: int, errors: list[str]) -> list[GpuProcessMemory]:
+    """The compute processes on one GPU and the memory each holds (None where NVML does not say)."""
+    out = []
+    for proc in query(errors, lib.nvmlDeviceGetComputeRunningProcesses, handle) or []:
+        used = getattr(proc, "usedGpuMemory", None)
+        out.append(GpuProcessMemory(int(proc.pid), index, int(used) if used is not None else None))
+    return out
 
 
 def _text(value: str | bytes) -> str:
@@ -161,7 +171,7 @@ def _nvml_reason(exc: BaseException) -> str:
 
 
 # NVML's topology levels (nvmlGpuTopologyLevel_t) in nvidia-smi topo's words; PHB and beyond
-# cross a PCIe host bridge or the CPU interconnect (where the F1 P2P hangs of failure-modes.md live).
+# cross a PCIe host bridge or the CPU interconnect (where peer-to-peer hangs live: docs/gpu-signals.md).
 _TOPOLOGY = {0: "SELF", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 
 
@@ -171,45 +181,29 @@ def read_inventory(nvml: ModuleType | Any | None = None, max_link_gpus: int = 8)
     Same error rules as :class:`NvmlGpuSource`: no library or driver gives ``unavailable``; a
     query that fails is an entry of ``errors`` and an absent field.
     """
-    try:
-        lib: Any = nvml if nvml is not None else importlib.import_module("pynvml")
-    except ImportError as exc:
-        return GpuInventory(
-            unavailable=f"the NVML bindings are not installed ({exc}); pip install nvidia-ml-py"
-        )
-    try:
-        lib.nvmlInit()
-    except Exception as exc:  # pynvml raises NVMLError subclasses made at run time
-        return GpuInventory(unavailable=f"NVML could not start: {_nvml_reason(exc)}")
+    lib, unavailable = start(nvml)
+    if unavailable is not None:
+        return GpuInventory(unavailable=unavailable)
     errors: list[str] = []
 
-    def query(call: Callable[..., T], *args: Any) -> T | None:
-        try:
-            return call(*args)
-        except Exception as exc:  # any NVMLError: recorded, never raised
-            reason = _nvml_reason(exc)
-            if "Not Supported" not in reason:
-                errors.append(reason)
-            return None
-
     try:
-        driver_raw = query(lib.nvmlSystemGetDriverVersion)
+        driver_raw = query(errors, lib.nvmlSystemGetDriverVersion)
         driver = _text(driver_raw) if driver_raw is not None else None
-        cuda = query(lib.nvmlSystemGetCudaDriverVersion_v2)
-        count = int(query(lib.nvmlDeviceGetCount) or 0)
+        cuda = query(errors, lib.nvmlSystemGetCudaDriverVersion_v2)
+        count = int(query(errors, lib.nvmlDeviceGetCount) or 0)
         gpus: list[GpuFacts] = []
-        processes: list[GpuProcessFacts] = []
+        processes: list[GpuProcessMemory] = []
         handles = []
         for index in range(count):
-            handle = query(lib.nvmlDeviceGetHandleByIndex, index)
+            handle = query(errors, lib.nvmlDeviceGetHandleByIndex, index)
             if handle is None:
                 continue
             handles.append((index, handle))
-            cap = query(lib.nvmlDeviceGetCudaComputeCapability, handle)
-            memory = query(lib.nvmlDeviceGetMemoryInfo, handle)
-            util = query(lib.nvmlDeviceGetUtilizationRates, handle)
-            name = query(lib.nvmlDeviceGetName, handle)
-            uuid = query(lib.nvmlDeviceGetUUID, handle)
+            cap = query(errors, lib.nvmlDeviceGetCudaComputeCapability, handle)
+            memory = query(errors, lib.nvmlDeviceGetMemoryInfo, handle)
+            util = query(errors, lib.nvmlDeviceGetUtilizationRates, handle)
+            name = query(errors, lib.nvmlDeviceGetName, handle)
+            uuid = query(errors, lib.nvmlDeviceGetUUID, handle)
             gpus.append(
                 GpuFacts(
                     index=index,
@@ -222,15 +216,11 @@ def read_inventory(nvml: ModuleType | Any | None = None, max_link_gpus: int = 8)
                     nvlinks=_active_nvlinks(lib, handle),
                 )
             )
-            for proc in query(lib.nvmlDeviceGetComputeRunningProcesses, handle) or []:
-                used = getattr(proc, "usedGpuMemory", None)
-                processes.append(
-                    GpuProcessFacts(int(proc.pid), index, int(used) if used is not None else None)
-                )
+            processes += running_processes(lib, handle, index, errors)
         links = []
         for a, (ia, ha) in enumerate(handles[:max_link_gpus]):
             for ib, hb in handles[a + 1 : max_link_gpus]:
-                level = query(lib.nvmlDeviceGetTopologyCommonAncestor, ha, hb)
+                level = query(errors, lib.nvmlDeviceGetTopologyCommonAncestor, ha, hb)
                 if level is not None:
                     links.append((ia, ib, _TOPOLOGY.get(int(level), str(level))))
     finally:

@@ -51,7 +51,6 @@ class _Known:
 class TreeReading:
     processes: tuple[ProcessSample, ...]
     exits: tuple[ExitRecord, ...]
-    errors: tuple[str, ...]
 
 
 def decode_wait_status(status: int) -> tuple[int | None, int | None]:
@@ -145,7 +144,6 @@ class TreeSampler:
     def sample(self, t: float) -> TreeReading:
         stats = self._read_stats(t)
         members = self._members(stats)
-        errors: list[str] = []
         exits: list[ExitRecord] = []
 
         # Our own zombie children: waitpid gives the exact status (and must be called anyway).
@@ -175,14 +173,14 @@ class TreeSampler:
                 if not known.exit_recorded:
                     exits.append(self._exit_of(known, t, stat.exit_code, ExitHow.ZOMBIE_STAT))
                 continue
-            samples.append(self._sample_of(stat, known, listening, errors))
+            samples.append(self._sample_of(stat, known, listening))
 
         for pid, known in list(self._known.items()):
             if pid not in members or stats.get(pid) is None:
                 if not known.exit_recorded:
                     exits.append(self._vanished(known, t))
                 del self._known[pid]
-        return TreeReading(tuple(samples), tuple(exits), tuple(errors))
+        return TreeReading(tuple(samples), tuple(exits))
 
     def _vanished(self, known: _Known, t: float) -> ExitRecord:
         """A member gone from /proc: its status from waitpid elsewhere, from its zombie, or unknown."""
@@ -232,7 +230,7 @@ class TreeSampler:
         return known
 
     def _sample_of(
-        self, stat: procfs.Stat, known: _Known, listening: dict[int, int], errors: list[str]
+        self, stat: procfs.Stat, known: _Known, listening: dict[int, int]
     ) -> ProcessSample:
         pid = stat.pid
         cmdline = procfs.read_cmdline(pid, self._root) or ()

@@ -9,30 +9,21 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import httpx
 
 from hangwatch.collect.prometheus import scrape
+from hangwatch.model.metrics import MetricNames
 from hangwatch.model.metrics import MetricsSnapshot
 from hangwatch.model.samples import ServingSample
 
 
-@dataclass(frozen=True)
-class ServingNames:
-    """The engine's metric names for the three figures (see analyse/acceptance.ENGINES)."""
-
-    running: str
-    waiting: str
-    generated_tokens: str
-
-
-def serving_sample(snapshot: MetricsSnapshot, names: ServingNames, t: float) -> ServingSample:
+def serving_sample(snapshot: MetricsSnapshot, names: MetricNames, t: float) -> ServingSample:
     return ServingSample(
         t=t,
         running=snapshot.value(names.running),
         waiting=snapshot.value(names.waiting),
-        generated_tokens=snapshot.value(names.generated_tokens),
+        generated_tokens=snapshot.value(names.generation_tokens),
     )
 
 
@@ -40,7 +31,7 @@ class ServingPoller:
     def __init__(
         self,
         url: str,
-        names: ServingNames,
+        names: MetricNames,
         clock: Callable[[], float],
         interval_s: float = 2.0,
         timeout_s: float = 2.0,

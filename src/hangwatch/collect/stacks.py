@@ -44,7 +44,7 @@ from hangwatch.model.stacks import StackSample
 from hangwatch.model.stacks import ThreadStack
 from hangwatch.model.stacks import intern_frames
 
-# SGLang gives a scheduler's dump 8 s with --native and 4 s without (failure-modes.md §0). A native
+# SGLang gives a scheduler's dump 8 s with --native and 4 s without (docs/engine-facts.md). A native
 # dump of a torch process takes 0.4-1.2 s here (symbol loading), Python-only 0.03 s: 5 s and 3 s keep
 # a wedged dumper from holding a verdict back while leaving a loaded machine room.
 NATIVE_DEADLINE_S = 5.0

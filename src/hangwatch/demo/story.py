@@ -239,26 +239,9 @@ def run_scheduler_process(
     )
 
     avail = _GPU_AVAIL_GB - jitter
-    logger.info("Load weight begin. avail mem=%.2f GB", avail)
-    started = time.monotonic()
-    read_weights(shard, settings.weights_seconds)
-    logger.info(
-        "Load weight end. elapsed=%.2f s, type=DeepseekV3ForCausalLM, avail mem=%.2f GB, mem usage=%.2f GB.",
-        time.monotonic() - started,
-        avail - _TARGET_WEIGHTS_GB,
-        _TARGET_WEIGHTS_GB,
-    )
+    load_weights(shard, settings.weights_seconds, "DeepseekV3ForCausalLM", avail, _TARGET_WEIGHTS_GB)
     avail -= _TARGET_WEIGHTS_GB
-
-    logger.info("Load weight begin. avail mem=%.2f GB", avail)
-    started = time.monotonic()
-    read_weights(shard, settings.draft_seconds)
-    logger.info(
-        "Load weight end. elapsed=%.2f s, type=LlamaForCausalLMEagle3, avail mem=%.2f GB, mem usage=%.2f GB.",
-        time.monotonic() - started,
-        avail - _DRAFT_WEIGHTS_GB,
-        _DRAFT_WEIGHTS_GB,
-    )
+    load_weights(shard, settings.draft_seconds, "LlamaForCausalLMEagle3", avail, _DRAFT_WEIGHTS_GB)
     shard.close()
 
     logger.info(
@@ -273,6 +256,20 @@ def run_scheduler_process(
 # --------------------------------------------------------------------------------------------------
 # Launcher side
 # --------------------------------------------------------------------------------------------------
+
+
+def load_weights(shard: BinaryIO, seconds: float, model_type: str, avail_gb: float, size_gb: float) -> None:
+    """One model's weights, between SGLang's "Load weight begin" and "Load weight end" lines."""
+    logger.info("Load weight begin. avail mem=%.2f GB", avail_gb)
+    started = time.monotonic()
+    read_weights(shard, seconds)
+    logger.info(
+        "Load weight end. elapsed=%.2f s, type=%s, avail mem=%.2f GB, mem usage=%.2f GB.",
+        time.monotonic() - started,
+        model_type,
+        avail_gb - size_gb,
+        size_gb,
+    )
 
 
 def _wait_for_scheduler_ready(readers: list[Connection], procs: list[SpawnProcess]) -> list[object]:

@@ -10,6 +10,7 @@ from dataclasses import field
 from hangwatch.model.isolate import Edit
 from hangwatch.model.isolate import EditKind
 from hangwatch.model.isolate import Toggle
+from hangwatch.model.metrics import MetricNames
 from hangwatch.model.vocabulary import Cause
 
 
@@ -30,6 +31,24 @@ def rule(name: str, label: str, *patterns: str, again: str | None = None) -> Pha
 
 
 RoleOf = Callable[[str, tuple[str, ...], bool, dict[str, str]], tuple[str | None, str | None]]
+
+
+def title_roles(title_pattern: re.Pattern[str], root_role: str) -> RoleOf:
+    """The role function of an engine that titles its processes: the title's ``role`` and ``rank`` groups;
+    the launched command (untitled) is ``root_role``; anything else untitled has no role."""
+
+    def role_of(
+        title: str, cmdline: tuple[str, ...], is_root: bool, env: dict[str, str]
+    ) -> tuple[str | None, str | None]:
+        m = title_pattern.match(title)
+        if m:
+            return m.group("role"), m.group("rank")
+        if is_root:
+            return root_role, None
+        return None, None
+
+    return role_of
+
 # The built-in changes ``hangwatch isolate`` tries: (command line, the engine's installed version or None)
 # -> the toggles that apply to that command (docs/isolate.md).
 TogglesOf = Callable[[tuple[str, ...], str | None], tuple[Toggle, ...]]
@@ -45,7 +64,7 @@ class Profile:
     phases: tuple[PhaseRule, ...]
     role_of: RoleOf
     command_markers: tuple[re.Pattern[str], ...] = ()
-    # Output that means "I am still waiting", printed on a timer: not progress (engines.md §8).
+    # Output that means "I am still waiting", printed on a timer: not progress (docs/engine-facts.md).
     waiting_patterns: tuple[re.Pattern[str], ...] = ()
     ready_patterns: tuple[re.Pattern[str], ...] = ()  # a log line that by itself means ready
     health_path: str | None = None
@@ -61,6 +80,10 @@ class Profile:
     title_prefix: str = ""
     toggles: TogglesOf = _no_toggles
     distribution: str | None = None  # the package whose installed version picks the toggles ("sglang")
+    metrics: MetricNames | None = None  # the names of its /metrics (serving stall, bench)
+    # It serves the OpenAI API: hangwatch may send it a one-token completion of its own while it serves, and
+    # the access-log lines of that request's model lookup and of our /metrics scrape are echoes of ours.
+    openai_api: bool = False
 
     def matches(self, cmdline: list[str] | tuple[str, ...]) -> bool:
         text = " ".join(cmdline)
@@ -194,3 +217,13 @@ def parallel_toggles(argv: tuple[str, ...], tp_flags: tuple[str, ...], *, cumem:
         )
     )
     return out
+
+
+def attention_toggle(backend: str, current: str | None) -> Toggle:
+    """Another attention backend (``--attention-backend``), instead of ``current`` where one is given."""
+    return Toggle(
+        f"attention-{backend.lower().replace('_', '-')}",
+        (Edit(EditKind.REPLACE, "--attention-backend", backend),),
+        f"the {backend} attention backend" + (f" instead of {current}" if current else ""),
+        (Cause.CUDA_GRAPH_CAPTURE, Cause.COMPILE_STALL, Cause.EXCEPTION),
+    )

@@ -6,14 +6,17 @@ import re
 
 from hangwatch.engines.profile import RANKS_WAIT
 from hangwatch.engines.profile import Profile
+from hangwatch.engines.profile import attention_toggle
 from hangwatch.engines.profile import flag_value
 from hangwatch.engines.profile import has_flag
 from hangwatch.engines.profile import parallel_toggles
 from hangwatch.engines.profile import rule
+from hangwatch.engines.profile import title_roles
 from hangwatch.engines.profile import version_tuple
 from hangwatch.model.isolate import Edit
 from hangwatch.model.isolate import EditKind
 from hangwatch.model.isolate import Toggle
+from hangwatch.model.metrics import MetricNames
 from hangwatch.model.vocabulary import Cause
 
 _TITLE = re.compile(
@@ -53,16 +56,17 @@ def dummy_health_reason(
     return None
 
 
-def sglang_role(
-    title: str, cmdline: tuple[str, ...], is_root: bool, env: dict[str, str]
-) -> tuple[str | None, str | None]:
-    """``sglang::scheduler_TP0`` -> (scheduler, TP0); ``sglang::detokenizer`` -> (detokenizer, None)."""
-    m = _TITLE.match(title)
-    if m:
-        return m.group("role"), m.group("rank")
-    if is_root:
-        return "main", None
-    return None, None
+# `sglang::scheduler_TP0` -> (scheduler, TP0); `sglang::detokenizer` -> (detokenizer, None).
+sglang_role = title_roles(_TITLE, "main")
+
+# /metrics (docs/engine-facts.md, "SGLang"): acceptance as gauges over the last decode-log interval.
+SPEC_ACCEPT_RATE = "sglang:spec_accept_rate"
+SPEC_ACCEPT_LENGTH = "sglang:spec_accept_length"
+SPEC_VERIFY_CALLS = "sglang:spec_verify_calls_total"
+METRICS = MetricNames(
+    "sglang", "sglang:generation_tokens_total", "sglang:prompt_tokens_total", "sglang:num_running_reqs",
+    "sglang:num_queue_reqs",
+)  # fmt: skip
 
 
 _CAPTURE_BEGIN = (
@@ -114,14 +118,7 @@ def sglang_toggles(argv: tuple[str, ...], version: str | None) -> tuple[Toggle, 
     backend = flag_value(argv, "--attention-backend")
     for other in _ATTENTION:
         if other != backend and (backend is not None or other == "triton"):
-            out.append(
-                Toggle(
-                    f"attention-{other.replace('_', '-')}",
-                    (Edit(EditKind.REPLACE, "--attention-backend", other),),
-                    f"the {other} attention backend" + (f" instead of {backend}" if backend else ""),
-                    (Cause.CUDA_GRAPH_CAPTURE, Cause.COMPILE_STALL, Cause.EXCEPTION),
-                )
-            )
+            out.append(attention_toggle(other, backend))
     return tuple(out)
 
 
@@ -158,6 +155,8 @@ SGLANG = Profile(
     role_of=sglang_role,
     toggles=sglang_toggles,
     distribution="sglang",
+    metrics=METRICS,
+    openai_api=True,
     extra_phase_labels={"draft_weights": "loading the draft model", "ready": "serving"},
     # Scheduler lines carry their rank after the time ("[2026-12-01 21:39:30 TP1] ..."; DP/PP/EP parts too
     # when set), at TP=1 none; the launcher's lines never do.

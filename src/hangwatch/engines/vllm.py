@@ -1,4 +1,4 @@
-"""vLLM V1 (0.33 and the CPU build 0.32): phase lines from ../shared/reference/engines.md §2.3, §6, §8."""
+"""vLLM V1 (0.33 and the CPU build 0.32): phase lines: docs/engine-facts.md."""
 
 from __future__ import annotations
 
@@ -6,28 +6,33 @@ import re
 
 from hangwatch.engines.profile import RANKS_WAIT
 from hangwatch.engines.profile import Profile
+from hangwatch.engines.profile import attention_toggle
 from hangwatch.engines.profile import flag_value
 from hangwatch.engines.profile import has_flag
 from hangwatch.engines.profile import parallel_toggles
 from hangwatch.engines.profile import rule
+from hangwatch.engines.profile import title_roles
 from hangwatch.model.isolate import Edit
 from hangwatch.model.isolate import EditKind
 from hangwatch.model.isolate import Toggle
+from hangwatch.model.metrics import MetricNames
 from hangwatch.model.vocabulary import Cause
 
 _TITLE = re.compile(r"^VLLM::(?P<role>[A-Za-z]+)(?:_(?P<rank>[A-Z]+\d+(?:_[A-Z]+\d+)*))?$")
 
 
-def vllm_role(
-    title: str, cmdline: tuple[str, ...], is_root: bool, env: dict[str, str]
-) -> tuple[str | None, str | None]:
-    """``VLLM::Worker_TP1`` -> (Worker, TP1); ``VLLM::EngineCore`` -> (EngineCore, None)."""
-    m = _TITLE.match(title)
-    if m:
-        return m.group("role"), m.group("rank")
-    if is_root:
-        return "APIServer", None
-    return None, None
+# `VLLM::Worker_TP1` -> (Worker, TP1); `VLLM::EngineCore` -> (EngineCore, None).
+vllm_role = title_roles(_TITLE, "APIServer")
+
+# /metrics (docs/engine-facts.md, "vLLM"): speculative decoding as counters (``v1/spec_decode/metrics.py``).
+SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
+SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+SPEC_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+METRICS = MetricNames(
+    "vllm", "vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+)  # fmt: skip
 
 
 _SPEC_FLAGS = ("--speculative-config", "-sc", "--spec-method", "--spec-model", "--spec-tokens")
@@ -61,14 +66,7 @@ def vllm_toggles(argv: tuple[str, ...], version: str | None) -> tuple[Toggle, ..
     if backend is not None:
         for other in _ATTENTION:
             if other != backend.upper():
-                out.append(
-                    Toggle(
-                        f"attention-{other.lower().replace('_', '-')}",
-                        (Edit(EditKind.REPLACE, "--attention-backend", other),),
-                        f"the {other} attention backend instead of {backend}",
-                        (Cause.CUDA_GRAPH_CAPTURE, Cause.COMPILE_STALL, Cause.EXCEPTION),
-                    )
-                )
+                out.append(attention_toggle(other, backend))
     return tuple(out)
 
 
@@ -157,5 +155,7 @@ VLLM = Profile(
     title_prefix="VLLM::",
     toggles=vllm_toggles,
     distribution="vllm",
+    metrics=METRICS,
+    openai_api=True,
     extra_phase_labels={"ready": "serving"},
 )

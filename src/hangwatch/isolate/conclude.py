@@ -64,17 +64,13 @@ def _counts(trial: TrialResult, baseline: TrialResult) -> str:
     return f"{trial.booted} of {trial.done} booted with it, {baseline.booted} of {baseline.done} without"
 
 
-def phase_name(phase: str | None) -> str | None:
-    return phase.split(" (", 1)[0] if phase else None
-
-
 def baseline_words(baseline: TrialResult) -> str:
     """How the baseline fails: "the baseline stalled (cuda-graph-capture) in phase cuda_graph, culprit X"."""
     v = baseline.verdict
     words = f"the baseline {v.state.value}"
     if v.cause is not None:
         words += f" ({v.cause.value})"
-    phase = phase_name(v.phase)
+    phase = v.phase_name
     if phase:
         words += f" in phase {phase}"
     if baseline.culprits:

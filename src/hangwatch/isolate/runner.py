@@ -16,14 +16,13 @@ import os
 import socket
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from hangwatch.isolate.toggles import Applied
+from hangwatch.model.isolate import RunResult
 from hangwatch.model.report import Report
-from hangwatch.model.report import Verdict
 from hangwatch.render.files import write_atomically
 from hangwatch.render.json_report import write_report
 from hangwatch.render.live import View
@@ -36,18 +35,6 @@ from hangwatch.supervise.session import supervise
 
 PORT_WAIT_S = 10.0
 _POLL_S = 0.05
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """What one run of a trial left: its verdict, and where to read the rest."""
-
-    verdict: Verdict
-    duration_s: float  # the program's own time to a verdict (launch to verdict)
-    run_dir: str
-    culprits: tuple[str, ...]
-    overhead_s: float  # wall time of the run outside that: the port wait, the launch, the tear-down
-    notes: tuple[str, ...] = ()
 
 
 def probe_port(command: tuple[str, ...], watch: WatchOptions) -> tuple[str, int] | None:

@@ -28,7 +28,6 @@ from hangwatch.isolate.plan import Candidate
 from hangwatch.isolate.plan import applicable
 from hangwatch.isolate.plan import order
 from hangwatch.isolate.plan import pairs
-from hangwatch.isolate.runner import RunResult
 from hangwatch.isolate.runner import probe_port
 from hangwatch.isolate.runner import run_once
 from hangwatch.isolate.state import IsolateState
@@ -36,6 +35,7 @@ from hangwatch.isolate.toggles import Applied
 from hangwatch.model.isolate import BASELINE
 from hangwatch.model.isolate import ISOLATE_SCHEMA
 from hangwatch.model.isolate import IsolateReport
+from hangwatch.model.isolate import RunResult
 from hangwatch.model.isolate import Toggle
 from hangwatch.model.isolate import TrialResult
 from hangwatch.model.vocabulary import State
@@ -43,6 +43,7 @@ from hangwatch.redact import redact_argv
 from hangwatch.render.isolate_progress import Progress
 from hangwatch.supervise.plan import WatchOptions
 from hangwatch.supervise.plan import plan_for
+from hangwatch.supervise.signals import handling
 
 
 @dataclass(frozen=True)
@@ -83,12 +84,8 @@ class Stop:
             self.requested = True
             self.signum = signal.Signals(signum)
 
-        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-        try:
+        with handling(handler):
             yield
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
 
 
 def trial_result(

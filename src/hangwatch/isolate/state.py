@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from hangwatch.errors import UsageError
-from hangwatch.isolate.runner import RunResult
 from hangwatch.model.isolate import Edit
 from hangwatch.model.isolate import EditKind
+from hangwatch.model.isolate import RunResult
 from hangwatch.model.isolate import Toggle
 from hangwatch.model.report import Verdict
 from hangwatch.model.vocabulary import Cause

@@ -126,7 +126,7 @@ class Percentiles:
 
 @dataclass(frozen=True)
 class SpecStats:
-    """Speculative decoding acceptance over the run, as the engine itself defines it (engines.md 1.5, 2.5).
+    """Speculative decoding acceptance over the run, as the engine itself defines it (docs/engine-facts.md).
 
     vLLM (counter deltas): acceptance_rate = accepted / draft tokens; mean_acceptance_length =
     1 + accepted / drafts (the bonus token included); per_position[i] = accepted at position i / drafts.

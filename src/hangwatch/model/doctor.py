@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from dataclasses import field
 from enum import StrEnum
 
+from hangwatch.model.samples import GpuProcessMemory
+
 DOCTOR_SCHEMA = "hangwatch.doctor/1"
 
 
@@ -147,13 +149,6 @@ class GpuFacts:
 
 
 @dataclass(frozen=True)
-class GpuProcessFacts:
-    pid: int
-    gpu_index: int
-    used_bytes: int | None
-
-
-@dataclass(frozen=True)
 class GpuInventory:
     """What NVML says about the machine's GPUs, once (not a time series)."""
 
@@ -161,7 +156,7 @@ class GpuInventory:
     driver_version: str | None = None  # "580.159.03"
     cuda_driver_version: tuple[int, int] | None = None  # the newest CUDA the driver supports: (13, 0)
     gpus: tuple[GpuFacts, ...] = ()
-    processes: tuple[GpuProcessFacts, ...] = ()
+    processes: tuple[GpuProcessMemory, ...] = ()  # the same record a watch's GpuSample holds
     # (gpu a, gpu b, level name): "NVLINK", "PIX", "PXB", "PHB", "NODE", "SYS" per NVML's topology.
     links: tuple[tuple[int, int, str], ...] = ()
     errors: tuple[str, ...] = ()

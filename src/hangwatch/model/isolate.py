@@ -134,3 +134,15 @@ class IsolateReport:
     conclusion: Conclusion
     notes: tuple[str, ...] = ()
     interrupted: bool = False
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one run of a trial left: its verdict, and where to read the rest."""
+
+    verdict: Verdict
+    duration_s: float  # the program's own time to a verdict (launch to verdict)
+    run_dir: str
+    culprits: tuple[str, ...]
+    overhead_s: float  # wall time of the run outside that: the port wait, the launch, the tear-down
+    notes: tuple[str, ...] = ()

@@ -3,7 +3,8 @@
 Used by ``bench`` (server-side token counts and speculative acceptance from counter deltas) and
 meant for the supervisor too (a serving stall: requests running while ``generation_tokens_total``
 stays frozen). Samples are kept under the names the server exposes them with, ``_total`` suffix
-included (``vllm:spec_decode_num_drafts_total``), so the names in engines.md can be used as is.
+included (``vllm:spec_decode_num_drafts_total``), so the names the engines document
+(docs/engine-facts.md) can be used as is.
 """
 
 from __future__ import annotations
@@ -11,6 +12,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+
+
+@dataclass(frozen=True)
+class MetricNames:
+    """An engine's names for the figures every serving engine exposes (its profile holds them: engines/)."""
+
+    engine: str  # also the names' prefix: "vllm" for "vllm:..."
+    generation_tokens: str
+    prompt_tokens: str
+    running: str
+    waiting: str
 
 
 @dataclass(frozen=True)

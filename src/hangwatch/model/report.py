@@ -31,6 +31,11 @@ class Verdict:
         return self.state.exit_code
 
     @property
+    def phase_name(self) -> str | None:
+        """The phase without its words: "cuda_graph" of "cuda_graph (capturing CUDA graphs; ...)"."""
+        return self.phase.split(" (", 1)[0] if self.phase else None
+
+    @property
     def headline(self) -> str:
         """ "state: summary", without saying the state twice when the summary already starts with it."""
         prefix = f"{self.state.value}:"

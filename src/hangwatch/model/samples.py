@@ -1,8 +1,9 @@
 """One frozen sample per signal source, and the tick that bundles them.
 
 Every sample carries ``t``: seconds since supervision started, from a monotonic clock.
-Collector failures are part of the sample (``errors``), never exceptions that stop the loop:
-a process whose /proc/PID/io cannot be read is itself evidence.
+Collector failures are part of the sample (``ProcessSample.io_error``, ``GpuSample.error``, a probe's
+outcome), never exceptions that stop the loop: a process whose /proc/PID/io cannot be read is itself
+evidence. A tick taken late says so (``Tick.late_s``), as py-spy's samples do.
 """
 
 from __future__ import annotations
@@ -271,8 +272,9 @@ class Tick:
     serving: ServingSample | None = None
     connections: ConnectionSample | None = None
     own_request: OwnRequest | None = None  # the latest one, pending or done
-    errors: tuple[str, ...] = ()
-    late_s: float = 0.0  # how far behind schedule this tick was taken
+    # How far behind its schedule this tick was taken (a slow /proc, NVML or stack capture held the loop):
+    # the report says so when a tick came a whole interval late (Watch.report).
+    late_s: float = 0.0
 
     def process(self, pid: int) -> ProcessSample | None:
         for p in self.processes:

@@ -5,13 +5,12 @@ from __future__ import annotations
 from hangwatch.model.cleanup import CleanupOutcome
 from hangwatch.model.cleanup import CleanupPlan
 from hangwatch.redact import scrub
+from hangwatch.words import human_bytes
 from hangwatch.words import plural
-
-MiB = 2**20
 
 
 def _mib(n: int | None) -> str:
-    return "?" if n is None else f"{n / MiB:.0f} MiB"
+    return human_bytes(n, "MiB", "MiB")
 
 
 def plan_text(plan: CleanupPlan, grace_s: float) -> str:

@@ -13,7 +13,7 @@ from hangwatch.model.report import Verdict
 from hangwatch.render.live import LiveState
 
 if TYPE_CHECKING:
-    from hangwatch.isolate.runner import RunResult
+    from hangwatch.model.isolate import RunResult
 
 
 def verdict_line(v: Verdict) -> str:

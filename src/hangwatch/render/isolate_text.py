@@ -3,7 +3,6 @@ conclusion."""
 
 from __future__ import annotations
 
-from hangwatch.isolate.conclude import phase_name
 from hangwatch.model.isolate import IsolateReport
 from hangwatch.model.isolate import TrialResult
 from hangwatch.redact import scrub
@@ -38,7 +37,7 @@ def trial_rows(report: IsolateReport) -> list[tuple[str, ...]]:
                 _change(t),
                 t.outcome() + ("" if t.complete else f" (of {t.repeat} asked)"),
                 v.cause.value if v.cause else "-",
-                phase_name(v.phase) or "-",
+                v.phase_name or "-",
                 _time(t),
             )
         )

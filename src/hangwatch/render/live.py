@@ -12,10 +12,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from hangwatch.analyse.progress import human_bytes
 from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ProcessSample
+from hangwatch.words import human_bytes
 from hangwatch.words import plural
 
 

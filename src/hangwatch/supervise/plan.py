@@ -10,14 +10,12 @@ from urllib.parse import urlsplit
 from urllib.parse import urlunsplit
 
 from hangwatch import engines
-from hangwatch.analyse.acceptance import ENGINES
 from hangwatch.analyse.assess import Assessor
 from hangwatch.analyse.assess import Policy
 from hangwatch.analyse.logscan import LogScanner
 from hangwatch.analyse.stackwatch import StackHistory
 from hangwatch.collect.http_probe import Prober
 from hangwatch.collect.own_request import OwnRequester
-from hangwatch.collect.serving_metrics import ServingNames
 from hangwatch.collect.serving_metrics import ServingPoller
 from hangwatch.engines.profile import Profile
 from hangwatch.model.report import Report
@@ -64,16 +62,22 @@ def plan_for(options: WatchOptions, cmdline: tuple[str, ...]) -> Plan:
     return Plan(profile, probe_url, tuple(notes))
 
 
-def make_scanner(plan: Plan, options: WatchOptions, prober: Prober | None) -> LogScanner:
+def make_scanner(
+    plan: Plan, options: WatchOptions, prober: Prober | None, own: OwnRequester | None = None
+) -> LogScanner:
     ready = (options.ready_pattern,) if options.ready_pattern else ()
     # Access-log lines of hangwatch's own requests: the probe's, the /metrics scrape's, our own request's
     # model lookup (clients rarely ask for it; our one-token completion itself is real work, not an echo).
-    ours = ('"GET /metrics HTTP', '"GET /v1/models HTTP') if plan.profile.name in ("vllm", "sglang") else ()
+    ours = ('"GET /metrics HTTP', '"GET /v1/models HTTP') if plan.profile.openai_api else ()
 
     def echo() -> tuple[str, ...]:
         return (*(prober.echo_markers() if prober is not None else ()), *ours)
 
-    return LogScanner(plan.profile, ready, options.waiting_patterns, echo)
+    late = prober.late_answers if prober is not None else tuple
+    latest = own.latest if own is not None else (lambda: None)
+    return LogScanner(
+        plan.profile, ready, options.waiting_patterns, echo, late_answers=late, own_request=latest
+    )
 
 
 def make_assessor(
@@ -112,7 +116,7 @@ def make_prober(plan: Plan, options: WatchOptions, clock: Callable[[], float]) -
 
 def make_own_requester(plan: Plan, options: WatchOptions, clock: Callable[[], float]) -> OwnRequester | None:
     """Our own one-token completion, for engines that serve the OpenAI API (vLLM, SGLang)."""
-    if plan.probe_url is None or plan.profile.name not in ("vllm", "sglang"):
+    if plan.probe_url is None or not plan.profile.openai_api:
         return None
     parts = urlsplit(plan.probe_url)
     # A deadline a little past the stall window: an answer later than that is no answer.
@@ -133,13 +137,13 @@ def emit(report: Report, options: WatchOptions) -> None:
 
 def make_serving_poller(plan: Plan, clock: Callable[[], float]) -> ServingPoller | None:
     """Scrape the engine's /metrics (beside its health URL) to see a server wedged while serving."""
-    names = next((n for n in ENGINES if n.engine == plan.profile.name), None)
+    names = plan.profile.metrics
     if names is None or plan.probe_url is None:
         return None
     parts = urlsplit(plan.probe_url)
     poller = ServingPoller(
         urlunsplit((parts.scheme, parts.netloc, "/metrics", "", "")),
-        ServingNames(names.running, names.waiting, names.generation_tokens),
+        names,
         clock=clock,
     )
     poller.start()

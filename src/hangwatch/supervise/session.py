@@ -1,4 +1,7 @@
-"""``hangwatch run``: launch, supervise until a verdict, clean up, report."""
+"""One supervised launch: launch a command, watch it until a verdict, tear it down, build the report.
+
+``hangwatch run`` is one (run.py); ``isolate`` runs one per trial, ``bench --launch-a/-b`` one per server.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,6 @@ import dataclasses
 import datetime as dt
 import os
 import signal
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,8 +33,8 @@ from hangwatch.redact import redact_argv
 from hangwatch.redact import scrub
 from hangwatch.render.live import View
 from hangwatch.render.live import make_view
-from hangwatch.supervise import cleanup
 from hangwatch.supervise import shm
+from hangwatch.supervise import teardown
 from hangwatch.supervise.clock import WatchClock
 from hangwatch.supervise.launcher import Launched
 from hangwatch.supervise.launcher import become_subreaper
@@ -40,9 +42,9 @@ from hangwatch.supervise.launcher import launch
 from hangwatch.supervise.launcher import reap
 from hangwatch.supervise.plan import Plan
 from hangwatch.supervise.plan import WatchOptions
-from hangwatch.supervise.plan import emit
 from hangwatch.supervise.plan import plan_for
 from hangwatch.supervise.runrecord import write_run_record
+from hangwatch.supervise.signals import handling
 from hangwatch.supervise.watch import StackKit
 from hangwatch.supervise.watch import Watch
 from hangwatch.supervise.watch import build_watch
@@ -71,12 +73,8 @@ def stop_on_signals(watch: Watch) -> Iterator[None]:
         watch.stopped_by = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         watch.stop_requested.set()
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
+    with handling(handler):
         yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 @dataclass
@@ -97,7 +95,7 @@ class Supervised:
     subreaper: bool = False  # orphans of the tree are reparented to us: our children are its members
     at_verdict: dict[int, ProcessRecord] = dataclasses.field(default_factory=dict)  # before tear-down
 
-    def tear_down(self, gpu: NvmlGpuSource, grace: float) -> tuple[cleanup.CleanupResult, str | None]:
+    def tear_down(self, gpu: NvmlGpuSource, grace: float) -> tuple[teardown.CleanupResult, str | None]:
         """Whatever happened (a verdict, Ctrl-C, an error of ours), the tree does not outlive us."""
         self.watch.c.stop_threads()
         known = self.sampler.identities() | self.launched.guardian_known
@@ -107,7 +105,7 @@ class Supervised:
         segments = shm.segments_of(alive)
         tree_start = min((start for _, start in known), default=0)
         self.launched.tell_guardian(known)
-        result = cleanup.stop_tree(
+        result = teardown.stop_tree(
             known, self.launched.pid, reap, grace,
             follow_children=True,  # children forked, or sessions started, while the tree dies
             adopter=os.getpid() if self.subreaper else None,
@@ -115,7 +113,7 @@ class Supervised:
             on_found=self.launched.tell_guardian,  # before any is signalled: if we die now, it finishes
         )  # fmt: skip
         pids = {pid for pid, _ in self.launched.guardian_known} | self.sampler.known_pids()
-        gpu_note = cleanup.wait_gpu_release(gpu, pids)
+        gpu_note = teardown.wait_gpu_release(gpu, pids)
         self.shm_outcomes = tuple(shm.release(segments, tree_start=tree_start))
         self.at_verdict = dict(self.watch.recorder.processes)  # before the clean-up's exits
         self.watch.recorder.add(self.watch.tick())  # record the exits the clean-up caused
@@ -182,7 +180,7 @@ def with_environment(report: Report, command: tuple[str, ...], python: str | Non
 
 
 def with_cleanup(
-    report: Report, at_verdict: dict[int, ProcessRecord], result: cleanup.CleanupResult
+    report: Report, at_verdict: dict[int, ProcessRecord], result: teardown.CleanupResult
 ) -> Report:
     """Each process with its state at the verdict (``verdict_state``) and what the clean-up did to it:
     the report's own ``state``/``exit_code`` are the last known (``gone``, ``-15`` after our SIGTERM)."""
@@ -196,7 +194,7 @@ def with_cleanup(
     return dataclasses.replace(report, processes=tuple(records))
 
 
-def cleanup_outcome(p: ProcessRecord, result: cleanup.CleanupResult) -> str:
+def cleanup_outcome(p: ProcessRecord, result: teardown.CleanupResult) -> str:
     """``SIGTERM: -15``, ``SIGKILL: -9``, ``REMAINS`` (alive after SIGKILL): how the clean-up ended it."""
     if p.pid in result.remaining:
         return "REMAINS after SIGKILL"
@@ -227,14 +225,6 @@ class Supervision:
 
     report: Report
     remaining: tuple[int, ...]
-
-
-def run_supervised(options: RunOptions) -> int:
-    outcome = supervise(options)
-    emit(outcome.report, options.watch)
-    if outcome.remaining:
-        print(f"hangwatch: warning: processes of the tree remain: {outcome.remaining}", file=sys.stderr)
-    return outcome.report.verdict.exit_code
 
 
 def supervise(options: RunOptions, view: View | None = None) -> Supervision:

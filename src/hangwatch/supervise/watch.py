@@ -55,6 +55,7 @@ from hangwatch.supervise.plan import make_own_requester
 from hangwatch.supervise.plan import make_prober
 from hangwatch.supervise.plan import make_scanner
 from hangwatch.supervise.plan import make_serving_poller
+from hangwatch.words import plural
 
 MAX_TIMELINE_TICKS = 3600  # older ticks are thinned to every other one beyond this
 
@@ -175,6 +176,7 @@ class Watch:
         self.interval = interval_s
         self.on_members = on_members
         self.resumed: list[str] = []  # processes a dump left stopped and we resumed (for the notes)
+        self.late: list[float] = []  # how late each tick that came a whole interval or more late was
         self.recorder = Recorder()
         self.stop_requested = threading.Event()
         self.stopped_by: str | None = None  # "SIGTERM", "Ctrl-C": set by whoever asked the loop to stop
@@ -185,7 +187,8 @@ class Watch:
     def elapsed(self) -> float:
         return self.clock()
 
-    def tick(self) -> Tick:
+    def tick(self, late_s: float = 0.0) -> Tick:
+        """Everything collected now; ``late_s``: how far behind its schedule the loop takes it."""
         t = round(self.elapsed(), 3)
         reading = self.c.tree.sample(t)
         if reading.exits and isinstance(self.c.log, PipeLog):
@@ -221,14 +224,16 @@ class Watch:
             serving=self.c.serving.take() if self.c.serving is not None else None,
             connections=connections,
             own_request=self.c.own.latest() if self.c.own is not None else None,
-            errors=reading.errors,
+            late_s=late_s,
         )
 
     def run(self, until: Callable[[Verdict], bool]) -> Verdict:
         """Loop until ``until(verdict)`` says stop, or a stop is requested (Ctrl-C, SIGTERM)."""
         next_at = time.monotonic()
         while True:
-            tick = self.tick()
+            tick = self.tick(late_s=round(max(0.0, time.monotonic() - next_at), 3))
+            if tick.late_s >= self.interval:
+                self.late.append(tick.late_s)
             verdict = self.assessor.observe(tick)
             request = self.assessor.stacks_wanted()
             if request is not StackRequest.NONE and self.c.stacks is not None:
@@ -326,9 +331,20 @@ class Watch:
             notes=notes
             + self.assessor.notes()
             + tuple(dict.fromkeys(self.resumed))
-            + self._own_request_note(),
+            + self._own_request_note()
+            + self._late_note(),
             stacks=self.assessor.stack_samples(),
             stack_tree=self.assessor.stack_tree(verdict),
+        )
+
+    def _late_note(self) -> tuple[str, ...]:
+        """Said when the loop fell a whole interval or more behind: samples were missed (times stay true)."""
+        late = self.late
+        if not late:
+            return ()
+        return (
+            f"sampling fell behind {plural(len(late), 'time')} (at most {max(late):.1f} s late: a slow "
+            "/proc, NVML or stack capture); the windows count real time, not samples",
         )
 
     def _own_request_note(self) -> tuple[str, ...]:
@@ -373,6 +389,11 @@ def build_watch(
         plan, options, root_pids, kit.history, timeout_label=timeout_label, window_end=window_end
     )
     watch = Watch(
-        collectors, make_scanner(plan, options, prober), assessor, view, clock, interval_s=options.interval
+        collectors,
+        make_scanner(plan, options, prober, own),
+        assessor,
+        view,
+        clock,
+        interval_s=options.interval,
     )
     return watch, kit

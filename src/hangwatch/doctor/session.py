@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hangwatch import engines
-from hangwatch.analyse import coverage_checks as cov
-from hangwatch.analyse import doctor_checks as dc
-from hangwatch.analyse import nccl_checks
-from hangwatch.analyse.archcompat import LOADERS
-from hangwatch.analyse.archcompat import Capability
-from hangwatch.analyse.archcompat import format_capability
-from hangwatch.analyse.archcompat import loader_choice
+from hangwatch.analyse.doctor import checks as dc
+from hangwatch.analyse.doctor import coverage as cov
+from hangwatch.analyse.doctor import nccl as nccl_checks
+from hangwatch.analyse.doctor.archcompat import LOADERS
+from hangwatch.analyse.doctor.archcompat import Capability
+from hangwatch.analyse.doctor.archcompat import format_capability
+from hangwatch.analyse.doctor.archcompat import loader_choice
 from hangwatch.collect import cuobjdump
 from hangwatch.collect import host as hostinfo
 from hangwatch.collect.fatbin import carries_device_code
@@ -47,6 +47,9 @@ from hangwatch.model.doctor import ModuleCoverage
 from hangwatch.model.doctor import ModuleScan
 from hangwatch.model.doctor import PortFacts
 from hangwatch.model.doctor import PyEnvFacts
+from hangwatch.render.doctor_text import doctor_text
+from hangwatch.render.files import write_outputs
+from hangwatch.render.json_report import write_report
 from hangwatch.words import plural
 
 CROSS_CHECK_BUDGET_S = 60.0
@@ -368,3 +371,15 @@ def fast_report(
     notes = [f"GPU: {inventory.unavailable}"] if inventory.unavailable else []
     timings = {"total_s": time.monotonic() - started}
     return _report("fast", caps=caps, checks=checks, modules=modules, timings=timings, notes=notes)
+
+
+def doctor(options: DoctorOptions, *, fast: bool, report_json: Path | None) -> int:
+    """``hangwatch doctor``: the full checklist (``fast``: only the checks ``run`` makes), printed, and
+    written as JSON when asked; the exit code says the worst status."""
+    if fast:
+        report = fast_report(options.command, options.port, capability=options.capability, gpus=options.gpus)
+    else:
+        report = run_doctor(options)
+    print(doctor_text(report), flush=True)
+    write_outputs([("--report-json", report_json, lambda path: write_report(report, path))])
+    return report.exit_code

@@ -28,8 +28,10 @@ from hangwatch.model.cleanup import GpuFreed
 from hangwatch.model.cleanup import GpuHeld
 from hangwatch.model.cleanup import Member
 from hangwatch.model.samples import GpuSample
-from hangwatch.supervise import cleanup
+from hangwatch.render.cleanup_text import outcome_text
+from hangwatch.render.cleanup_text import plan_text
 from hangwatch.supervise import shm
+from hangwatch.supervise import teardown
 from hangwatch.supervise.runrecord import read_run_record
 
 ZOMBIE_WAIT_S = 2.0
@@ -203,7 +205,7 @@ def execute(
     started = time.monotonic()
     identities = {m.identity for m in plan.members if m.state != "Z"}
     # Its own children are no business of ours to reap: the tree's parents (or init) do that.
-    result = cleanup.stop_tree(
+    result = teardown.stop_tree(
         identities, plan.session, lambda _pids: {}, grace_s, kill_wait_s, follow_children=True
     )
     pids = {m.pid for m in plan.members}
@@ -242,7 +244,7 @@ def _wait_gpu(
 ) -> tuple[tuple[GpuFreed, ...], str | None]:
     if not plan.gpu:
         return (), plan.gpu_note
-    sample = cleanup.await_gpu_release(gpu, pids, timeout_s)
+    sample = teardown.await_gpu_release(gpu, pids, timeout_s)
     after = {h.gpu_index: h for h in _gpu_held(sample, pids)[0]}
     freed = tuple(
         GpuFreed(
@@ -257,7 +259,7 @@ def _wait_gpu(
     note = plan.gpu_note
     if any(f.tree_after for f in freed):
         note = f"GPU memory still held by the tree's pids after {timeout_s:.0f} s"
-    busy = cleanup.persistently_busy(gpu, sample)
+    busy = teardown.persistently_busy(gpu, sample)
     if busy:
         note = ((note + "; ") if note else "") + busy
     return freed, note
@@ -265,3 +267,38 @@ def _wait_gpu(
 
 def make_gpu_source() -> NvmlGpuSource:
     return NvmlGpuSource()
+
+
+def run_cleanup(
+    *,
+    pid: int | None,
+    port: int | None,
+    run_dir: Path | None,
+    dry_run: bool,
+    grace_s: float,
+    gpu_wait_s: float,
+) -> int:
+    """``hangwatch cleanup``: plan the stop of the one tree named (by pid, port or run directory), print the
+    plan (``dry_run``) or carry it out and print what was freed; the exit code is the outcome's."""
+    gpu = make_gpu_source()
+    try:
+        if pid is not None:
+            plan = plan_for_pid(pid, gpu)
+        elif port is not None:
+            plan = plan_for_port(port, gpu)
+        else:
+            assert run_dir is not None  # the parser requires one of the three
+            try:
+                plan = plan_for_run(run_dir, gpu)
+            except TreeGone:
+                # A finished run (the usual case: hangwatch run cleans up after itself): nothing to do.
+                print(f"hangwatch cleanup: run {run_dir}: already clean (no process of it is left)")
+                return 0
+        if dry_run:
+            print(plan_text(plan, grace_s), flush=True)
+            return 0
+        outcome = execute(plan, gpu, grace_s=grace_s, gpu_wait_s=gpu_wait_s)
+    finally:
+        gpu.close()
+    print(outcome_text(outcome), flush=True)
+    return outcome.exit_code

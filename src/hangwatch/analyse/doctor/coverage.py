@@ -11,12 +11,12 @@ from collections import defaultdict
 from collections.abc import Iterable
 from collections.abc import Sequence
 
-from hangwatch.analyse.archcompat import Capability
-from hangwatch.analyse.archcompat import arch_directory
-from hangwatch.analyse.archcompat import coverage
-from hangwatch.analyse.archcompat import format_capability
-from hangwatch.analyse.archcompat import loader_choice
-from hangwatch.analyse.archcompat import worst_coverage
+from hangwatch.analyse.doctor.archcompat import Capability
+from hangwatch.analyse.doctor.archcompat import arch_directory
+from hangwatch.analyse.doctor.archcompat import coverage
+from hangwatch.analyse.doctor.archcompat import format_capability
+from hangwatch.analyse.doctor.archcompat import loader_choice
+from hangwatch.analyse.doctor.archcompat import worst_coverage
 from hangwatch.model.doctor import Check
 from hangwatch.model.doctor import Coverage
 from hangwatch.model.doctor import EntryKind

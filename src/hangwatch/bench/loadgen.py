@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 import httpx
 
-from hangwatch.collect.openai_stream import Target
-from hangwatch.collect.openai_stream import request_once
+from hangwatch.bench.openai_stream import Target
+from hangwatch.bench.openai_stream import request_once
 from hangwatch.model.bench import ErrorKind
 from hangwatch.model.bench import LoadRun
 from hangwatch.model.bench import Prompt

@@ -4,9 +4,9 @@ Definitions follow vLLM's benchmark client (``vllm/benchmarks/serve.py``) so the
 percentiles interpolate linearly (numpy's default), throughput is output tokens of successful requests
 over the wall time of the run, TPOT is (e2e - TTFT) / (output tokens - 1) per request.
 
-The comparison never trusts one round: on a shared machine single rounds disagree widely (engines.md 8:
-0.85x then 3.03x for the same pair). The outcome is "faster" or "slower" only when every round agrees;
-when the round ratios straddle 1.0 it is "no clear difference".
+The comparison never trusts one round: on a shared machine single rounds disagree widely
+(docs/engine-facts.md: 0.85x then 3.03x for the same pair). The outcome is "faster" or "slower" only
+when every round agrees; when the round ratios straddle 1.0 it is "no clear difference".
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-from hangwatch.analyse.acceptance import server_metrics
-from hangwatch.analyse.acceptance import spec_for_rounds
+from hangwatch.analyse.bench.acceptance import server_metrics
+from hangwatch.analyse.bench.acceptance import spec_for_rounds
 from hangwatch.model.bench import BENCH_SCHEMA
 from hangwatch.model.bench import CURVE_STEP_PCT
 from hangwatch.model.bench import BenchReport

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from hangwatch.collect.nvml import GpuSource
 from hangwatch.model.samples import GpuSample
 from hangwatch.supervise import membership
+from hangwatch.words import human_bytes
 from hangwatch.words import plural
 
 Identity = tuple[int, int]
@@ -195,5 +196,5 @@ def wait_gpu_release(gpu: GpuSource, pids: set[int], timeout_s: float = 15.0) ->
         return None
     held = sample.memory_of(frozenset(pids))
     if held:
-        return f"GPU memory still held by the tree after {timeout_s:.0f} s: {held / 2**20:.0f} MiB"
+        return f"GPU memory still held by the tree after {timeout_s:.0f} s: {human_bytes(held, 'MiB', 'MiB')}"
     return persistently_busy(gpu, sample) or "GPU memory of the tree released"

@@ -14,12 +14,11 @@ from pathlib import Path
 from hangwatch.errors import UsageError
 from hangwatch.model.bench import Prompt
 
-BUNDLED = "bundled"
 MAX_PROMPTS = 100_000
 
 
 def bundled_text() -> str:
-    return resources.files("hangwatch").joinpath("data", "prompts.jsonl").read_text(encoding="utf-8")
+    return resources.files("hangwatch.bench").joinpath("prompts.jsonl").read_text(encoding="utf-8")
 
 
 def parse_prompts(text: str, source: str) -> tuple[Prompt, ...]:

@@ -73,7 +73,7 @@ def take_snapshot(options: SnapshotOptions) -> int:
                 time.sleep(options.every_s)
             t = round(time.monotonic() - started, 3)
             reading = sampler.sample(t)
-            ticks.append(Tick(t=t, processes=reading.processes, exits=reading.exits, errors=reading.errors))
+            ticks.append(Tick(t=t, processes=reading.processes, exits=reading.exits))
             # Native frames for the first round only; later rounds borrow them where the stack is the same.
             samples.append(dumper.capture(reading.processes, t, native=options.native and i == 0))
     finally:

@@ -1,7 +1,7 @@
 """Doctor's host, GPU, version and environment checks: named pure functions from facts to ``Check``.
 
-Each function documents the failure it guards against (see ../shared/reference/failure-modes.md
-F1, F7 and engines.md §1.6, §2.6, §3). Thresholds are named constants, chosen where a server
+Each function documents the failure it guards against (see docs/engine-facts.md: "Hangs seen in the
+wild", the engines' flags and NCCL's variables). Thresholds are named constants, chosen where a server
 stops working or starts looking hung, not where it gets a little slower.
 """
 
@@ -19,6 +19,7 @@ from hangwatch.model.doctor import PortFacts
 from hangwatch.model.doctor import PyEnvFacts
 from hangwatch.model.doctor import Status
 from hangwatch.model.doctor import worst
+from hangwatch.words import human_bytes
 from hangwatch.words import plural
 
 GiB = 2**30
@@ -36,9 +37,7 @@ NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "lustre", "gpfs", "beegfs", "fuse."
 
 
 def _gib(n: int | None) -> str:
-    if n is None:
-        return "?"
-    return f"{n / GiB:.1f} GiB" if n >= GiB else f"{n / MiB:.0f} MiB"
+    return human_bytes(n, "MiB", "GiB")
 
 
 def check_shm(host: HostFacts) -> Check:

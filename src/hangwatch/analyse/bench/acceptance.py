@@ -1,10 +1,11 @@
-"""Speculative-decoding acceptance and server-side token counts from /metrics, as each engine defines them.
+"""Speculative-decoding acceptance and server-side token counts from /metrics, as each engine defines them
+(the names are the engines' facts: engines/vllm.py, engines/sglang.py).
 
-vLLM (engines.md 2.5, ``v1/spec_decode/metrics.py``): counters, read as deltas over the run.
+vLLM (docs/engine-facts.md, ``v1/spec_decode/metrics.py``): counters, read as deltas over the run.
   acceptance rate         = accepted tokens / draft tokens
   mean acceptance length  = 1 + accepted tokens / drafts        (the bonus token included)
   per-position rate [i]   = accepted tokens at position i / drafts
-SGLang (engines.md 1.5): gauges recomputed every decode-log interval (40 decode steps) and then reset,
+SGLang (docs/engine-facts.md): gauges recomputed every decode-log interval (40 decode steps) and then reset,
 so the only figure the server exposes is that of its last interval: we report the value read after the
 run and say so. Deltas of several rounds are added before dividing, never averaged as ratios.
 """
@@ -14,45 +15,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hangwatch.engines import PROFILES
+from hangwatch.engines.sglang import SPEC_ACCEPT_LENGTH as SGLANG_ACCEPT_LENGTH
+from hangwatch.engines.sglang import SPEC_ACCEPT_RATE as SGLANG_ACCEPT_RATE
+from hangwatch.engines.sglang import SPEC_VERIFY_CALLS as SGLANG_VERIFY_CALLS
+from hangwatch.engines.vllm import SPEC_ACCEPTED as VLLM_ACCEPTED
+from hangwatch.engines.vllm import SPEC_ACCEPTED_PER_POS as VLLM_ACCEPTED_PER_POS
+from hangwatch.engines.vllm import SPEC_DRAFT_TOKENS as VLLM_DRAFT_TOKENS
+from hangwatch.engines.vllm import SPEC_DRAFTS as VLLM_DRAFTS
 from hangwatch.model.bench import RoundMeasurement
 from hangwatch.model.bench import ServerMetrics
 from hangwatch.model.bench import SpecStats
+from hangwatch.model.metrics import MetricNames
 from hangwatch.model.metrics import MetricsSnapshot
 from hangwatch.model.metrics import ScrapeError
 from hangwatch.model.metrics import ScrapeFailure
 from hangwatch.model.metrics import counter_delta
 
-VLLM_DRAFTS = "vllm:spec_decode_num_drafts_total"
-VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
-VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
-VLLM_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-SGLANG_ACCEPT_RATE = "sglang:spec_accept_rate"
-SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
-SGLANG_VERIFY_CALLS = "sglang:spec_verify_calls_total"
+# Which engine's names a server exposes: the profiles that have /metrics.
+ENGINES: tuple[MetricNames, ...] = tuple(p.metrics for p in PROFILES.values() if p.metrics is not None)
 
 
-@dataclass(frozen=True)
-class EngineNames:
-    engine: str
-    generation_tokens: str
-    prompt_tokens: str
-    running: str
-    waiting: str
-
-
-ENGINES = (
-    EngineNames(
-        "vllm", "vllm:generation_tokens_total", "vllm:prompt_tokens_total", "vllm:num_requests_running",
-        "vllm:num_requests_waiting",
-    ),
-    EngineNames(
-        "sglang", "sglang:generation_tokens_total", "sglang:prompt_tokens_total", "sglang:num_running_reqs",
-        "sglang:num_queue_reqs",
-    ),
-)  # fmt: skip
-
-
-def engine_names(snapshot: MetricsSnapshot) -> EngineNames | None:
+def engine_names(snapshot: MetricsSnapshot) -> MetricNames | None:
     """Which engine's metric names the server exposes (by prefix); None for neither."""
     for names in ENGINES:
         if snapshot.names(names.engine + ":"):

@@ -1,7 +1,7 @@
 """Doctor's NCCL and engine-environment check: settings that contradict each other or are known to hang.
 
-From ../shared/reference/failure-modes.md F1 (PCIe P2P / custom all-reduce spin on workstation
-Blackwell GPUs) and engines.md §1.6, §2.6, §3 (what NCCL's variables do and what the engines set).
+From docs/engine-facts.md: the PCIe P2P / custom all-reduce spin on workstation Blackwell GPUs ("Hangs
+seen in the wild"), what NCCL's variables do and what the engines set.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def check_nccl_env(  # noqa: PLR0915 - one rule per known setting; splitting wou
 ) -> Check:
     """NCCL and engine settings that contradict each other or are known to hang.
 
-    From failure-modes.md F1 and engines.md §1.6, §2.6, §3.
+    From docs/engine-facts.md (the P2P spin, NCCL's variables, the engines' environment).
     """
     name = "nccl-env"
     warn: list[str] = []

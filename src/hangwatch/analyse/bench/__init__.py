@@ -1,0 +1,1 @@
+"""Bench's judgements: percentiles, the comparison and its verdict, acceptance from /metrics."""

@@ -1,0 +1,1 @@
+"""Doctor's judgements: host and environment checks, CUDA architecture coverage, NCCL settings."""

@@ -1,0 +1,87 @@
+"""The import rules of docs/architecture.md, read from the source with ``ast`` (lazy imports inside
+functions included): each part of the package imports only the parts below it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "hangwatch"
+
+# The shared leaves: any part may import them (``hangwatch`` itself: its __version__).
+LEAVES = {"hangwatch", "errors", "redact", "words"}
+# One module or package per command; nodes/ is the ``collect`` command's and ``stacks --hosts``' (a module
+# named ``collect`` would shadow collect/).
+COMMANDS = {"run", "attach", "stacks", "cleanup", "doctor", "bench", "isolate", "demo", "nodes"}
+BELOW_COMMANDS = {"model", "collect", "transports", "engines", "analyse", "render", "supervise"}
+# What each part may import besides itself and the leaves. The commands sit on top of supervise/;
+# cli/ on top of everything.
+ALLOWED: dict[str, set[str]] = {
+    "model": set(),
+    "errors": {"model"},  # the exit codes of the vocabulary
+    "redact": set(),
+    "words": set(),
+    "collect": {"model"},
+    "transports": {"model"},  # how to reach another node: a boundary, like collect/
+    "engines": {"model"},
+    "analyse": {"model", "engines"},
+    "render": {"model"},
+    "supervise": {"model", "collect", "engines", "analyse", "render"},
+    **{c: set(BELOW_COMMANDS) for c in COMMANDS},
+    "cli": BELOW_COMMANDS | COMMANDS,
+    "__main__": {"cli"},
+}
+# A command that uses another: run makes doctor's fast checks before it launches; the demo is run over
+# the bundled story.
+ALLOWED["run"] |= {"doctor"}
+ALLOWED["demo"] |= {"run"}
+
+
+def part_of(module: str) -> str:
+    """``hangwatch.collect.procfs`` -> collect; ``hangwatch.run`` -> run; ``hangwatch`` -> hangwatch."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every hangwatch module ``path`` imports, at the top or inside a function."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "hangwatch":
+                found |= {f"hangwatch.{a.name}" for a in node.names}
+            elif node.module.startswith("hangwatch."):
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name == "hangwatch" or a.name.startswith("hangwatch.")}
+    return found
+
+
+def module_of(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_every_part_imports_only_the_parts_below_it():
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        mine = part_of(module_of(path))
+        allowed = ALLOWED.get(mine, set()) | LEAVES | {mine}
+        for target in sorted(imports_of(path)):
+            theirs = part_of(target)
+            if theirs == "__version__":
+                theirs = "hangwatch"
+            if theirs not in allowed:
+                wrong.append(f"{path.relative_to(PACKAGE)} imports {target} ({mine} -> {theirs})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_part_has_a_rule():
+    parts = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    parts |= {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    assert parts <= set(ALLOWED), sorted(parts - set(ALLOWED))
+
+
+def test_the_demo_story_needs_nothing_but_the_standard_library():
+    """``python -m hangwatch.demo.story`` runs anywhere: it imports nothing of ours."""
+    assert imports_of(PACKAGE / "demo" / "story.py") == set()

