@@ -35,6 +35,9 @@ ALLOWED: dict[str, set[str]] = {
 # the bundled story.
 ALLOWED["run"] |= {"doctor"}
 ALLOWED["demo"] |= {"run"}
+# Across nodes the watch is the assessor's over merged evidence, not supervise/'s local session: nodes/
+# reaches the nodes (transports/) and analyses what comes back, and never launches or signals anything.
+ALLOWED["nodes"] -= {"supervise"}
 
 
 def part_of(module: str) -> str:
