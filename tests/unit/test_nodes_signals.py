@@ -146,3 +146,22 @@ def test_gpus_of_several_nodes_are_renumbered_and_named_with_their_node() -> Non
     ]
     assert tick.gpu.gpus[0].name.startswith(f"{labels[0]}:") and host
     assert {p.pid for p in tick.gpu.processes} == {KEY_STRIDE + 7, 2 * KEY_STRIDE + 7}
+
+
+def test_the_stacks_report_shows_each_nodes_gpus_and_probe() -> None:
+    from dataclasses import replace
+
+    from hangwatch.analyse.nodes import report_of
+    from hangwatch.model.nodes import NodeProbe
+    from hangwatch.model.samples import ProbeResult
+    from hangwatch.render.nodes_text import nodes_text
+
+    nvml = FakeNvml([FakeGpu(util=97, processes=[(4242, 3 << 30)]), FakeGpu(util=100)])
+    options = CollectOptions(match="never-matches-zq", mode=CollectMode.CENSUS, every_s=0.0)
+    bundle = collect(options, gpu=NvmlGpuSource(nvml))
+    dummy = "SGLang's dummy health server (node rank 1: /health always 200, /v1/models 404)"
+    probe = NodeProbe(ProbeResult(0.0, "http://127.0.0.1:30000/health", ProbeOutcome.HTTP, 200), 1, dummy)
+    bundle = replace(bundle, probes=(probe,))
+    text = nodes_text(report_of([NodeResult("n2", NodeOutcome.OK, "", bundle, 0.0, 1.0)], "--match x"))
+    assert "  gpus: 2 GPUs: util 97-100 %" in text
+    assert f"  probe: http://127.0.0.1:30000/health: HTTP 200 ({dummy})" in text

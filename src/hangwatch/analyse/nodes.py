@@ -31,6 +31,7 @@ from hangwatch.analyse.stacktree import compact_ranges
 from hangwatch.analyse.stackwatch import with_native_detail
 from hangwatch.model.nodes import NODES_REPORT_SCHEMA
 from hangwatch.model.nodes import ClockSkew
+from hangwatch.model.nodes import NodeBundle
 from hangwatch.model.nodes import NodeResult
 from hangwatch.model.nodes import NodesDiagnosis
 from hangwatch.model.nodes import NodesReport
@@ -44,6 +45,8 @@ from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import ProcessStacks
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.stacks import StackTree
+from hangwatch.words import human_bytes
+from hangwatch.words import plural
 
 T = TypeVar("T")
 KEY_STRIDE = 10_000_000
@@ -126,11 +129,36 @@ def merge(results: Sequence[NodeResult]) -> MergedNodes:
                 elapsed_s=elapsed,
                 collect_s=bundle.clock.duration_s,
                 errors=bundle.errors,
+                gpus=gpu_line(bundle),
+                probe=probe_line(bundle),
             )
         )
     samples = _rounds(per_node_samples, _merge_samples)
     ticks = _rounds(per_node_ticks, _merge_ticks)
     return MergedNodes(tuple(summaries), samples, ticks, keys, census(results, labels))
+
+
+def gpu_line(bundle: NodeBundle) -> str:
+    """The node's GPUs in one line, or why none was read ("" when the bundle carries no reading)."""
+    sample = bundle.gpu
+    if sample is None:
+        return ""
+    if sample.unavailable:
+        return f"no GPU reading: {sample.unavailable}"
+    utils = [g.util_pct for g in sample.gpus if g.util_pct is not None]
+    used = sum(g.mem_used_bytes or 0 for g in sample.gpus)
+    util = f"util {min(utils):.0f}-{max(utils):.0f} %" if utils else "util unknown"
+    line = f"{plural(len(sample.gpus), 'GPU')}: {util}, {human_bytes(used)} used"
+    return line + (f"; read errors: {sample.error}" if sample.error else "")
+
+
+def probe_line(bundle: NodeBundle) -> str:
+    """The engine's readiness URL as the node answered it; a dummy answer says why it does not count."""
+    if not bundle.probes:
+        return ""
+    probe = bundle.probes[0]
+    line = f"{probe.probe.url}: {probe.probe.describe()}"
+    return line + (f" ({probe.dummy})" if probe.dummy else "")
 
 
 def analyse(results: Sequence[NodeResult]) -> NodesAnalysis:

@@ -205,6 +205,8 @@ class NodeSummary:
     elapsed_s: float  # send to receive, on the controller
     collect_s: float | None  # the collector's own run time
     errors: tuple[BundleError, ...] = ()
+    gpus: str = ""  # "2 GPUs: util 97-100 %, 71.2 GiB used", or why none was read
+    probe: str = ""  # "http://127.0.0.1:30000/health: HTTP 200", with why it does not count where it does not
 
 
 @dataclass(frozen=True)

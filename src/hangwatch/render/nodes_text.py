@@ -57,6 +57,7 @@ def node_lines(n: NodeSummary) -> list[str]:
     collect = f"collect {n.collect_s:.2f} s of {n.elapsed_s:.2f} s" if n.collect_s is not None else ""
     ranks = n.rank_label or "no ranks"
     lines = [f"{n.label} ({n.host}, pid ns {n.pid_ns}): {n.processes} processes, {ranks}; {skew}; {collect}"]
+    lines += [f"  {what}: {text}" for what, text in (("gpus", n.gpus), ("probe", n.probe)) if text]
     lines += [
         f"  error ({e.stage}{f', pid {e.pid}' if e.pid else ''}): {e.detail}"
         for e in n.errors[:MAX_ERRORS_PER_NODE]
