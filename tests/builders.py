@@ -84,8 +84,15 @@ def stack_sample(t: float, *processes: ProcessStacks) -> StackSample:
     return StackSample(t=t, processes=processes, elapsed_s=0.05)
 
 
-def chain(label: str, pids: tuple[int, ...], *names: str, children: tuple[StackNode, ...] = (),
-          unchanged: bool = True, minority: bool = False, text: str = "") -> StackNode:
+def chain(
+    label: str,
+    pids: tuple[int, ...],
+    *names: str,
+    children: tuple[StackNode, ...] = (),
+    unchanged: bool = True,
+    minority: bool = False,
+    text: str = "",
+) -> StackNode:
     """A chain of merged-tree nodes, one per frame of ``frames(*names)``, every one passed by ``pids`` (one
     thread each); the last holds ``children``, or, with none, is where the threads end."""
     node = None
@@ -102,7 +109,9 @@ def chain(label: str, pids: tuple[int, ...], *names: str, children: tuple[StackN
     return node
 
 
-def stack_tree(*roots: StackNode, summary: str, samples: int = 2, problems: tuple[str, ...] = ()) -> StackTree:
+def stack_tree(
+    *roots: StackNode, summary: str, samples: int = 2, problems: tuple[str, ...] = ()
+) -> StackTree:
     pids = {pid for root in roots for pid in root.pids}
     return StackTree(roots, (), samples, len(pids), len(pids), summary, problems)
 

@@ -64,7 +64,9 @@ def _need(engine: str, request: pytest.FixtureRequest) -> None:
     matrix.SGLANG_PYTHON, matrix.SGLANG_MODEL = Path(python), Path(model)
     why = matrix.engine_available("sglang")
     if why is not None:
-        pytest.fail(f"SGLang CPU environment not usable: {why} (HANGWATCH_SKIP_SGLANG=1 skips)", pytrace=False)
+        pytest.fail(
+            f"SGLang CPU environment not usable: {why} (HANGWATCH_SKIP_SGLANG=1 skips)", pytrace=False
+        )
 
 
 SANITY_MARGIN_S = 20.0
@@ -72,7 +74,9 @@ SANITY_MARGIN_S = 20.0
 
 @pytest.mark.timeout(int(CELL_TIMEOUT_S) + 240, func_only=True)
 @pytest.mark.parametrize("name", SUBSET)
-def test_fault_cell(name: str, request: pytest.FixtureRequest, tracker: matrix.Tracker, tmp_path: Path) -> None:
+def test_fault_cell(
+    name: str, request: pytest.FixtureRequest, tracker: matrix.Tracker, tmp_path: Path
+) -> None:
     cell = matrix.cell_by_name(name)
     _need(cell.engine, request)
     cfg = matrix.RunConfig(workdir=tmp_path, boot_timeout_s=CELL_TIMEOUT_S, serve_after_ready_s=SERVE_S)

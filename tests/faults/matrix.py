@@ -104,7 +104,10 @@ VLLM_TARGETS: dict[tuple[str, str], str] = {
     # API server (the launched command)
     ("api", "engine_start"): "vllm.v1.engine.utils:wait_for_engine_startup",
     ("api", "http"): "vllm.entrypoints.launchers.api_server.app_state:init_app_state",
-    ("api", "serving"): "vllm.entrypoints.openai.completion.serving:OpenAIServingCompletion.create_completion",
+    (
+        "api",
+        "serving",
+    ): "vllm.entrypoints.openai.completion.serving:OpenAIServingCompletion.create_completion",
 }
 
 _S = "sglang.srt"
@@ -112,7 +115,10 @@ _S = "sglang.srt"
 # phase named; times in docs/fault-matrix.md.
 SGLANG_TARGETS: dict[tuple[str, str], str] = {
     # schedulers (TP=1: sched; TP=2: TP0 / TP1): each owns its model runner in the same process
-    ("sched", "weights"): f"{_S}.model_loader.loader:DummyModelLoader.load_model",  # after 'Load weight begin'
+    (
+        "sched",
+        "weights",
+    ): f"{_S}.model_loader.loader:DummyModelLoader.load_model",  # after 'Load weight begin'
     ("sched", "kv_alloc"): f"{_S}.model_executor.model_runner:ModelRunner.alloc_memory_pool",
     # the CPU stand-in for CUDA-graph capture (before the event loop starts)
     ("sched", "graphs"): f"{_S}.model_executor.model_runner:ModelRunner.init_cuda_graphs",
@@ -227,7 +233,12 @@ def _cells() -> list[Cell]:
     for kind in ("block", "sigkill", "sigstop"):
         cells.append(Cell("sglang", 1, "detok", "serving", kind))
         cells.append(Cell("sglang", 1, "api", "serving", kind))
-    for phase, kind in (("weights", "sigkill"), ("weights", "block"), ("weights", "spin"), ("serving", "block")):
+    for phase, kind in (
+        ("weights", "sigkill"),
+        ("weights", "block"),
+        ("weights", "spin"),
+        ("serving", "block"),
+    ):
         cells.append(Cell("sglang", 2, "TP1", phase, kind, mode="attach"))
     return cells
 
@@ -548,7 +559,10 @@ def stack_digest(report: dict[str, Any], frames: int = 4) -> list[str]:
             out.append(f"{label} [{proc.get('pid')}]: {proc.get('outcome')}")
             continue
         main = next((t for t in threads if t.get("name") == "MainThread"), threads[0])
-        names = [f"{f.get('name')} ({Path(str(f.get('file'))).name}:{f.get('line')})" for f in main.get("frames", [])]
+        names = [
+            f"{f.get('name')} ({Path(str(f.get('file'))).name}:{f.get('line')})"
+            for f in main.get("frames", [])
+        ]
         out.append(f"{label} [{proc.get('pid')}]: " + " > ".join(names[-frames:]))
     return out
 
@@ -678,7 +692,9 @@ def run_cell(cell: Cell, cfg: RunConfig, tracker: Tracker) -> Result:
         if cell.serving and cell.mode == "run":
             assert armfile is not None
             if _wait_ready(health, cfg.boot_timeout_s, lambda: hw is not None and hw.poll() is None):
-                cfg.echo(f"  {cell.name}: ready after {time.monotonic() - started:.0f} s; arming, sending load")
+                cfg.echo(
+                    f"  {cell.name}: ready after {time.monotonic() - started:.0f} s; arming, sending load"
+                )
                 armfile.touch()
                 send_requests(cell, port, cfg.requests, result.requests)
                 # `run` without --until-ready supervises a ready server with no end (its --timeout
@@ -750,5 +766,7 @@ def format_table(results: list[Result]) -> str:
         mark = "right" if r.right else "WRONG: " + "; ".join(r.why_wrong)
         if r.late:
             mark += f" ({r.late})"
-        rows.append(f"| {r.cell} | {exp} | {got} | {', '.join(r.got_culprits) or '-'}{fired} | {lat} | {mark} |")
+        rows.append(
+            f"| {r.cell} | {exp} | {got} | {', '.join(r.got_culprits) or '-'}{fired} | {lat} | {mark} |"
+        )
     return "\n".join(rows)

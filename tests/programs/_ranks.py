@@ -72,7 +72,10 @@ def parse_args(description: str, does: str, delay_help: str) -> argparse.Namespa
 
 
 def spawn_ranks(
-    ctx: SpawnContext, count: int, target: Callable[..., None], args_of: Callable[[int], tuple[Any, ...]],
+    ctx: SpawnContext,
+    count: int,
+    target: Callable[..., None],
+    args_of: Callable[[int], tuple[Any, ...]],
     up: Queue[int],
 ) -> list[SpawnProcess]:
     """Start ``count`` ranks (``target(*args_of(rank))``, named ``rankR``) and wait until each has put
@@ -92,7 +95,11 @@ def start_ranks(args: argparse.Namespace, rank_main: Callable[[Rank], None]) -> 
     mailbox: Queue[str] = ctx.Queue()
     all_up = ctx.Event()
     ranks = spawn_ranks(
-        ctx, args.ranks, rank_main, lambda r: (Rank(r, args.ranks, args.victim, args.delay, up, all_up, mailbox),), up
+        ctx,
+        args.ranks,
+        rank_main,
+        lambda r: (Rank(r, args.ranks, args.victim, args.delay, up, all_up, mailbox),),
+        up,
     )
     log(f"launcher: all {args.ranks} ranks up: " + ", ".join(f"rank{r}={p.pid}" for r, p in enumerate(ranks)))
     write_ready(args.ready_file)

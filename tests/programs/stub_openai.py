@@ -326,7 +326,9 @@ def main() -> None:
     parser.add_argument("--no-metrics", action="store_true", help="/metrics answers 404")
     parser.add_argument("--die-after", type=int, default=0, help="exit 3 after this many completed requests")
     parser.add_argument(
-        "--wedge-after", type=int, help="never answer completion requests after the first N (health stays 200)"
+        "--wedge-after",
+        type=int,
+        help="never answer completion requests after the first N (health stays 200)",
     )
     parser.add_argument("--boot-seconds", type=float, default=0.0, help="print startup lines this long first")
     parser.add_argument("--boot-hang", action="store_true", help="print a startup line, then never listen")

@@ -300,6 +300,8 @@ def test_other_collectors_and_their_clients_are_never_the_server() -> None:
 
     assert is_collector(["ssh", "-T", "--", "n1", "'/opt/v/bin/hangwatch' collect --match 'sglang::'"])
     assert is_collector(["kubectl", "exec", "-i", "p", "-c", "c", "--", "hangwatch", "collect", "--stream"])
-    assert is_collector(["/usr/bin/python3", "-m", "hangwatch", "attach", "--hosts", "n[1-2]", "--match", "x"])
+    assert is_collector(
+        ["/usr/bin/python3", "-m", "hangwatch", "attach", "--hosts", "n[1-2]", "--match", "x"]
+    )
     assert not is_collector(["python", "train.py", "--collect-stats"])
     assert not is_collector(["python", "-m", "sglang.launch_server", "--model", "hangwatch-collect"])

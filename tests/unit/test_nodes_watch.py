@@ -231,7 +231,9 @@ def test_a_job_still_progressing_at_the_end_of_the_window_is_a_timeout() -> None
 
 
 def _health(status: int, dummy: str | None = None, rank: int = 0) -> NodeProbe:
-    return NodeProbe(ProbeResult(0.0, "http://127.0.0.1:30000/health", ProbeOutcome.HTTP, status), rank, dummy)
+    return NodeProbe(
+        ProbeResult(0.0, "http://127.0.0.1:30000/health", ProbeOutcome.HTTP, status), rank, dummy
+    )
 
 
 def test_sglangs_dummy_health_on_a_worker_node_is_never_readiness_nor_progress() -> None:

@@ -199,7 +199,9 @@ class Elements(HTMLParser):
         return " ".join("".join(element[2]).split())
 
     def all(self, tag: str, cls: str | None = None) -> list[tuple[str, dict[str, str], list[str], int]]:
-        return [e for e in self.found if e[0] == tag and (cls is None or cls in e[1].get("class", "").split())]
+        return [
+            e for e in self.found if e[0] == tag and (cls is None or cls in e[1].get("class", "").split())
+        ]
 
     def by_id(self, ident: str) -> tuple[str, dict[str, str], list[str], int]:
         return next(e for e in self.found if e[1].get("id") == ident)

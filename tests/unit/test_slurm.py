@@ -98,7 +98,9 @@ def test_one_step_per_node_inside_the_allocation(standins: Path, job: str) -> No
 def test_each_step_failure_is_that_nodes_outcome(
     standins: Path, node: str, remote: tuple[str, ...], outcome: NodeOutcome, said: str
 ) -> None:
-    (result,) = gather_slurm([node], ["--match", "x", "--mode", "census"], SlurmOptions("4242", remote=remote))
+    (result,) = gather_slurm(
+        [node], ["--match", "x", "--mode", "census"], SlurmOptions("4242", remote=remote)
+    )
     assert result.outcome is outcome and said in result.detail, result.detail
 
 

@@ -195,7 +195,9 @@ def test_gpu_state_from_gpm_first_then_power():
     matmul = GpuActivity(0, 2.0, 99.5, 96.1, 93.2, 16.3, 1.35, 0.0, 0.0)
     assert gpu_state(None, [spin]) == "spinning"
     assert gpu_state(None, [matmul]) == "working"
-    assert gpu_state(_gpu(100, 0, 120), ()) == "spinning"  # docs/gpu-signals.md: spin at 120-134 W, 0 % mem util
+    assert (
+        gpu_state(_gpu(100, 0, 120), ()) == "spinning"
+    )  # docs/gpu-signals.md: spin at 120-134 W, 0 % mem util
     assert gpu_state(_gpu(99, 23, 691), ()) == "working"
     assert gpu_state(_gpu(0, 0, 121), ()) == "idle"  # a stream waiting on a value that never comes
     assert gpu_state(GpuSample(unavailable="no NVML"), ()) == "unknown"

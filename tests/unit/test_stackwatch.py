@@ -139,7 +139,9 @@ def _ticks_for(
 
 
 def _assessor(history: StackHistory, stall_after: float) -> Assessor:
-    return Assessor(engines.by_name("generic"), Policy(stall_after=stall_after), root_pids={0}, stacks=history)
+    return Assessor(
+        engines.by_name("generic"), Policy(stall_after=stall_after), root_pids={0}, stacks=history
+    )
 
 
 def test_closed_wait_is_stalled_within_15_s_whatever_the_window():

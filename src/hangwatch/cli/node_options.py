@@ -12,6 +12,8 @@ from hangwatch.errors import UsageError
 from hangwatch.nodes import hosts as hostlist
 from hangwatch.transports.kubectl import DEFAULT_CONCURRENCY as KUBE_CONCURRENCY
 from hangwatch.transports.kubectl import KubectlOptions
+from hangwatch.transports.ray import RayOptions
+from hangwatch.transports.ray import token_from_env
 from hangwatch.transports.slurm import SlurmOptions
 from hangwatch.transports.ssh import DEFAULT_CONCURRENCY
 from hangwatch.transports.ssh import SshOptions
@@ -126,3 +128,22 @@ def ssh_options_of(args: argparse.Namespace) -> SshOptions:
         concurrency=args.concurrency,
         remote=remote,
     )
+
+
+def add_ray_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group(
+        "across a Ray cluster (the dashboard's state API; stacks from its traceback endpoint, else ssh)"
+    )
+    g.add_argument("--ray", metavar="URL", help="the Ray dashboard, e.g. http://HEAD:8265")
+    g.add_argument(
+        "--ray-actor-class",
+        action="append",
+        default=[],
+        metavar="CLASS",
+        help="actor classes that are ranks (default: RayWorkerWrapper, RayWorkerProc, SchedulerActor)",
+    )
+
+
+def ray_options_of(args: argparse.Namespace) -> RayOptions:
+    url = args.ray if "://" in args.ray else f"http://{args.ray}"
+    return RayOptions(url=url, timeout_s=min(10.0, args.node_timeout), token=token_from_env())

@@ -67,4 +67,3 @@ class RunCommand:
             grace=args.grace,
         )
         return run_supervised(options)
-

@@ -6,15 +6,18 @@ import argparse
 
 from hangwatch.cli.node_options import add_kube_options
 from hangwatch.cli.node_options import add_node_options
+from hangwatch.cli.node_options import add_ray_options
 from hangwatch.cli.node_options import add_slurm_options
 from hangwatch.cli.node_options import hosts_of
 from hangwatch.cli.node_options import kube_options_of
+from hangwatch.cli.node_options import ray_options_of
 from hangwatch.cli.node_options import slurm_options_of
 from hangwatch.cli.node_options import ssh_options_of
 from hangwatch.cli.options import add_output_file
 from hangwatch.cli.options import seconds
 from hangwatch.engines import PROFILES
 from hangwatch.errors import UsageError
+from hangwatch.nodes.ray import WORKER_CLASSES
 
 
 class StacksCommand:
@@ -55,6 +58,7 @@ class StacksCommand:
         add_node_options(parser)
         add_kube_options(parser)
         add_slurm_options(parser)
+        add_ray_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         from hangwatch.stacks import SnapshotOptions
@@ -62,7 +66,7 @@ class StacksCommand:
 
         if args.samples < 1 or args.samples > 100:
             raise UsageError("--samples must be between 1 and 100")
-        if args.hosts or args.hostfile or args.kube_selector or args.slurm_job:
+        if args.hosts or args.hostfile or args.kube_selector or args.slurm_job or args.ray:
             return self._across_nodes(args)
         if args.pid is None:
             raise UsageError("give --pid (this machine) or --hosts/--hostfile with --match (several nodes)")
@@ -80,21 +84,27 @@ class StacksCommand:
         from hangwatch.nodes.session import NodesStacksOptions
         from hangwatch.nodes.session import stacks_across_nodes
 
-        if args.pid is not None or not args.match:
+        if args.pid is not None or not (args.match or args.ray):
             raise UsageError(
                 "across nodes, select the server's processes with --match REGEX (pids differ per node)"
             )
         if args.samples > 20:
             raise UsageError("--samples must be between 1 and 20 across nodes")
-        chosen = [bool(args.hosts or args.hostfile), bool(args.kube_selector), bool(args.slurm_job)]
+        chosen = [
+            bool(args.hosts or args.hostfile),
+            bool(args.kube_selector),
+            bool(args.slurm_job),
+            bool(args.ray),
+        ]
         if sum(chosen) > 1:
             raise UsageError(
-                "give one of --hosts/--hostfile (ssh), --kube-selector (kubectl), --slurm-job (srun)"
+                "give one of --hosts/--hostfile (ssh), --kube-selector (kubectl), --slurm-job (srun), "
+                "--ray (a Ray dashboard)"
             )
         return stacks_across_nodes(
             NodesStacksOptions(
                 hosts=tuple(hosts_of(args)),
-                match=args.match,
+                match=args.match or "",
                 engine=args.engine,
                 samples=args.samples,
                 every_s=args.every,
@@ -104,5 +114,7 @@ class StacksCommand:
                 kube=kube_options_of(args) if args.kube_selector else None,
                 kube_selector=args.kube_selector,
                 slurm=slurm_options_of(args) if args.slurm_job else None,
+                ray=ray_options_of(args) if args.ray else None,
+                ray_classes=tuple(args.ray_actor_class) or WORKER_CLASSES,
             )
         )

@@ -229,9 +229,7 @@ class TreeSampler:
         self._known[stat.pid] = known
         return known
 
-    def _sample_of(
-        self, stat: procfs.Stat, known: _Known, listening: dict[int, int]
-    ) -> ProcessSample:
+    def _sample_of(self, stat: procfs.Stat, known: _Known, listening: dict[int, int]) -> ProcessSample:
         pid = stat.pid
         cmdline = procfs.read_cmdline(pid, self._root) or ()
         # Titles change during startup (VLLM::Worker becomes VLLM::Worker_TP1), so rename every tick.

@@ -49,6 +49,7 @@ def title_roles(title_pattern: re.Pattern[str], root_role: str) -> RoleOf:
 
     return role_of
 
+
 # The built-in changes ``hangwatch isolate`` tries: (command line, the engine's installed version or None)
 # -> the toggles that apply to that command (docs/isolate.md).
 TogglesOf = Callable[[tuple[str, ...], str | None], tuple[Toggle, ...]]

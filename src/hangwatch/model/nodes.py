@@ -266,6 +266,9 @@ class NodesReport:
     diagnosis: NodesDiagnosis
     next_steps: tuple[str, ...]
     stack_tree: StackTree
+    # How the transport took the evidence where that matters to the reader (Ray: the dashboard's
+    # traceback endpoint, or ssh because the endpoint answered 403).
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

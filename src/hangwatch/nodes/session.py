@@ -17,6 +17,8 @@ from hangwatch.nodes.gather import gather_kubectl
 from hangwatch.nodes.gather import gather_slurm
 from hangwatch.nodes.gather import gather_ssh
 from hangwatch.nodes.gather import slurm_nodes
+from hangwatch.nodes.ray import WORKER_CLASSES
+from hangwatch.nodes.ray import gather_ray
 from hangwatch.redact import scrub
 from hangwatch.render.files import write_atomically
 from hangwatch.render.files import write_outputs
@@ -24,6 +26,7 @@ from hangwatch.render.json_report import json_text
 from hangwatch.render.json_report import plain
 from hangwatch.render.nodes_text import nodes_text
 from hangwatch.transports import kubectl
+from hangwatch.transports import ray
 from hangwatch.transports import slurm
 from hangwatch.transports.ssh import SshOptions
 
@@ -47,6 +50,9 @@ class NodesStacksOptions:
     kube_selector: str | None = None
     # The nodes of a running Slurm job, the collector through ``srun --jobid J --overlap``.
     slurm: slurm.SlurmOptions | None = None
+    # A Ray cluster's dashboard: ranks from the state API, stacks from its traceback endpoint or over ssh.
+    ray: ray.RayOptions | None = None
+    ray_classes: tuple[str, ...] = WORKER_CLASSES
 
 
 def remote_args(o: NodesStacksOptions) -> list[str]:
@@ -64,7 +70,30 @@ def remote_args(o: NodesStacksOptions) -> list[str]:
 
 
 def stacks_across_nodes(o: NodesStacksOptions) -> int:
-    if o.kube is not None and o.kube_selector is not None:
+    notes: tuple[str, ...] = ()
+    selector = f"--match {o.match!r}"
+    if o.ray is not None:
+        try:
+            gathered = gather_ray(
+                o.ray,
+                classes=o.ray_classes,
+                samples=o.samples,
+                every_s=o.every_s,
+                native=o.native,
+                ssh=o.ssh,
+                remote_args=ray_remote_args(o),
+            )
+        except ray.RayError as exc:
+            raise NoTargets(f"ray: {exc}") from None
+        if not gathered.results:
+            raise NoTargets(f"no actor of class {', '.join(o.ray_classes)} in the Ray cluster at {o.ray.url}")
+        results = gathered.results
+        notes = (
+            *gathered.notes,
+            f"discovery (state API: nodes and actors) took {gathered.discovery_s:.3f} s",
+        )
+        selector = f"--ray {o.ray.url}, actors {'|'.join(o.ray_classes)}"
+    elif o.kube is not None and o.kube_selector is not None:
         try:
             pods = kubectl.discover(o.kube_selector, o.kube)
         except kubectl.KubectlError as exc:
@@ -84,7 +113,7 @@ def stacks_across_nodes(o: NodesStacksOptions) -> int:
         raise UsageError("--hosts/--hostfile named no node")
     else:
         results = gather_ssh(o.hosts, remote_args(o), o.ssh)
-    report = report_of(results, f"--match {o.match!r}")
+    report = dataclasses.replace(report_of(results, selector), notes=notes)
     print(scrub(nodes_text(report)), flush=True)
     if o.report_json is not None:
         data = plain(dataclasses.asdict(report))
@@ -92,6 +121,13 @@ def stacks_across_nodes(o: NodesStacksOptions) -> int:
             [("--report-json", o.report_json, lambda path: write_atomically(path, json_text(data)))]
         )
     return 0 if any(r.bundle is not None for r in results) else 1
+
+
+def ray_remote_args(o: NodesStacksOptions) -> list[str]:
+    """The collector's arguments over ssh for a Ray node: the actors' pids are added per node."""
+    args = remote_args(o)
+    i = args.index("--match")
+    return args[:i] + args[i + 2 :]
 
 
 def _in_namespace(k: kubectl.KubectlOptions) -> str:

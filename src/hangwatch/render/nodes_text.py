@@ -29,6 +29,7 @@ def nodes_text(report: NodesReport, max_tree_lines: int = 60) -> str:
         f"{ok} answered, {len(report.nodes) - ok} failed"
     ]
     out += [f"  {line}" for n in report.nodes for line in node_lines(n)]
+    out += [f"  note: {note}" for note in report.notes]
     out.append("")
     out += tree_lines(report.stack_tree, max_lines=max_tree_lines)
     out.append("")

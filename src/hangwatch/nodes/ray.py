@@ -1,0 +1,297 @@
+"""``stacks --ray URL``: the ranks from the Ray state API, their stacks from the dashboard or over ssh.
+
+Discovery is the state API's (transports/ray.py): each worker actor is a rank, its (node, pid) from the
+actor, its role from the actor's class, its rank from its name. Stacks: the dashboard's traceback
+endpoint when the head allows it (one py-spy dump per actor, taken by that node's own agent: no ssh, no
+hangwatch on the nodes); when it answers 403 (profiling disabled, the default since Ray 2.60) that is
+said, and the collector runs over ssh on each node at the address the state API gave, for exactly that
+node's actor pids. A node Ray calls dead, an actor that is not alive, a dashboard that fails for one
+actor: evidence in that node's result, never a crash.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from dataclasses import replace
+
+from hangwatch import __version__
+from hangwatch.model.nodes import BUNDLE_SCHEMA
+from hangwatch.model.nodes import BundleError
+from hangwatch.model.nodes import ClockReading
+from hangwatch.model.nodes import CollectMode
+from hangwatch.model.nodes import NodeBundle
+from hangwatch.model.nodes import NodeIdentity
+from hangwatch.model.nodes import NodeOutcome
+from hangwatch.model.nodes import NodeProcess
+from hangwatch.model.nodes import NodeResult
+from hangwatch.model.stacks import DumpOutcome
+from hangwatch.model.stacks import ProcessStacks
+from hangwatch.model.stacks import StackSample
+from hangwatch.nodes.gather import gather_ssh
+from hangwatch.transports import ray
+from hangwatch.transports.ssh import SshOptions
+
+# The actor classes that are an engine's ranks: vLLM's Ray executor (RayWorkerWrapper; RayWorkerProc in
+# vLLM 0.33's RayExecutorV2) and SGLang --use-ray (SchedulerActor).
+WORKER_CLASSES = ("RayWorkerWrapper", "RayWorkerProc", "SchedulerActor")
+# vLLM 0.33 names its actors vllm_Worker_<id>_TP<r>_PP<p>; a name ending in a number carries the rank.
+_RANK_IN_NAME = re.compile(r"(?:rank|_TP|_DP|_PP|[_-])(\d+)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class RayRank:
+    actor: ray.RayActor
+    rank: int
+    world_size: int
+
+
+@dataclass(frozen=True)
+class RayGathered:
+    results: list[NodeResult]
+    notes: tuple[str, ...]  # how the stacks were taken, and why (the 403 and what would lift it)
+    discovery_s: float
+
+
+def worker_ranks(cluster: ray.RayCluster, classes: Sequence[str]) -> list[RayRank]:
+    """The engine's actors as ranks: by the rank in their names where every name has one, else in
+    (node, name, pid) order; actors that are not alive are kept (their node says so)."""
+    actors = [a for a in cluster.actors if a.class_name in classes]
+    if not actors:
+        return []
+    numbers = [_RANK_IN_NAME.search(a.name) for a in actors]
+    if all(numbers) and len({m.group(1) for m in numbers if m}) == len(actors):
+        ranked = sorted(zip((int(m.group(1)) for m in numbers if m), actors, strict=True), key=lambda x: x[0])
+    else:
+        order = {n.node_id: i for i, n in enumerate(cluster.nodes)}
+        by_place = sorted(actors, key=lambda a: (order.get(a.node_id, len(order)), a.name, a.pid))
+        ranked = list(enumerate(by_place))
+    return [RayRank(a, r, len(actors)) for r, a in ranked]
+
+
+def gather_ray(
+    options: ray.RayOptions,
+    *,
+    classes: Sequence[str],
+    samples: int,
+    every_s: float,
+    native: bool,
+    ssh: SshOptions,
+    remote_args: Sequence[str],
+) -> RayGathered:
+    cluster = ray.discover(options)
+    ranks = worker_ranks(cluster, classes)
+    notes: list[str] = []
+    nodes = {n.node_id: n for n in cluster.nodes}
+    by_node: dict[str, list[RayRank]] = {}
+    for r in ranks:
+        by_node.setdefault(r.actor.node_id, []).append(r)
+    live = [r for r in ranks if r.actor.state == "ALIVE" and r.actor.pid > 0]
+    via_dashboard = False
+    if live:
+        first = ray.traceback(options, live[0].actor.node_id, live[0].actor.pid, native)
+        if first.outcome is ray.TracebackOutcome.DISABLED:
+            notes.append(
+                "the dashboard's traceback endpoint answered 403: profiling is disabled on this cluster "
+                f"(Ray >= 2.60 default; the head would need {ray.PROFILING_ENV}=1 in its environment at "
+                "'ray start --head'); stacks were taken over ssh to the node addresses Ray gave"
+            )
+        else:
+            via_dashboard = True
+            notes.append("stacks through the dashboard's /worker/traceback (py-spy run by each node's agent)")
+    results: list[NodeResult] = []
+    ssh_nodes: list[str] = []
+    for node_id, node_ranks in by_node.items():
+        node = nodes.get(node_id)
+        host = node.address if node is not None else node_id[:12]
+        if node is None or not node.alive:
+            said = "not in the state API's node list" if node is None else "DEAD in the state API"
+            results.append(
+                _silent(host, NodeOutcome.UNREACHABLE, f"Ray node {node_id[:12]} is {said}", node_ranks)
+            )
+            continue
+        if via_dashboard:
+            results.append(
+                _from_dashboard(
+                    options, node=node, ranks=node_ranks, samples=samples, every_s=every_s, native=native
+                )
+            )
+        else:
+            ssh_nodes.append(node_id)
+    if ssh_nodes:
+        hosts = [nodes[n].address for n in ssh_nodes]
+        per_node = [
+            [
+                *remote_args,
+                *[a for r in by_node[n] if r.actor.state == "ALIVE" for a in ("--pid", str(r.actor.pid))],
+            ]
+            for n in ssh_nodes
+        ]
+        # One ssh per node, each with its own pids: the fan-out of transports/ssh.py, host by host.
+        with ThreadPoolExecutor(max_workers=max(1, min(ssh.concurrency, len(hosts)))) as pool:
+            got = list(
+                pool.map(lambda hp: gather_ssh([hp[0]], hp[1], ssh)[0], zip(hosts, per_node, strict=True))
+            )
+        for n, result in zip(ssh_nodes, got, strict=True):
+            results.append(_with_ranks(result, by_node[n]))
+    return RayGathered(results, tuple(notes), cluster.elapsed_s)
+
+
+def _role(actor: ray.RayActor) -> str:
+    return f"ray_actor:{actor.class_name}"
+
+
+def _process(r: RayRank) -> NodeProcess:
+    return NodeProcess(
+        pid=r.actor.pid,
+        ppid=0,
+        name=f"ray::{r.actor.class_name}",
+        role=_role(r.actor),
+        rank=str(r.rank),
+        rank_source="ray_actor_name" if r.actor.name else "ray_actor_order",
+        world_size=r.world_size,
+        env={},
+        cpu_cores=0.0,
+    )
+
+
+def _with_ranks(result: NodeResult, ranks: list[RayRank]) -> NodeResult:
+    """The collector's bundle with each actor's rank and role from Ray (the collector sees only titles)."""
+    bundle = result.bundle
+    if bundle is None:
+        return result
+    by_pid = {r.actor.pid: r for r in ranks}
+
+    def proc(p: NodeProcess) -> NodeProcess:
+        r = by_pid.get(p.pid)
+        if r is None:
+            return p
+        return replace(
+            p,
+            role=_role(r.actor),
+            rank=str(r.rank),
+            rank_source=_process(r).rank_source,
+            world_size=r.world_size,
+        )
+
+    def stacks(s: StackSample) -> StackSample:
+        return replace(
+            s,
+            processes=tuple(
+                replace(
+                    p,
+                    role=_role(by_pid[p.pid].actor),
+                    rank=str(by_pid[p.pid].rank),
+                    world_size=by_pid[p.pid].world_size,
+                )
+                if p.pid in by_pid
+                else p
+                for p in s.processes
+            ),
+        )
+
+    errors = tuple(
+        BundleError("select", f"actor {r.actor.name or r.actor.actor_id} is {r.actor.state}", r.actor.pid)
+        for r in ranks
+        if r.actor.state != "ALIVE"
+    )
+    return replace(
+        result,
+        bundle=replace(
+            bundle,
+            processes=tuple(proc(p) for p in bundle.processes),
+            stacks=tuple(stacks(s) for s in bundle.stacks),
+            errors=(*bundle.errors, *errors),
+        ),
+    )
+
+
+def _silent(host: str, outcome: NodeOutcome, detail: str, ranks: list[RayRank]) -> NodeResult:
+    now = time.time()
+    names = ", ".join(
+        f"rank{r.rank} ({r.actor.name or r.actor.class_name}, pid {r.actor.pid})" for r in ranks
+    )
+    return NodeResult(host, outcome, f"{detail}; its actors: {names}", None, now, now)
+
+
+def _from_dashboard(
+    options: ray.RayOptions,
+    *,
+    node: ray.RayNode,
+    ranks: list[RayRank],
+    samples: int,
+    every_s: float,
+    native: bool,
+) -> NodeResult:
+    """One node's bundle from the dashboard: its actors as the state API gave them, py-spy's dumps as
+    stacks; no /proc readings (the dashboard gives none), so no ticks."""
+    sent, start = time.time(), time.monotonic()
+    rounds: list[StackSample] = []
+    errors: list[BundleError] = []
+    alive = [r for r in ranks if r.actor.state == "ALIVE" and r.actor.pid > 0]
+    for r in ranks:
+        if r not in alive:
+            errors.append(
+                BundleError(
+                    "select", f"actor {r.actor.name or r.actor.actor_id} is {r.actor.state}", r.actor.pid
+                )
+            )
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(alive)))) as pool:
+        for i in range(samples):
+            if i:
+                time.sleep(every_s)
+            t = round(time.monotonic() - start, 4)
+            got = list(
+                pool.map(lambda r: (r, ray.traceback(options, node.node_id, r.actor.pid, native)), alive)
+            )
+            rounds.append(
+                StackSample(
+                    t=t,
+                    processes=tuple(_stacks_of(r, tb) for r, tb in got),
+                    elapsed_s=round(time.monotonic() - start - t, 4),
+                )
+            )
+    received = time.time()
+    bundle = NodeBundle(
+        schema=BUNDLE_SCHEMA,
+        collector_version=f"hangwatch {__version__} via the Ray dashboard",
+        mode=CollectMode.FULL,
+        selector=f"ray actors on node {node.node_id[:12]}",
+        node=NodeIdentity(hostname=node.name or node.address, boot_id="", pid_ns=_ns_of(node), kernel=""),
+        clock=ClockReading(wall_s=sent, monotonic_s=start, duration_s=round(time.monotonic() - start, 4)),
+        processes=tuple(_process(r) for r in ranks),
+        ticks=(),
+        stacks=tuple(rounds),
+        errors=tuple(errors),
+    )
+    return NodeResult(node.address, NodeOutcome.OK, "", bundle, sent, received)
+
+
+def _ns_of(node: ray.RayNode) -> int:
+    """No /proc of the node here: a stable stand-in for its PID namespace, from its Ray node id."""
+    return int(node.node_id[:12], 16) if re.fullmatch(r"[0-9a-f]{12,}", node.node_id[:12] or "x") else 0
+
+
+def _stacks_of(r: RayRank, tb: ray.Traceback) -> ProcessStacks:
+    base = ProcessStacks(
+        pid=r.actor.pid,
+        name=f"ray::{r.actor.class_name}",
+        role=_role(r.actor),
+        rank=str(r.rank),
+        outcome=DumpOutcome.OK,
+        world_size=r.world_size,
+        elapsed_s=round(tb.elapsed_s, 4),
+    )
+    if tb.outcome is not ray.TracebackOutcome.OK:
+        outcome = DumpOutcome.NO_DUMPER if "py-spy is not installed" in tb.text else DumpOutcome.FAILED
+        detail = tb.text
+        if outcome is DumpOutcome.NO_DUMPER:
+            detail += " (py-spy must be on the PATH of that node's Ray agent: pip install py-spy there)"
+        return replace(base, outcome=outcome, detail=detail)
+    threads = ray.parse_text_dump(tb.text)
+    if not threads:
+        return replace(base, outcome=DumpOutcome.FAILED, detail=f"no threads in the dump: {tb.text[:200]}")
+    return replace(base, threads=threads)
