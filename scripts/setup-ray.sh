@@ -15,7 +15,7 @@ set -euo pipefail
 SETUP_NAME="setup-ray"
 readonly RAY_VERSION="2.60.0"
 # Bump when the install recipe changes, so existing venvs are re-verified instead of trusted.
-readonly RECIPE_REV="1"
+readonly RECIPE_REV="2"
 
 VENV="${HANGWATCH_RAY_VENV:-${HOME:?HOME is not set}/.cache/hangwatch/ray-${RAY_VERSION}}"
 PY="${VENV}/bin/python"
@@ -38,12 +38,17 @@ log "installing ray[default]==${RAY_VERSION}"
 "${PY}" -m pip install --progress-bar off "${find_links[@]}" "ray[default]==${RAY_VERSION}" 1>&2 \
     || die "pip install ray[default]==${RAY_VERSION} failed (see pip output above)"
 
+# torch's CPU build, for the gloo group the tests' worker actors join (the version .venv uses).
+log "installing torch==2.13.0 (the test actors' gloo group)"
+"${PY}" -m pip install --progress-bar off torch==2.13.0 1>&2 || die "pip install torch==2.13.0 failed"
+
 log "verifying imports"
 "${PY}" - <<PYEOF 1>&2 || die "the venv at ${VENV} installed but does not import; delete it and re-run"
 import importlib.metadata as md
 import ray
 import ray.dashboard  # noqa: F401  (the dashboard's own dependencies: aiohttp and friends)
 import aiohttp  # noqa: F401
+import torch.distributed  # noqa: F401
 got = md.version("ray")
 assert got == "${RAY_VERSION}", f"ray {got} installed, expected ${RAY_VERSION}"
 print(f"ray {got}")
