@@ -458,3 +458,54 @@ def test_a_rank_reaped_unseen_while_its_engine_takes_ten_seconds_to_give_up_is_t
     findings = [LogFinding(61.0, Cause.EXCEPTION, line, 633)]
     d = causes.diagnose_crash([core], findings, root_pids={397}, exits=[tp1, tp0, core])
     assert d.cause is Cause.DEAD_PEER and d.culprits == (907,), d.explanation
+
+
+def test_an_engine_core_waiting_on_its_input_queue_is_not_the_stuck_driver():
+    """vllm-tp2-api-serving-block-run (2026-12-02): the API server's event loop blocked in
+    ``create_completion`` before hangwatch saw /health green. Both workers wait in the engine core's
+    message queue, and the engine core, their parent, waits on its own input queue (``Queue.get``): it
+    drives them but waits for messages itself, so it was wrongly named the stuck driver. The process
+    outside any receive is the API server."""
+    lock = (_n("lock_PyThread_acquire_lock", "libpython3.11.so.1.0"), _n("??", "libc.so.6"))
+    poll = (_n("zmq_poll", "libzmq.so.5"), _n("poll", "libc.so.6"))
+    mq = _frames(
+        ("WorkerProc.worker_busy_loop", "vllm/v1/executor/multiproc_executor.py", 962),
+        ("SpinCondition.wait", "vllm/distributed/device_communicators/shm_broadcast.py", 210),
+        ("Poller.poll", "zmq/sugar/poll.py", 106),
+    )
+    stacks = {
+        15436: ("VLLM::APIServer", "APIServer", None, _frames(
+            ("OpenAIServingCompletion.create_completion", "vllm/entrypoints/openai/completion/serving.py", 120),
+            ("Fault.fire", "sitecustomize.py", 196),
+            ("Event.wait", "threading.py", 629),
+            ("Condition.wait", "threading.py", 327),
+        ) + lock, 11.81),
+        15712: ("python", None, None, _PY[_TRACKER] + _BELOW[_TRACKER], 0.07),
+        15713: ("VLLM::EngineCore", "EngineCore", None, _frames(
+            ("EngineCoreProc._process_input_queue", "vllm/v1/engine/core.py", 1180),
+            ("Queue.get", "queue.py", 171),
+            ("Condition.wait", "threading.py", 327),
+        ) + lock, 11.62),
+        16183: ("VLLM::Worker_TP0", "Worker", "TP0", mq + poll, 44.7),
+        16185: ("VLLM::Worker_TP1", "Worker", "TP1", mq + poll, 42.53),
+    }  # fmt: skip
+    samples = [
+        StackSample(
+            t,
+            tuple(
+                ProcessStacks(
+                    pid, name, role, rank, DumpOutcome.OK,
+                    (ThreadStack(pid, "MainThread", False, False, frames),), "S", cpu, True,
+                )
+                for pid, (name, role, rank, frames, cpu) in stacks.items()
+            ),
+            0.5,
+        )
+        for t in (134.628, 136.628, 138.628)
+    ]  # fmt: skip
+    parents = {15436: 15433, 15712: 15436, 15713: 15436, 16183: 15713, 16185: 15713}
+    window = [
+        Tick(138.6, tuple(_proc(pid, ppid, stacks[pid][0], None, None) for pid, ppid in parents.items()))
+    ]
+    found = classify(stack_context(samples, window))
+    assert found.culprits == (15436,), found.explanation

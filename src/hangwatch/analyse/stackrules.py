@@ -616,7 +616,8 @@ def rule_odd_one_out(ctx: StackContext) -> Diagnosis | None:
 def _stuck_driver(ctx: StackContext, peers: Sequence[ProcessView]) -> Diagnosis | None:
     """Every rank waits in the same place, and the process that drives them (their nearest common
     parent: an engine core, a launcher) is stuck elsewhere, not waiting for requests: the ranks wait
-    for it. Medium confidence, never closed."""
+    for it. A driver waiting for messages itself (an engine core waiting on its input queue while the
+    API server above it is the one stuck) is idle, not stuck. Medium confidence, never closed."""
     parent_of = dict(ctx.parents)
     ppids = {parent_of.get(v.pid) for v in peers}
     if len(ppids) != 1:
@@ -627,7 +628,7 @@ def _stuck_driver(ctx: StackContext, peers: Sequence[ProcessView]) -> Diagnosis 
         or driver.outcome is not DumpOutcome.OK
         or driver.main is None
         or not driver.blocked
-        or driver.main.wait is Wait.IDLE_LOOP
+        or _receiving(driver)
     ):
         return None
     where = peers[0].main.where if peers[0].main else "?"
@@ -643,6 +644,19 @@ _MESSAGES = re.compile(
 )
 
 
+def _receiving(v: ProcessView) -> bool:
+    """Its main thread waits for a message: an event loop, a receive, a queue. The names are the fast
+    path; a thread parked in a read or poll of a pipe or socket waits for a message whatever its frames
+    are called (multiprocessing's resource tracker reading its pipe in ``main``)."""
+    if v.main is None:
+        return False
+    return (
+        v.main.wait is Wait.IDLE_LOOP
+        or v.main.receiving
+        or bool(_MESSAGES.search(f"{v.main.where} {v.main.at}"))
+    )
+
+
 def rule_stuck_worker(ctx: StackContext) -> Diagnosis | None:
     """Everyone waits; all but a few wait for messages (a zmq or pipe receive, an event loop) and those
     few are stuck in a wait of their own, outside any receive: the others wait for them (an engine's
@@ -651,21 +665,10 @@ def rule_stuck_worker(ctx: StackContext) -> Diagnosis | None:
     if len(dumped) < 2 or not ctx.over_time or not all(v.blocked for v in dumped):
         return None
 
-    def receiving(v: ProcessView) -> bool:
-        assert v.main is not None
-        # The names are the fast path; a thread parked in a read or poll of a pipe or socket waits
-        # for a message whatever its frames are called (multiprocessing's resource tracker reading
-        # its pipe in ``main``).
-        return (
-            v.main.wait is Wait.IDLE_LOOP
-            or v.main.receiving
-            or bool(_MESSAGES.search(f"{v.main.where} {v.main.at}"))
-        )
-
-    stuck = [v for v in dumped if not receiving(v)]
+    stuck = [v for v in dumped if not _receiving(v)]
     if not stuck or len(stuck) == len(dumped) or len(stuck) > 2:
         return None
-    waiting = [v for v in dumped if receiving(v)]
+    waiting = [v for v in dumped if _receiving(v)]
     text = (
         f"{'; '.join(f'{_who(v)} is stuck in {_where(v)}' for v in stuck)}, while "
         f"{_waiting_in(ctx, waiting)} for messages: they wait for it"
