@@ -21,7 +21,6 @@ last real progress.
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from dataclasses import dataclass
 from dataclasses import field
@@ -528,6 +527,3 @@ class Assessor:
         while self._history and self._history[0].t < min(horizon, self.last_progress_t() - 5):
             self._history.popleft()
 
-
-def compile_patterns(patterns: list[str] | tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
-    return tuple(re.compile(p) for p in patterns)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from hangwatch.model.samples import ProbeOutcome
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import Tick
+from hangwatch.words import human_bytes
 
 # Thresholds, as rates so that they do not depend on the sampling interval.
 CPU_CORES_MIN = 0.10  # 10 % of a core; a waiting vLLM worker's background thread used ~1 %
@@ -162,14 +163,6 @@ def _serving_signals(prev: Tick, tick: Tick) -> list[ProgressSignal]:
     if own is not None and own.answered and own.done_t is not None and fresh:
         signals.append(ProgressSignal("serving", None, f"hangwatch's own request answered: {own.detail}"))
     return signals
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 # CPU time and a moved stack are weak evidence: a spin burns CPU too, so the stacks can discount them.
