@@ -33,6 +33,7 @@ from hangwatch.analyse.evidence import window_evidence
 from hangwatch.analyse.phases import PhaseTracker
 from hangwatch.analyse.progress import ProgressClock
 from hangwatch.analyse.progress import ProgressSignal
+from hangwatch.analyse.progress import SignalKind
 from hangwatch.analyse.progress import Thresholds
 from hangwatch.analyse.progress import progress_signals
 from hangwatch.analyse.serving import ServingClock
@@ -131,7 +132,7 @@ class Assessor:
             # A thread on CPU whose stack moved between two captures executes code, even when the
             # machine is so loaded that its CPU share stays under the threshold. As weak as CPU time.
             signals += tuple(
-                ProgressSignal("stack", pid, f"[{pid}] stack moved while on CPU")
+                ProgressSignal(SignalKind.STACK, pid, f"[{pid}] stack moved while on CPU")
                 for pid in self.stacks.moved()
             )
         self.clock.observe(tick.t, signals)
@@ -424,7 +425,7 @@ class Assessor:
         first = min(f.t for f in decisive)
         if now - first < DEAD_PEER_GRACE_S:
             return False
-        return self.clock.last_of("process") <= first
+        return self.clock.last_of(SignalKind.PROCESS) <= first
 
     def _readiness(self, tick: Tick) -> str | None:
         for probe in tick.probes:
@@ -526,4 +527,3 @@ class Assessor:
         horizon = self.now - max(self.policy.stall_after, DEAD_PEER_GRACE_S) * 2 - 10
         while self._history and self._history[0].t < min(horizon, self.last_progress_t() - 5):
             self._history.popleft()
-

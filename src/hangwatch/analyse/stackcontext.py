@@ -8,16 +8,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hangwatch.analyse.causes import ended_unseen
+from hangwatch.analyse.causes import io_waiting_processes
 from hangwatch.analyse.stackranks import compact_ranges
 from hangwatch.analyse.stackwaits import CPU_BUSY_CORES
 from hangwatch.analyse.stackwaits import ProcessView
 from hangwatch.analyse.stackwaits import process_views
 from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import GpuSample
+from hangwatch.model.samples import ProcState
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import GpuActivity
 from hangwatch.model.stacks import StackSample
+from hangwatch.model.vocabulary import Confidence
 
 KERNEL_TICKS = 3  # how many of the latest ticks say whose kernels are on the GPU
 
@@ -55,12 +58,13 @@ class StackContext:
     def over_time(self) -> bool:
         return self.samples >= 2
 
-    def confidence(self, *pids: int) -> str:
+    def confidence(self, *pids: int) -> Confidence:
         if not self.over_time:
-            return "medium"
+            return Confidence.MEDIUM
         wanted = set(pids)
         views = [v for v in self.views if v.pid in wanted] if wanted else list(self.views)
-        return "high" if all(v.unchanged or v.outcome is not DumpOutcome.OK for v in views) else "medium"
+        ok = all(v.unchanged or v.outcome is not DumpOutcome.OK for v in views)
+        return Confidence.HIGH if ok else Confidence.MEDIUM
 
     def all_blocked(self) -> bool:
         """Every process of the tree waits: dumped and not moving, stopped, dead, or not Python and idle.
@@ -75,11 +79,13 @@ class StackContext:
             if v.outcome is DumpOutcome.OK:
                 if not v.blocked:
                     return False
-            elif v.outcome in (DumpOutcome.STOPPED, DumpOutcome.GONE) or v.state == "Z":
+            elif v.outcome in (DumpOutcome.STOPPED, DumpOutcome.GONE) or v.state == ProcState.ZOMBIE:
                 continue
             elif v.outcome is not DumpOutcome.NOT_PYTHON:
                 return False
-            elif v.state in ("R", "D") or cpu.get(v.pid, 0.0) >= CPU_BUSY_CORES:
+            elif (
+                v.state in (ProcState.RUNNING, ProcState.DISK_SLEEP) or cpu.get(v.pid, 0.0) >= CPU_BUSY_CORES
+            ):
                 return False  # a shell wrapper is fine; a busy non-Python child (ninja, nvcc) is not
         return True
 
@@ -91,17 +97,14 @@ def stack_context(
     span = samples[-1].t - samples[0].t if samples else 0.0
     states: dict[int, str] = {}
     cpu: dict[int, float] = {}
-    d_counts: dict[int, int] = {}
     if window:
         for tick in window:
             for p in tick.processes:
                 cpu[p.pid] = cpu.get(p.pid, 0.0) + p.cpu_delta_s
-                if p.state == "D":
-                    d_counts[p.pid] = d_counts.get(p.pid, 0) + 1
         states = {p.pid: p.state for p in window[-1].processes}
         seconds = max(window[-1].t - window[0].t, 1.0)
         cpu = {pid: c / seconds for pid, c in cpu.items()}
-    d_state = tuple(sorted(pid for pid, n in d_counts.items() if window and n >= 0.8 * len(window)))
+    d_state = io_waiting_processes(window)
     gpu = next((t.gpu for t in reversed(window) if t.gpu is not None), None)
     # A few ticks, not the whole window: a rank that computed before it got stuck ran kernels then.
     recent = [p for t in window[-KERNEL_TICKS:] if t.gpu is not None for p in t.gpu.processes]

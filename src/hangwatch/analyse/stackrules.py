@@ -23,11 +23,14 @@ from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackwaits import ProcessView
 from hangwatch.analyse.stackwaits import ThreadView
 from hangwatch.analyse.stackwaits import Wait
+from hangwatch.model.samples import STOPPED_STATES
 from hangwatch.model.samples import ExitRecord
+from hangwatch.model.samples import ProcState
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.vocabulary import Cause
+from hangwatch.model.vocabulary import Confidence
 
 _UNREAD = frozenset({DumpOutcome.DENIED, DumpOutcome.TIMEOUT, DumpOutcome.FAILED, DumpOutcome.NO_DUMPER})
 
@@ -69,7 +72,7 @@ def rule_stopped(ctx: StackContext) -> Diagnosis | None:
     """
     states = dict(ctx.states)
     stopped = [
-        v.pid for v in ctx.views if v.outcome is DumpOutcome.STOPPED or states.get(v.pid) in ("T", "t")
+        v.pid for v in ctx.views if v.outcome is DumpOutcome.STOPPED or states.get(v.pid) in STOPPED_STATES
     ]
     if not stopped:
         return None
@@ -78,7 +81,7 @@ def rule_stopped(ctx: StackContext) -> Diagnosis | None:
     text = f"{ctx.label(stopped)} stopped (state T): not running, so its peers cannot progress"
     if others:
         text += f"; {_waiting_in(ctx, [v for v in others if v.peer] or others)}"
-    return Diagnosis(Cause.STOPPED, tuple(stopped), text, "high", closed=True)
+    return Diagnosis(Cause.STOPPED, tuple(stopped), text, Confidence.HIGH, closed=True)
 
 
 def rule_dead_peer(ctx: StackContext) -> Diagnosis | None:
@@ -87,7 +90,7 @@ def rule_dead_peer(ctx: StackContext) -> Diagnosis | None:
     A dead process never answers, so the survivors' wait is closed.
     """
     dead = [e.pid for e in ctx.exits] + [
-        v.pid for v in ctx.views if v.state == "Z" or (v.outcome is DumpOutcome.GONE)
+        v.pid for v in ctx.views if v.state == ProcState.ZOMBIE or (v.outcome is DumpOutcome.GONE)
     ]
     dead = list(dict.fromkeys(dead))
     if not dead:
@@ -161,7 +164,7 @@ def rule_io_wait(ctx: StackContext) -> Diagnosis | None:
     views = [v for v in ctx.views if v.pid in d_state]
     where = "; ".join(f"{v.label} in {_where(v)}" for v in views if v.main) or "no stack"
     text = f"{ctx.label(ctx.d_state)} in uninterruptible I/O (state D): {where}"
-    return Diagnosis(Cause.IO_WAIT, ctx.d_state, text, "high")
+    return Diagnosis(Cause.IO_WAIT, ctx.d_state, text, Confidence.HIGH)
 
 
 def rule_cuda_graph_capture(ctx: StackContext) -> Diagnosis | None:
@@ -461,7 +464,7 @@ def rule_odd_one_out(ctx: StackContext) -> Diagnosis | None:
         f"over {ctx.span_s:.0f} s); "
         f"{ctx.label(v.pid for v in odd)} elsewhere: {where}: the odd one out, which the others wait for"
     )
-    return Diagnosis(Cause.COLLECTIVE_WAIT, tuple(v.pid for v in odd), text, "medium")
+    return Diagnosis(Cause.COLLECTIVE_WAIT, tuple(v.pid for v in odd), text, Confidence.MEDIUM)
 
 
 def _stuck_driver(ctx: StackContext, peers: Sequence[ProcessView]) -> Diagnosis | None:
@@ -486,7 +489,7 @@ def _stuck_driver(ctx: StackContext, peers: Sequence[ProcessView]) -> Diagnosis 
         f"{ctx.label(v.pid for v in peers)} all wait in {where}, for the process that drives them: "
         f"{_who(driver)} is stuck in {_where(driver)}"
     )
-    return Diagnosis(Cause.UNKNOWN, (driver.pid,), text, "medium")
+    return Diagnosis(Cause.UNKNOWN, (driver.pid,), text, Confidence.MEDIUM)
 
 
 _MESSAGES = re.compile(
@@ -521,7 +524,7 @@ def rule_stuck_worker(ctx: StackContext) -> Diagnosis | None:
         f"{'; '.join(f'{_who(v)} is stuck in {_where(v)}' for v in stuck)}, while "
         f"{_waiting_in(ctx, waiting)} for messages: they wait for it"
     )
-    return Diagnosis(Cause.UNKNOWN, tuple(v.pid for v in stuck), text, "medium")
+    return Diagnosis(Cause.UNKNOWN, tuple(v.pid for v in stuck), text, Confidence.MEDIUM)
 
 
 def rule_unknown(ctx: StackContext) -> Diagnosis:
@@ -530,10 +533,10 @@ def rule_unknown(ctx: StackContext) -> Diagnosis:
     if not dumped:
         reasons = {v.detail or v.outcome.value for v in ctx.views}
         return Diagnosis(
-            Cause.UNKNOWN, (), "no stack could be read: " + "; ".join(sorted(reasons))[:400], "low"
+            Cause.UNKNOWN, (), "no stack could be read: " + "; ".join(sorted(reasons))[:400], Confidence.LOW
         )
     text = "no rule matched; " + "; ".join(f"{v.label} in {_where(v)}" for v in (ctx.peers or dumped)[:6])
-    return Diagnosis(Cause.UNKNOWN, (), text, "low")
+    return Diagnosis(Cause.UNKNOWN, (), text, Confidence.LOW)
 
 
 Rule = Callable[[StackContext], Diagnosis | None]
