@@ -38,6 +38,7 @@ from hangwatch.collect import procfs
 from hangwatch.errors import PTRACE_HELP
 from hangwatch.model.samples import ENDED_STATES
 from hangwatch.model.samples import STOPPED_STATES
+from hangwatch.model.samples import ProcessId
 from hangwatch.model.samples import ProcessSample
 from hangwatch.model.samples import ProcState
 from hangwatch.model.stacks import DumpOutcome
@@ -135,7 +136,7 @@ class StackDumper:
         self._runner = runner
         self._root = root
         self._resume = resume or _sigcont
-        self._python_only: set[tuple[int, int]] = set()  # identities where --native failed once
+        self._python_only: set[ProcessId] = set()  # identities where --native failed once
         self._sources: dict[str, list[str] | None] = {}
 
     @property
