@@ -29,8 +29,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from fixtures.stacks import loader  # noqa: E402
+from hangwatch.analyse.stackcontext import stack_context  # noqa: E402
 from hangwatch.analyse.stackrules import classify  # noqa: E402
-from hangwatch.analyse.stackrules import stack_context  # noqa: E402
 from hangwatch.analyse.stacktree import build_tree  # noqa: E402
 from hangwatch.collect import procfs  # noqa: E402
 from hangwatch.collect.stacks import DumpRun  # noqa: E402

@@ -343,7 +343,7 @@ def derive_thresholds(results: dict[str, Any]) -> dict[str, Any]:
         "spin_mem_util_pct": results.get("spin", {}).get("mem_util_pct"),
         "matmul_mem_util_pct": results.get("matmul", {}).get("mem_util_pct"),
         "rule": "GPM: graphics >= 90 % with every pipe < 5 % = spinning; else util >= 90 % with memory util "
-        "< 10 % and power < 300 W = spinning (hangwatch.analyse.stackrules.gpu_state)",
+        "< 10 % and power < 300 W = spinning (hangwatch.analyse.gpustate.gpu_state)",
     }
 
 

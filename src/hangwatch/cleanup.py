@@ -28,6 +28,8 @@ from hangwatch.model.cleanup import GpuFreed
 from hangwatch.model.cleanup import GpuHeld
 from hangwatch.model.cleanup import Member
 from hangwatch.model.samples import GpuSample
+from hangwatch.model.samples import ProcessId
+from hangwatch.model.samples import ProcState
 from hangwatch.render.cleanup_text import outcome_text
 from hangwatch.render.cleanup_text import plan_text
 from hangwatch.supervise import shm
@@ -142,7 +144,7 @@ def plan_for_pid(pid: int, gpu: GpuSource) -> CleanupPlan:
     stats = _snapshot()
     if pid not in stats:
         raise NoSuchProcess(f"no process with PID {pid}")
-    if stats[pid].state == "Z":
+    if stats[pid].state == ProcState.ZOMBIE:
         raise NoSuchProcess(
             f"PID {pid} has already exited (a zombie waiting for its parent {stats[pid].ppid})"
         )
@@ -203,7 +205,7 @@ def execute(
 ) -> CleanupOutcome:
     """Stop the planned tree (SIGTERM, grace, SIGKILL; stopped ones too), then verify and free the rest."""
     started = time.monotonic()
-    identities = {m.identity for m in plan.members if m.state != "Z"}
+    identities = {m.identity for m in plan.members if m.state != ProcState.ZOMBIE}
     # Its own children are no business of ours to reap: the tree's parents (or init) do that.
     result = teardown.stop_tree(
         identities, plan.session, lambda _pids: {}, grace_s, kill_wait_s, follow_children=True
@@ -225,14 +227,14 @@ def execute(
     )
 
 
-def _wait_zombies(identities: set[tuple[int, int]], timeout_s: float) -> tuple[tuple[int, int], ...]:
+def _wait_zombies(identities: set[ProcessId], timeout_s: float) -> tuple[tuple[int, int], ...]:
     """Members that exited but are not reaped yet, after giving their parents ``timeout_s`` to do it."""
     deadline = time.monotonic() + timeout_s
     while True:
         zombies = []
         for pid, start in identities:
             stat = procfs.read_stat(pid)
-            if stat is not None and stat.starttime_ticks == start and stat.state == "Z":
+            if stat is not None and stat.starttime_ticks == start and stat.state == ProcState.ZOMBIE:
                 zombies.append((pid, stat.ppid))
         if not zombies or time.monotonic() >= deadline:
             return tuple(sorted(zombies))

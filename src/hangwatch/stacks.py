@@ -16,8 +16,8 @@ from typing import Any
 
 from hangwatch import engines
 from hangwatch.analyse import causes
+from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackrules import classify
-from hangwatch.analyse.stackrules import stack_context
 from hangwatch.analyse.stacktree import build_tree
 from hangwatch.analyse.stackwatch import with_native_detail
 from hangwatch.collect import procfs

@@ -12,9 +12,9 @@ from hangwatch.analyse.assess import Policy
 from hangwatch.analyse.echoes import ProbeEchoes
 from hangwatch.analyse.progress import ProgressClock
 from hangwatch.analyse.progress import ProgressSignal
+from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackmotion import in_place
 from hangwatch.analyse.stackrules import classify
-from hangwatch.analyse.stackrules import stack_context
 from hangwatch.collect.connections import connection_of
 from hangwatch.model.samples import ConnectionSample
 from hangwatch.model.samples import ExitHow

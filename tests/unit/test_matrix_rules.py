@@ -15,8 +15,8 @@ from hangwatch.analyse.assess import Policy
 from hangwatch.analyse.logscan import LogScanner
 from hangwatch.analyse.progress import progress_signals
 from hangwatch.analyse.serving import ServingWatch
+from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackrules import classify
-from hangwatch.analyse.stackrules import stack_context
 from hangwatch.analyse.stackwatch import StackHistory
 from hangwatch.collect.http_probe import Prober
 from hangwatch.model.samples import ExitHow

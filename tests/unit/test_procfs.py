@@ -91,3 +91,21 @@ def test_environ_reads_only_named_keys():
     finally:
         child.kill()
         child.wait()
+
+
+def test_states_are_named_at_the_boundary_and_print_as_the_kernels_letters():
+    """psutil's names for the letters of proc(5); the value stays the letter, so reports do not change."""
+    import json
+
+    from hangwatch.model.samples import STOPPED_STATES
+    from hangwatch.model.samples import ProcessId
+    from hangwatch.model.samples import ProcState
+    from hangwatch.render.json_report import plain
+
+    s = procfs.parse_stat(4242, STAT)
+    assert s.state is ProcState.SLEEPING and f"{s.state}" == "S" and json.dumps(plain(s.state)) == '"S"'
+    assert procfs.parse_stat(1, STAT.replace(") S ", ") t ")).state in STOPPED_STATES
+    assert procfs.parse_stat(1, STAT.replace(") S ", ") D ")).state is ProcState.DISK_SLEEP
+    assert procfs.parse_stat(1, STAT.replace(") S ", ") x ")).state is ProcState.DEAD  # 2.6.33-3.13
+    assert procfs.parse_stat(1, STAT.replace(") S ", ") Q ")).state is ProcState.UNKNOWN  # never raises
+    assert s.identity == ProcessId(4242, 987654) == (4242, 987654) and s.identity.start_ticks == 987654

@@ -169,6 +169,12 @@ def test_markdown_escapes_the_servers_words_outside_code_and_breaks_fences_insid
     assert sum(line.startswith("```") for line in md) == 4  # two blocks opened and closed, none by the server
 
 
+def test_markdown_keeps_the_servers_entities_as_written():
+    """``&amp;`` from the server is those five characters on GitHub, not an ampersand."""
+    md = markdown_report(stalled_report(" AT&amp;T &lt;b&gt; & co")).splitlines()
+    assert md[2] == "stalled: nothing progressed for 10 s; TP3 took another path AT\\&amp;T \\&lt;b\\&gt; \\& co"
+
+
 class Elements(HTMLParser):
     """Every element of the page as (tag, attributes, its whole text, how many <li> enclose it)."""
 

@@ -13,11 +13,11 @@ import pytest
 
 from fixtures.stacks import loader
 from hangwatch.analyse import causes
+from hangwatch.analyse.gpustate import gpu_state
+from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackrules import RULES
 from hangwatch.analyse.stackrules import diagnose
-from hangwatch.analyse.stackrules import gpu_state
 from hangwatch.analyse.stackrules import rule_io_wait
-from hangwatch.analyse.stackrules import stack_context
 from hangwatch.analyse.stackwaits import Wait
 from hangwatch.analyse.stackwaits import classify_thread
 from hangwatch.model.samples import GpuProcessMemory

@@ -8,13 +8,13 @@ from dataclasses import replace
 import pytest
 
 from fixtures.stacks import loader
+from hangwatch.analyse.stackframes import significant_frames
+from hangwatch.analyse.stackframes import wait_point
+from hangwatch.analyse.stackranks import compact_ranges
+from hangwatch.analyse.stackranks import rank_label
 from hangwatch.analyse.stacktree import build_tree
-from hangwatch.analyse.stacktree import compact_ranges
 from hangwatch.analyse.stacktree import equivalence_classes
-from hangwatch.analyse.stacktree import rank_label
-from hangwatch.analyse.stacktree import significant_frames
 from hangwatch.analyse.stacktree import unchanged_threads
-from hangwatch.analyse.stacktree import wait_point
 from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import ProcessStacks
 from hangwatch.model.stacks import StackNode
@@ -156,3 +156,35 @@ def _nodes(nodes: tuple[StackNode, ...]) -> list[StackNode]:
 
 def _leaves(nodes: tuple[StackNode, ...]) -> list[StackNode]:
     return [n for n in _nodes(nodes) if n.ends]
+
+
+def test_the_frame_cache_shares_one_computation_per_stack_and_resets_whole():
+    """Equal stacks are one interned tuple, so each is computed once; ``reset`` empties both parts."""
+    from hangwatch.model.stacks import FRAME_CACHE
+    from hangwatch.model.stacks import Frame
+    from hangwatch.model.stacks import ThreadStack
+    from hangwatch.model.stacks import intern_frames
+
+    def stack() -> list[Frame]:  # a new list of new (equal) frames each time, as py-spy's parser gives
+        return [Frame("run", "serve.py", 10), Frame("all_reduce", "distributed_c10d.py", 20)]
+
+    FRAME_CACHE.reset()
+    assert FRAME_CACHE.sizes == (0, 0)
+    a = ThreadStack(1, "MainThread", False, False, intern_frames(stack()))
+    b = ThreadStack(2, "MainThread", False, False, intern_frames(stack()))
+    assert a.frames is b.frames
+    calls: list[int] = []
+
+    def count(frames: tuple[Frame, ...]) -> int:
+        calls.append(1)
+        return len(frames)
+
+    assert FRAME_CACHE.memo("test", a.frames, count) == FRAME_CACHE.memo("test", b.frames, count) == 2
+    assert len(calls) == 1
+    assert wait_point(a) == wait_point(b) == "all_reduce"
+    assert FRAME_CACHE.sizes[0] == 1 and FRAME_CACHE.sizes[1] >= 2
+    FRAME_CACHE.reset()
+    assert FRAME_CACHE.sizes == (0, 0)
+    assert FRAME_CACHE.memo("test", a.frames, count) == 2
+    assert len(calls) == 2  # computed again after the reset
+    assert intern_frames(stack()) is not a.frames  # a new tuple: the old one is no longer known

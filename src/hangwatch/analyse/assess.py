@@ -21,7 +21,6 @@ last real progress.
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from dataclasses import dataclass
 from dataclasses import field
@@ -34,6 +33,7 @@ from hangwatch.analyse.evidence import window_evidence
 from hangwatch.analyse.phases import PhaseTracker
 from hangwatch.analyse.progress import ProgressClock
 from hangwatch.analyse.progress import ProgressSignal
+from hangwatch.analyse.progress import SignalKind
 from hangwatch.analyse.progress import Thresholds
 from hangwatch.analyse.progress import progress_signals
 from hangwatch.analyse.serving import ServingClock
@@ -132,7 +132,7 @@ class Assessor:
             # A thread on CPU whose stack moved between two captures executes code, even when the
             # machine is so loaded that its CPU share stays under the threshold. As weak as CPU time.
             signals += tuple(
-                ProgressSignal("stack", pid, f"[{pid}] stack moved while on CPU")
+                ProgressSignal(SignalKind.STACK, pid, f"[{pid}] stack moved while on CPU")
                 for pid in self.stacks.moved()
             )
         self.clock.observe(tick.t, signals)
@@ -425,7 +425,7 @@ class Assessor:
         first = min(f.t for f in decisive)
         if now - first < DEAD_PEER_GRACE_S:
             return False
-        return self.clock.last_of("process") <= first
+        return self.clock.last_of(SignalKind.PROCESS) <= first
 
     def _readiness(self, tick: Tick) -> str | None:
         for probe in tick.probes:
@@ -527,7 +527,3 @@ class Assessor:
         horizon = self.now - max(self.policy.stall_after, DEAD_PEER_GRACE_S) * 2 - 10
         while self._history and self._history[0].t < min(horizon, self.last_progress_t() - 5):
             self._history.popleft()
-
-
-def compile_patterns(patterns: list[str] | tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
-    return tuple(re.compile(p) for p in patterns)

@@ -10,11 +10,14 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hangwatch.model.samples import STOPPED_STATES
 from hangwatch.model.samples import ExitHow
 from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import LogFinding
+from hangwatch.model.samples import ProcState
 from hangwatch.model.samples import Tick
 from hangwatch.model.vocabulary import Cause
+from hangwatch.model.vocabulary import Confidence
 
 SHORT_LIVED_S = 2.0  # helpers (`which`, `ldconfig -p`, compiler probes) exit non-zero harmlessly
 
@@ -94,7 +97,7 @@ class Diagnosis:
     cause: Cause
     culprits: tuple[int, ...]
     explanation: str
-    confidence: str | None = None  # "high", "medium", "low" (stack rules say how sure they are)
+    confidence: Confidence | None = None  # stack rules say how sure they are
     # Nothing inside the tree can end this wait (ranks waiting on each other, a stopped or dead peer,
     # a lock cycle): the verdict need not wait out the whole stall window.
     closed: bool = False
@@ -122,7 +125,7 @@ def ended_unseen(e: ExitRecord) -> bool:
 
 def stopped_processes(tick: Tick) -> tuple[int, ...]:
     """Rule ``stopped``: processes in state T (job control) or t (stopped by a tracer)."""
-    return tuple(p.pid for p in tick.processes if p.state in ("T", "t"))
+    return tuple(p.pid for p in tick.processes if p.state in STOPPED_STATES)
 
 
 def io_waiting_processes(window: Sequence[Tick], share: float = 0.8) -> tuple[int, ...]:
@@ -132,7 +135,7 @@ def io_waiting_processes(window: Sequence[Tick], share: float = 0.8) -> tuple[in
     counts: dict[int, int] = {}
     for tick in window:
         for p in tick.processes:
-            if p.state == "D":
+            if p.state == ProcState.DISK_SLEEP:
                 counts[p.pid] = counts.get(p.pid, 0) + 1
     return tuple(sorted(pid for pid, n in counts.items() if n >= share * len(window)))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hangwatch.model.samples import ProbeResult
+from hangwatch.model.samples import ProcState
 from hangwatch.model.samples import Tick
 from hangwatch.redact import redact_text
 from hangwatch.words import human_bytes
@@ -41,7 +42,7 @@ def window_evidence(
         f"state {'/'.join(states) or '-'}"
     )
     for p in last.processes:
-        if cpu.get(p.pid, 0.0) > 0.5 or p.state not in ("S", "I"):
+        if cpu.get(p.pid, 0.0) > 0.5 or p.state not in (ProcState.SLEEPING, ProcState.IDLE):
             out.append(
                 f"  {p.name} [{p.pid}]: state {p.state}, +{cpu.get(p.pid, 0.0):.1f} s CPU, "
                 f"+{human_bytes(io.get(p.pid, 0))} I/O"

@@ -24,10 +24,10 @@ from typing import TypeVar
 
 from hangwatch.analyse import causes
 from hangwatch.analyse.causes import Diagnosis
+from hangwatch.analyse.stackcontext import stack_context
+from hangwatch.analyse.stackranks import compact_ranges
 from hangwatch.analyse.stackrules import classify
-from hangwatch.analyse.stackrules import stack_context
 from hangwatch.analyse.stacktree import build_tree
-from hangwatch.analyse.stacktree import compact_ranges
 from hangwatch.analyse.stackwatch import with_native_detail
 from hangwatch.model.nodes import NODES_REPORT_SCHEMA
 from hangwatch.model.nodes import ClockSkew

@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 from hangwatch.model.samples import ProbeOutcome
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import Tick
+from hangwatch.words import human_bytes
 
 # Thresholds, as rates so that they do not depend on the sampling interval.
 CPU_CORES_MIN = 0.10  # 10 % of a core; a waiting vLLM worker's background thread used ~1 %
@@ -34,11 +36,26 @@ class Thresholds:
     rss_bytes: int = RSS_DELTA_MIN
 
 
+class SignalKind(StrEnum):
+    """What moved: the kinds of progress signal."""
+
+    LOG = "log"
+    IO = "io"
+    CPU = "cpu"
+    STACK = "stack"
+    MEMORY = "memory"
+    GPU_MEMORY = "gpu-memory"
+    PORT = "port"
+    PROBE = "probe"
+    PROCESS = "process"
+    SERVING = "serving"
+
+
 @dataclass(frozen=True)
 class ProgressSignal:
     """One reason the tree counts as progressing at one tick."""
 
-    kind: str  # log, io, cpu, stack, memory, gpu-memory, port, probe, process, serving
+    kind: SignalKind
     pid: int | None
     text: str
 
@@ -59,35 +76,39 @@ def progress_signals(
     times out), is evidence of a wedge (serving.py), not progress; only turning green again is.
     """
     if prev is None:
-        return (ProgressSignal("process", None, "supervision started"),)
+        return (ProgressSignal(SignalKind.PROCESS, None, "supervision started"),)
     dt = max(tick.t - prev.t, 1e-3)
     signals: list[ProgressSignal] = []
     if tick.log.progress_lines > 0:
-        signals.append(ProgressSignal("log", None, f"{tick.log.progress_lines} new log lines"))
+        signals.append(ProgressSignal(SignalKind.LOG, None, f"{tick.log.progress_lines} new log lines"))
     before = {p.pid: p for p in prev.processes}
     ours = _our_traffic(prev, tick)
     for p in tick.processes:
         old = before.get(p.pid)
         if old is None:
-            signals.append(ProgressSignal("process", p.pid, f"new process {p.pid} ({p.name})"))
+            signals.append(ProgressSignal(SignalKind.PROCESS, p.pid, f"new process {p.pid} ({p.name})"))
             continue
         # What the server read and wrote answering hangwatch itself (its /metrics, our probe) is not work.
         io = p.io_delta_bytes - sum(ours.get(port, 0) for port in p.listening_ports)
         if io / dt >= thresholds.io_bytes_per_s:
             signals.append(
-                ProgressSignal("io", p.pid, f"{p.name} [{p.pid}] I/O {human_bytes(p.io_delta_bytes)}")
+                ProgressSignal(
+                    SignalKind.IO, p.pid, f"{p.name} [{p.pid}] I/O {human_bytes(p.io_delta_bytes)}"
+                )
             )
         grown = p.rss_bytes - old.rss_bytes
         if grown >= thresholds.rss_bytes:
             signals.append(
-                ProgressSignal("memory", p.pid, f"{p.name} [{p.pid}] memory +{human_bytes(grown)}")
+                ProgressSignal(SignalKind.MEMORY, p.pid, f"{p.name} [{p.pid}] memory +{human_bytes(grown)}")
             )
         if p.cpu_delta_s / dt >= thresholds.cpu_cores and not spinning(p.pid):
-            signals.append(ProgressSignal("cpu", p.pid, f"{p.name} [{p.pid}] CPU {p.cpu_delta_s / dt:.0%}"))
+            signals.append(
+                ProgressSignal(SignalKind.CPU, p.pid, f"{p.name} [{p.pid}] CPU {p.cpu_delta_s / dt:.0%}")
+            )
         new_ports = set(p.listening_ports) - set(old.listening_ports)
         if new_ports:
             ports = ", ".join(map(str, sorted(new_ports)))
-            signals.append(ProgressSignal("port", p.pid, f"{p.name} [{p.pid}] listens on {ports}"))
+            signals.append(ProgressSignal(SignalKind.PORT, p.pid, f"{p.name} [{p.pid}] listens on {ports}"))
     signals.extend(_gpu_memory_signals(prev, tick, thresholds))
     signals.extend(_serving_signals(prev, tick))
     if tick.probes:
@@ -96,7 +117,7 @@ def progress_signals(
             green = probe.outcome is ProbeOutcome.HTTP and 200 <= (probe.status or 0) < 300
             if first is not None and probe.key != first.key and (green or not serving):
                 signals.append(
-                    ProgressSignal("probe", None, f"probe {first.describe()} -> {probe.describe()}")
+                    ProgressSignal(SignalKind.PROBE, None, f"probe {first.describe()} -> {probe.describe()}")
                 )
             first = probe
     return tuple(signals)
@@ -115,7 +136,9 @@ def _gpu_memory_signals(prev: Tick, tick: Tick, thresholds: Thresholds) -> list[
         if abs(delta) >= thresholds.gpu_mem_bytes:
             sign = "+" if delta > 0 else "-"
             signals.append(
-                ProgressSignal("gpu-memory", None, f"GPU {g.index} memory {sign}{human_bytes(abs(delta))}")
+                ProgressSignal(
+                    SignalKind.GPU_MEMORY, None, f"GPU {g.index} memory {sign}{human_bytes(abs(delta))}"
+                )
             )
     return signals
 
@@ -151,7 +174,7 @@ def _serving_signals(prev: Tick, tick: Tick) -> list[ProgressSignal]:
                 sent += c.acked_bytes - old
         if sent:
             signals.append(
-                ProgressSignal("serving", None, f"the server sent its clients {human_bytes(sent)}")
+                ProgressSignal(SignalKind.SERVING, None, f"the server sent its clients {human_bytes(sent)}")
             )
     own, old_own = tick.own_request, prev.own_request
     fresh = (
@@ -160,20 +183,14 @@ def _serving_signals(prev: Tick, tick: Tick) -> list[ProgressSignal]:
         else False
     )
     if own is not None and own.answered and own.done_t is not None and fresh:
-        signals.append(ProgressSignal("serving", None, f"hangwatch's own request answered: {own.detail}"))
+        signals.append(
+            ProgressSignal(SignalKind.SERVING, None, f"hangwatch's own request answered: {own.detail}")
+        )
     return signals
 
 
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
 # CPU time and a moved stack are weak evidence: a spin burns CPU too, so the stacks can discount them.
-WEAK_KINDS = frozenset({"cpu", "stack"})
+WEAK_KINDS = frozenset({SignalKind.CPU, SignalKind.STACK})
 
 
 class ProgressClock:
@@ -187,7 +204,7 @@ class ProgressClock:
 
     def __init__(self, start: float = 0.0) -> None:
         self._start = start
-        self._last: dict[tuple[str, int | None], float] = {}
+        self._last: dict[tuple[SignalKind, int | None], float] = {}
         self.last_signals: tuple[ProgressSignal, ...] = ()
 
     def observe(self, t: float, signals: tuple[ProgressSignal, ...]) -> None:
@@ -212,7 +229,7 @@ class ProgressClock:
             latest = max(latest, counted)
         return latest
 
-    def last_of(self, kind: str) -> float:
+    def last_of(self, kind: SignalKind) -> float:
         """The latest signal of one kind ("process": a new process appeared), or the start."""
         return max((t for (k, _), t in self._last.items() if k == kind), default=self._start)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from hangwatch.analyse.stacktree import significant_frames
+from hangwatch.analyse.stackframes import significant_frames
 from hangwatch.model.stacks import Frame
 from hangwatch.model.stacks import ThreadStack
 

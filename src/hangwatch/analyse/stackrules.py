@@ -13,138 +13,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from collections.abc import Collection
-from collections.abc import Iterable
 from collections.abc import Sequence
-from dataclasses import dataclass
-from dataclasses import replace
 
 from hangwatch.analyse.causes import Diagnosis
-from hangwatch.analyse.causes import ended_unseen
-from hangwatch.analyse.stacktree import compact_ranges
-from hangwatch.analyse.stackwaits import CPU_BUSY_CORES
+from hangwatch.analyse.gpustate import gpu_state
+from hangwatch.analyse.gpustate import gpus_of
+from hangwatch.analyse.stackcontext import StackContext
+from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackwaits import ProcessView
 from hangwatch.analyse.stackwaits import ThreadView
 from hangwatch.analyse.stackwaits import Wait
-from hangwatch.analyse.stackwaits import process_views
+from hangwatch.model.samples import STOPPED_STATES
 from hangwatch.model.samples import ExitRecord
-from hangwatch.model.samples import GpuSample
+from hangwatch.model.samples import ProcState
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import DumpOutcome
-from hangwatch.model.stacks import GpuActivity
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.vocabulary import Cause
+from hangwatch.model.vocabulary import Confidence
 
-# docs/gpu-signals.md (H200): a spinning kernel reads ~100 % utilisation with 0 % memory utilisation at
-# 120-142 W; real work moves memory utilisation to 23-100 % and power to 400-700 W. Without GPM
-# these are the fallback: utilisation high while memory utilisation stays under MEM_UTIL_WORK.
-GPU_BUSY_UTIL = 90.0
-MEM_UTIL_WORK = 10.0
-POWER_WORK_W = 300.0
-GPU_IDLE_UTIL = 5.0
-KERNEL_TICKS = 3  # how many of the latest ticks say whose kernels are on the GPU
 _UNREAD = frozenset({DumpOutcome.DENIED, DumpOutcome.TIMEOUT, DumpOutcome.FAILED, DumpOutcome.NO_DUMPER})
-
-
-@dataclass(frozen=True)
-class StackContext:
-    views: tuple[ProcessView, ...]
-    samples: int
-    span_s: float  # seconds between the first and the last sample
-    exits: tuple[ExitRecord, ...] = ()  # failed members of the tree seen in the window
-    states: tuple[tuple[int, str], ...] = ()  # latest /proc state per pid, from the ticks
-    d_state: tuple[int, ...] = ()  # pids in uninterruptible sleep most of the window
-    window_cpu: tuple[tuple[int, float], ...] = ()  # cores used per pid over the window, from the ticks
-    gpu: GpuSample | None = None
-    gpm: tuple[GpuActivity, ...] = ()
-    parents: tuple[tuple[int, int], ...] = ()  # pid -> ppid, from the ticks
-    laggards: tuple[int, ...] = ()  # ranks whose own log lines stopped at an earlier phase than their peers'
-    # Processes whose kernels ran on the SMs in the last few ticks (NVML's per-process samples); None
-    # where NVML gives no such samples.
-    kernels: frozenset[int] | None = None
-
-    @property
-    def peers(self) -> tuple[ProcessView, ...]:
-        ranked = tuple(v for v in self.views if v.peer)
-        return ranked or self.views
-
-    def label(self, pids: Iterable[int]) -> str:
-        wanted = set(pids)
-        names = [v.label for v in self.views if v.pid in wanted]
-        seen = {v.pid for v in self.views}
-        names += [f"{e.name}[{e.pid}]" for e in self.exits if e.pid in wanted and e.pid not in seen]
-        return compact_ranges(names) or ",".join(str(p) for p in sorted(wanted))
-
-    @property
-    def over_time(self) -> bool:
-        return self.samples >= 2
-
-    def confidence(self, *pids: int) -> str:
-        if not self.over_time:
-            return "medium"
-        wanted = set(pids)
-        views = [v for v in self.views if v.pid in wanted] if wanted else list(self.views)
-        return "high" if all(v.unchanged or v.outcome is not DumpOutcome.OK for v in views) else "medium"
-
-    def all_blocked(self) -> bool:
-        """Every process of the tree waits: dumped and not moving, stopped, dead, or not Python and idle.
-
-        A process whose stacks could not be read (permission, timeout, py-spy failing) could be the one
-        doing something: then nothing is proven, and the full stall window applies.
-        """
-        if not self.over_time:
-            return False
-        cpu = dict(self.window_cpu)
-        for v in self.views:
-            if v.outcome is DumpOutcome.OK:
-                if not v.blocked:
-                    return False
-            elif v.outcome in (DumpOutcome.STOPPED, DumpOutcome.GONE) or v.state == "Z":
-                continue
-            elif v.outcome is not DumpOutcome.NOT_PYTHON:
-                return False
-            elif v.state in ("R", "D") or cpu.get(v.pid, 0.0) >= CPU_BUSY_CORES:
-                return False  # a shell wrapper is fine; a busy non-Python child (ninja, nvcc) is not
-        return True
-
-
-def stack_context(
-    samples: Sequence[StackSample], window: Sequence[Tick] = (), exits: Sequence[ExitRecord] = ()
-) -> StackContext:
-    views = process_views(samples)
-    span = samples[-1].t - samples[0].t if samples else 0.0
-    states: dict[int, str] = {}
-    cpu: dict[int, float] = {}
-    d_counts: dict[int, int] = {}
-    if window:
-        for tick in window:
-            for p in tick.processes:
-                cpu[p.pid] = cpu.get(p.pid, 0.0) + p.cpu_delta_s
-                if p.state == "D":
-                    d_counts[p.pid] = d_counts.get(p.pid, 0) + 1
-        states = {p.pid: p.state for p in window[-1].processes}
-        seconds = max(window[-1].t - window[0].t, 1.0)
-        cpu = {pid: c / seconds for pid, c in cpu.items()}
-    d_state = tuple(sorted(pid for pid, n in d_counts.items() if window and n >= 0.8 * len(window)))
-    gpu = next((t.gpu for t in reversed(window) if t.gpu is not None), None)
-    # A few ticks, not the whole window: a rank that computed before it got stuck ran kernels then.
-    recent = [p for t in window[-KERNEL_TICKS:] if t.gpu is not None for p in t.gpu.processes]
-    known = [p for p in recent if p.sm_util_pct is not None]
-    kernels = frozenset(p.pid for p in known if p.sm_util_pct) if known else None
-    parents = tuple(sorted({p.pid: p.ppid for t in window for p in t.processes}.items()))
-    return StackContext(
-        views=views,
-        samples=len(samples),
-        span_s=span,
-        exits=tuple(e for e in exits if e.failed or ended_unseen(e)),
-        states=tuple(sorted(states.items())),
-        d_state=d_state,
-        window_cpu=tuple(sorted(cpu.items())),
-        gpu=gpu,
-        kernels=kernels,
-        gpm=samples[-1].gpus if samples else (),
-        parents=parents,
-    )
 
 
 def _where(v: ProcessView) -> str:
@@ -184,7 +72,7 @@ def rule_stopped(ctx: StackContext) -> Diagnosis | None:
     """
     states = dict(ctx.states)
     stopped = [
-        v.pid for v in ctx.views if v.outcome is DumpOutcome.STOPPED or states.get(v.pid) in ("T", "t")
+        v.pid for v in ctx.views if v.outcome is DumpOutcome.STOPPED or states.get(v.pid) in STOPPED_STATES
     ]
     if not stopped:
         return None
@@ -193,7 +81,7 @@ def rule_stopped(ctx: StackContext) -> Diagnosis | None:
     text = f"{ctx.label(stopped)} stopped (state T): not running, so its peers cannot progress"
     if others:
         text += f"; {_waiting_in(ctx, [v for v in others if v.peer] or others)}"
-    return Diagnosis(Cause.STOPPED, tuple(stopped), text, "high", closed=True)
+    return Diagnosis(Cause.STOPPED, tuple(stopped), text, Confidence.HIGH, closed=True)
 
 
 def rule_dead_peer(ctx: StackContext) -> Diagnosis | None:
@@ -202,7 +90,7 @@ def rule_dead_peer(ctx: StackContext) -> Diagnosis | None:
     A dead process never answers, so the survivors' wait is closed.
     """
     dead = [e.pid for e in ctx.exits] + [
-        v.pid for v in ctx.views if v.state == "Z" or (v.outcome is DumpOutcome.GONE)
+        v.pid for v in ctx.views if v.state == ProcState.ZOMBIE or (v.outcome is DumpOutcome.GONE)
     ]
     dead = list(dict.fromkeys(dead))
     if not dead:
@@ -276,7 +164,7 @@ def rule_io_wait(ctx: StackContext) -> Diagnosis | None:
     views = [v for v in ctx.views if v.pid in d_state]
     where = "; ".join(f"{v.label} in {_where(v)}" for v in views if v.main) or "no stack"
     text = f"{ctx.label(ctx.d_state)} in uninterruptible I/O (state D): {where}"
-    return Diagnosis(Cause.IO_WAIT, ctx.d_state, text, "high")
+    return Diagnosis(Cause.IO_WAIT, ctx.d_state, text, Confidence.HIGH)
 
 
 def rule_cuda_graph_capture(ctx: StackContext) -> Diagnosis | None:
@@ -519,40 +407,6 @@ def _gpu_wait_at(v: ProcessView) -> str:
     return named[0].at if named else _where(v)
 
 
-def gpu_state(
-    gpu: GpuSample | None, gpm: Sequence[GpuActivity], indices: Collection[int] | None = None
-) -> str:
-    """ "spinning", "idle", "working" or "unknown" for the GPUs ``indices`` (every GPU when None), from
-    GPM pipes where the GPU has them, else util/power. One GPU working among them makes them working:
-    a host in place then may wait for real work."""
-    if indices is not None:
-        gpm = [g for g in gpm if g.index in indices]
-        if gpu is not None:
-            gpu = replace(gpu, gpus=tuple(g for g in gpu.gpus if g.index in indices))
-    busy_gpm = [g for g in gpm if g.graphics_util is not None and g.graphics_util >= GPU_BUSY_UTIL]
-    if busy_gpm:
-        return "spinning" if all(g.pipes_idle() for g in busy_gpm) else "working"
-    if gpm and all(g.graphics_util is not None and g.graphics_util < GPU_IDLE_UTIL for g in gpm):
-        return "idle"
-    if gpu is None or gpu.unavailable or not gpu.gpus:
-        return "unknown"
-    busy = [g for g in gpu.gpus if g.util_pct is not None and g.util_pct >= GPU_BUSY_UTIL]
-    if busy:
-        work = any((g.mem_util_pct or 0) >= MEM_UTIL_WORK or (g.power_w or 0) >= POWER_WORK_W for g in busy)
-        return "working" if work else "spinning"
-    if all(g.util_pct is not None and g.util_pct < GPU_IDLE_UTIL for g in gpu.gpus):
-        return "idle"
-    return "unknown"
-
-
-def gpus_of(gpu: GpuSample | None, pid: int) -> frozenset[int] | None:
-    """The GPUs a process holds memory on (NVML's per-process view); None where NVML shows it on none."""
-    if gpu is None:
-        return None
-    found = frozenset(p.gpu_index for p in gpu.processes if p.pid == pid)
-    return found or None
-
-
 def _gpu_note(ctx: StackContext) -> str:
     if ctx.gpm:
         a = ctx.gpm[0]
@@ -610,7 +464,7 @@ def rule_odd_one_out(ctx: StackContext) -> Diagnosis | None:
         f"over {ctx.span_s:.0f} s); "
         f"{ctx.label(v.pid for v in odd)} elsewhere: {where}: the odd one out, which the others wait for"
     )
-    return Diagnosis(Cause.COLLECTIVE_WAIT, tuple(v.pid for v in odd), text, "medium")
+    return Diagnosis(Cause.COLLECTIVE_WAIT, tuple(v.pid for v in odd), text, Confidence.MEDIUM)
 
 
 def _stuck_driver(ctx: StackContext, peers: Sequence[ProcessView]) -> Diagnosis | None:
@@ -636,7 +490,7 @@ def _stuck_driver(ctx: StackContext, peers: Sequence[ProcessView]) -> Diagnosis 
         f"{ctx.label(v.pid for v in peers)} all wait in {where}, for the process that drives them: "
         f"{_who(driver)} is stuck in {_where(driver)}"
     )
-    return Diagnosis(Cause.UNKNOWN, (driver.pid,), text, "medium")
+    return Diagnosis(Cause.UNKNOWN, (driver.pid,), text, Confidence.MEDIUM)
 
 
 _MESSAGES = re.compile(
@@ -673,7 +527,7 @@ def rule_stuck_worker(ctx: StackContext) -> Diagnosis | None:
         f"{'; '.join(f'{_who(v)} is stuck in {_where(v)}' for v in stuck)}, while "
         f"{_waiting_in(ctx, waiting)} for messages: they wait for it"
     )
-    return Diagnosis(Cause.UNKNOWN, tuple(v.pid for v in stuck), text, "medium")
+    return Diagnosis(Cause.UNKNOWN, tuple(v.pid for v in stuck), text, Confidence.MEDIUM)
 
 
 def rule_unknown(ctx: StackContext) -> Diagnosis:
@@ -682,10 +536,10 @@ def rule_unknown(ctx: StackContext) -> Diagnosis:
     if not dumped:
         reasons = {v.detail or v.outcome.value for v in ctx.views}
         return Diagnosis(
-            Cause.UNKNOWN, (), "no stack could be read: " + "; ".join(sorted(reasons))[:400], "low"
+            Cause.UNKNOWN, (), "no stack could be read: " + "; ".join(sorted(reasons))[:400], Confidence.LOW
         )
     text = "no rule matched; " + "; ".join(f"{v.label} in {_where(v)}" for v in (ctx.peers or dumped)[:6])
-    return Diagnosis(Cause.UNKNOWN, (), text, "low")
+    return Diagnosis(Cause.UNKNOWN, (), text, Confidence.LOW)
 
 
 Rule = Callable[[StackContext], Diagnosis | None]
@@ -719,7 +573,3 @@ def diagnose(
     samples: Sequence[StackSample], window: Sequence[Tick] = (), exits: Sequence[ExitRecord] = ()
 ) -> Diagnosis:
     return classify(stack_context(samples, window, exits))
-
-
-def thread_lines(views: Sequence[ThreadView]) -> list[str]:
-    return [f"{t.name or t.tid}: {t.wait.value} in {t.where} ({t.location})" for t in views]

@@ -6,9 +6,8 @@ whose main threads have the same stack form an equivalence class; among peers (r
 a class smaller than the largest one is the minority, highlighted as the odd ones out.
 
 Frames are merged on (function, file), not line, so that ranks in the same function at different
-lines stay together (the lines are kept in the node). Native frames that only say how the
-interpreter got there (``??``, ``pybind11::``, ``_PyEval``) are dropped; native frames below the
-innermost Python frame are kept: they name the wait (``c10d::Work::wait``).
+lines stay together (the lines are kept in the node). Which frames count is ``stackframes``'; how the
+processes are named, ``stackranks``'.
 
 Pure functions over model objects: 10,000 rank stacks merge in well under a second (identical
 stacks are grouped first and inserted once).
@@ -16,15 +15,20 @@ stacks are grouped first and inserted once).
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
-from typing import Any
-from typing import TypeVar
 
+from hangwatch.analyse.stackframes import memo
+from hangwatch.analyse.stackframes import signature
+from hangwatch.analyse.stackframes import significant
+from hangwatch.analyse.stackframes import significant_frames
+from hangwatch.analyse.stackframes import wait_point
+from hangwatch.analyse.stackranks import compact_ranges
+from hangwatch.analyse.stackranks import peer_pids
+from hangwatch.analyse.stackranks import rank_label
+from hangwatch.analyse.stackranks import split_label
 from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import Frame
 from hangwatch.model.stacks import ProcessStacks
@@ -32,162 +36,8 @@ from hangwatch.model.stacks import StackClass
 from hangwatch.model.stacks import StackNode
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.stacks import StackTree
-from hangwatch.model.stacks import ThreadStack
-
-_GLUE = re.compile(
-    r"^(?:\?\?|0x[0-9a-f]+|_?Py[A-Z_]\w*|pybind11|thread_run$|start_thread$|clone3?$|__libc_|_start$)"
-)
-_TITLE_RANK = re.compile(r"(?:^|[_:.\-])(?:rank|r)[_-]?(\d+)$", re.IGNORECASE)
-_NUMBERED = re.compile(r"^(.*?)(\d+)$")
-_UNTITLED = re.compile(r"^(?:python[\d.]*|python\d?-\w+)$")
 
 FrameKey = tuple[str, str, bool]
-T = TypeVar("T")
-_MEMO: dict[tuple[str, int], tuple[tuple[Frame, ...], Any]] = {}
-_MEMO_LIMIT = 200_000
-_STDLIB = frozenset(
-    {
-        "threading.py",
-        "queue.py",
-        "selectors.py",
-        "socket.py",
-        "subprocess.py",
-        "socketserver.py",
-        "ssl.py",
-        "multiprocessing",
-        "asyncio",
-        "concurrent",
-        "selectors",
-        "contextlib.py",
-    }
-)
-
-
-def rank_label(p: ProcessStacks) -> str:
-    """How a process is named in rank ranges: ``TP1``, ``rank3``; else ``role[pid]``.
-
-    The rank comes from the engine profile (``VLLM::Worker_TP1``, ``RANK=3``); for programs that set
-    neither, a title ending in ``rank3`` or ``:r3`` names it (``gloo_rank3``, ``dead_peer:r3``).
-    """
-    if p.rank:
-        return f"rank{p.rank}" if p.rank.isdigit() else p.rank
-    m = _TITLE_RANK.search(p.name)
-    if m:
-        return f"rank{int(m.group(1))}"
-    return f"{p.role or p.name}[{p.pid}]"
-
-
-def is_peer(p: ProcessStacks) -> bool:
-    """A rank: one of several processes doing the same job, whose stacks are compared."""
-    return bool(p.rank) or _TITLE_RANK.search(p.name) is not None
-
-
-def peer_pids(processes: Iterable[ProcessStacks]) -> set[int]:
-    """The ranks; when nothing names a rank, the largest group (2 or more) sharing one process title.
-
-    Titles cut to 15 bytes lose the rank (``sglang::scheduler_TP3`` is ``sglang::schedul`` in comm
-    without setproctitle), but the ranks still share their title, and the launcher does not.
-    """
-    processes = list(processes)
-    ranked = {p.pid for p in processes if is_peer(p)}
-    if len(ranked) >= 2:
-        return ranked
-    by_name: dict[str, set[int]] = {}
-    for p in processes:
-        if not _UNTITLED.match(p.name):  # two untitled interpreters (a launcher, a tracker) are no ranks
-            by_name.setdefault(p.name, set()).add(p.pid)
-    largest = max(by_name.values(), key=len, default=set())
-    return largest if len(largest) >= 2 else ranked
-
-
-def memo(kind: str, frames: tuple[Frame, ...], compute: Callable[[tuple[Frame, ...]], T]) -> T:
-    """``compute(frames)``, once per frames tuple object.
-
-    Identical stacks share one tuple (the py-spy boundary interns them), so 10,000 ranks in the same
-    all_reduce cost one computation. The cache holds the tuple itself, so its id cannot be reused while
-    the entry lives; it is dropped whole when it grows past ``_MEMO_LIMIT``.
-    """
-    key = (kind, id(frames))
-    hit = _MEMO.get(key)
-    if hit is not None and hit[0] is frames:
-        return hit[1]  # type: ignore[no-any-return]
-    value = compute(frames)
-    if len(_MEMO) >= _MEMO_LIMIT:
-        _MEMO.clear()
-    _MEMO[key] = (frames, value)
-    return value
-
-
-def significant_frames(thread: ThreadStack) -> tuple[Frame, ...]:
-    """The frames worth merging and showing: Python frames, and native frames inside or below them."""
-    return memo("significant", thread.frames, _significant)
-
-
-def signature(thread: ThreadStack) -> tuple[tuple[str, str, int], ...]:
-    """``ThreadStack.signature``, memoised: identity over time (Python frames and their lines)."""
-    return memo("signature", thread.frames, lambda _: thread.signature())
-
-
-def _significant(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
-    first_python = next((i for i, f in enumerate(frames) if not f.native), None)
-    if first_python is None:
-        return tuple(f for f in frames if not _GLUE.match(f.name))
-    return tuple(f for f in frames[first_python:] if not (f.native and _GLUE.match(f.name)))
-
-
-def is_stdlib(f: Frame) -> bool:
-    """A frame of the standard library's waiting machinery (threading, queues, pipes, selectors)."""
-    return f.file.split("/", 1)[0] in _STDLIB or f.file in _STDLIB
-
-
-def wait_point(thread: ThreadStack) -> str:
-    """Where a thread is, short: its innermost own frame, then what it waits in.
-
-    ``all_reduce > c10d::Work::wait``; ``CudaGraphRunner.capture > Event.wait``;
-    ``rank_main > Queue.get`` (the standard library's waiting machinery below is left out).
-    """
-    return memo("wait-point", thread.frames, lambda _: _wait_point(significant_frames(thread)))
-
-
-def _wait_point(frames: tuple[Frame, ...]) -> str:
-    python = [i for i, f in enumerate(frames) if not f.native]
-    if not python:
-        return frames[-1].name if frames else "?"
-    leaf = python[-1]
-    owner = next((i for i in reversed(python) if not is_stdlib(frames[i])), leaf)
-    if owner == leaf:
-        return frames[leaf].name + (f" > {frames[leaf + 1].name}" if leaf + 1 < len(frames) else "")
-    below = next((i for i in python if i > owner), leaf)
-    return f"{frames[owner].name} > {frames[below].name}"
-
-
-def compact_ranges(labels: Iterable[str]) -> str:
-    """``[TP0, TP1, TP2, TP4, rank1, main[7]]`` -> ``TP0-2,TP4,rank1,main[7]``."""
-    numbered: dict[str, list[int]] = {}
-    other: list[str] = []
-    for label in dict.fromkeys(labels):
-        m = _NUMBERED.match(label)
-        if m and "[" not in label:
-            numbered.setdefault(m.group(1), []).append(int(m.group(2)))
-        else:
-            other.append(label)
-    parts: list[str] = []
-    for prefix in sorted(numbered):
-        parts.extend(_runs(prefix, sorted(numbered[prefix])))
-    return ",".join(parts + sorted(other))
-
-
-def _runs(prefix: str, numbers: list[int]) -> list[str]:
-    out: list[str] = []
-    start = prev = numbers[0]
-    for n in [*numbers[1:], None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        out.append(f"{prefix}{start}" if start == prev else f"{prefix}{start}-{prev}")
-        if n is not None:
-            start = prev = n
-    return out
 
 
 @dataclass
@@ -295,7 +145,7 @@ def _classes(indexed: Sequence[_Proc]) -> tuple[StackClass, ...]:
         main = proc.stacks.main_thread
         if main is None:
             continue
-        key = memo("class", main.frames, lambda frames: _class_key(memo("significant", frames, _significant)))
+        key = memo("class", main.frames, lambda frames: _class_key(significant(frames)))
         groups.setdefault(key, []).append(proc)
         wheres.setdefault(key, wait_point(main))
     peer_set = peer_pids(p.stacks for p in indexed)
@@ -343,9 +193,8 @@ def _indexed(processes: Iterable[ProcessStacks]) -> list[_Proc]:
     procs = []
     for p in processes:
         label = rank_label(p)
-        m = _NUMBERED.match(label)
-        number = int(m.group(2)) if m and "[" not in label else None
-        procs.append(_Proc(p, label, m.group(1) if m and number is not None else label, number))
+        prefix, number = split_label(label)
+        procs.append(_Proc(p, label, prefix, number))
     procs.sort(key=lambda x: (x.number is None, x.prefix, x.number if x.number is not None else x.stacks.pid))
     return procs
 

@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from hangwatch.analyse.stackframes import memo
+from hangwatch.analyse.stackframes import significant_frames
+from hangwatch.analyse.stackframes import wait_point
 from hangwatch.analyse.stackmotion import in_compute
 from hangwatch.analyse.stackmotion import in_place
-from hangwatch.analyse.stacktree import memo
-from hangwatch.analyse.stacktree import peer_pids
-from hangwatch.analyse.stacktree import rank_label
-from hangwatch.analyse.stacktree import significant_frames
-from hangwatch.analyse.stacktree import wait_point
+from hangwatch.analyse.stackranks import peer_pids
+from hangwatch.analyse.stackranks import rank_label
 from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import Frame
 from hangwatch.model.stacks import ProcessStacks

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from dataclasses import replace
 
 from hangwatch.analyse.causes import Diagnosis
+from hangwatch.analyse.gpustate import gpu_state
+from hangwatch.analyse.gpustate import gpus_of
+from hangwatch.analyse.stackcontext import stack_context
+from hangwatch.analyse.stackframes import signature
 from hangwatch.analyse.stackrules import classify
-from hangwatch.analyse.stackrules import gpu_state
-from hangwatch.analyse.stackrules import gpus_of
-from hangwatch.analyse.stackrules import stack_context
-from hangwatch.analyse.stacktree import signature
 from hangwatch.analyse.stackwaits import ProcessView
 from hangwatch.analyse.stackwaits import Wait
 from hangwatch.analyse.stackwaits import classify_thread

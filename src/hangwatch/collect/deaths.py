@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hangwatch.collect import procfs
+from hangwatch.model.samples import ProcessId
 
 
 class DeathWatcher:
@@ -26,12 +27,12 @@ class DeathWatcher:
     def __init__(self, root: Path = procfs.PROC, clock: Callable[[], float] | None = None) -> None:
         self._root = root
         self._clock = clock
-        self._times: dict[tuple[int, int], float] = {}
-        self._comms: dict[tuple[int, int], str] = {}
+        self._times: dict[ProcessId, float] = {}
+        self._comms: dict[ProcessId, str] = {}
         self._lock = threading.Lock()
-        self._fds: dict[int, tuple[int, int]] = {}  # fd -> identity
-        self._watched: set[tuple[int, int]] = set()
-        self._statuses: dict[tuple[int, int], int] = {}
+        self._fds: dict[int, ProcessId] = {}  # fd -> identity
+        self._watched: set[ProcessId] = set()
+        self._statuses: dict[ProcessId, int] = {}
         self._poller = select.poll()
         self._wake_r, self._wake_w = os.pipe()
         self._poller.register(self._wake_r, select.POLLIN)
@@ -41,11 +42,11 @@ class DeathWatcher:
         if self.supported:
             self._thread.start()
 
-    def watch(self, identity: tuple[int, int]) -> None:
+    def watch(self, identity: ProcessId) -> None:
         if not self.supported or identity in self._watched:
             return
         try:
-            fd = os.pidfd_open(identity[0])
+            fd = os.pidfd_open(identity.pid)
         except OSError:
             return
         with self._lock:
@@ -54,11 +55,11 @@ class DeathWatcher:
             self._poller.register(fd, select.POLLIN)
         os.write(self._wake_w, b"w")
 
-    def status_of(self, identity: tuple[int, int]) -> int | None:
+    def status_of(self, identity: ProcessId) -> int | None:
         with self._lock:
             return self._statuses.get(identity)
 
-    def ended_at(self, identity: tuple[int, int], wait_s: float = 0.05) -> float | None:
+    def ended_at(self, identity: ProcessId, wait_s: float = 0.05) -> float | None:
         """When it ended; a sampler that saw the death first waits briefly for our thread to stamp it
         (the pidfd is ready at once, the thread may just not have had the interpreter yet)."""
         deadline = time.monotonic() + (wait_s if self.supported else 0.0)
@@ -70,7 +71,7 @@ class DeathWatcher:
                 return ended
             time.sleep(0.005)
 
-    def name_at_end(self, identity: tuple[int, int]) -> str | None:
+    def name_at_end(self, identity: ProcessId) -> str | None:
         with self._lock:
             return self._comms.get(identity)
 
@@ -103,7 +104,7 @@ class DeathWatcher:
         if identity is None:
             return
         ended = round(self._clock(), 3) if self._clock is not None else None
-        stat = procfs.read_stat(identity[0], self._root)
+        stat = procfs.read_stat(identity.pid, self._root)
         with self._lock:
             if ended is not None:
                 self._times[identity] = ended

@@ -11,6 +11,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from hangwatch.model.samples import ProcessId
+from hangwatch.model.samples import ProcState
+
 PROC = Path("/proc")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
@@ -23,7 +26,7 @@ class Stat:
 
     pid: int
     comm: str
-    state: str
+    state: ProcState
     ppid: int
     pgrp: int
     session: int
@@ -39,8 +42,8 @@ class Stat:
         return (self.utime_ticks + self.stime_ticks) / CLOCK_TICKS
 
     @property
-    def identity(self) -> tuple[int, int]:
-        return (self.pid, self.starttime_ticks)
+    def identity(self) -> ProcessId:
+        return ProcessId(self.pid, self.starttime_ticks)
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ def parse_stat(pid: int, text: str) -> Stat:
     return Stat(
         pid=pid,
         comm=comm,
-        state=f[0],
+        state=ProcState(f[0]),
         ppid=int(f[1]),
         pgrp=int(f[2]),
         session=int(f[3]),

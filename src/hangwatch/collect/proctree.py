@@ -20,10 +20,11 @@ from hangwatch.collect import sockdiag
 from hangwatch.collect.deaths import DeathWatcher
 from hangwatch.model.samples import ExitHow
 from hangwatch.model.samples import ExitRecord
+from hangwatch.model.samples import ProcessId
 from hangwatch.model.samples import ProcessSample
+from hangwatch.model.samples import ProcState
 from hangwatch.redact import redact_argv
 
-Identity = tuple[int, int]
 RoleNamer = Callable[[str, tuple[str, ...], bool, dict[str, str]], tuple[str | None, str | None]]
 """(title, cmdline, is_root, rank environment) -> (role, rank)."""
 
@@ -34,7 +35,7 @@ RANK_ENV_KEYS = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_PROCID", "
 
 @dataclass
 class _Known:
-    identity: Identity
+    identity: ProcessId
     first_seen: float
     name: str
     role: str | None
@@ -103,7 +104,7 @@ class TreeSampler:
         self._foreign: set[int] = set()
         self._ports_scanned: set[int] = set()
         self._deaths = DeathWatcher(root, clock) if watch_deaths else None
-        self._root_identities: set[Identity] = set()
+        self._root_identities: set[ProcessId] = set()
         self._last_full_scan: float | None = None
         self._hints: dict[int, str] = {}  # pid -> the title its log lines give it
 
@@ -119,12 +120,12 @@ class TreeSampler:
         if self._deaths is not None:
             self._deaths.close()
 
-    def identities(self) -> set[Identity]:
+    def identities(self) -> set[ProcessId]:
         """(pid, start time) of every live member: what cleanup and the guardian may signal."""
         return {k.identity for k in self._known.values() if not k.exit_recorded}
 
     def known_pids(self) -> set[int]:
-        return {k.identity[0] for k in self._known.values() if not k.exit_recorded}
+        return {k.identity.pid for k in self._known.values() if not k.exit_recorded}
 
     def _read_stats(self, t: float) -> dict[int, procfs.Stat]:
         if self._last_full_scan is None or t - self._last_full_scan >= FULL_SCAN_EVERY_S:
@@ -177,7 +178,7 @@ class TreeSampler:
             if pid in reaped:
                 exits.append(self._exit_of(known, t, reaped[pid], ExitHow.WAITPID))
                 continue
-            if stat.state == "Z":
+            if stat.state == ProcState.ZOMBIE:
                 if not known.exit_recorded:
                     exits.append(self._exit_of(known, t, stat.exit_code, ExitHow.ZOMBIE_STAT))
                 continue
@@ -192,7 +193,7 @@ class TreeSampler:
 
     def _vanished(self, known: _Known, t: float) -> ExitRecord:
         """A member gone from /proc: its status from waitpid elsewhere, from its zombie, or unknown."""
-        status = self._reaped_status(known.identity[0])
+        status = self._reaped_status(known.identity.pid)
         if status is not None:
             return self._exit_of(known, t, status, ExitHow.WAITPID)
         status = self._deaths.status_of(known.identity) if self._deaths else None
@@ -321,7 +322,7 @@ class TreeSampler:
         name, role, rank = known.name, known.role, known.rank
         ended = self._deaths.ended_at(known.identity) if self._deaths is not None else None
         last_name = self._deaths.name_at_end(known.identity) if self._deaths is not None else None
-        hint = self._hints.get(known.identity[0])
+        hint = self._hints.get(known.identity.pid)
         if hint is not None and (name in (known.first_comm, "") or (hint != name and hint.startswith(name))):
             last_name, name = hint, known.first_comm  # named by its log lines, alive or at its death
         if last_name and last_name != name and name in (known.first_comm, ""):
@@ -332,7 +333,7 @@ class TreeSampler:
             )
         return ExitRecord(
             t=ended if ended is not None else t,  # the moment it ended (it may fall after the tick began)
-            pid=known.identity[0],
+            pid=known.identity.pid,
             name=name,
             role=role,
             rank=rank,

@@ -36,7 +36,11 @@ from typing import Any
 
 from hangwatch.collect import procfs
 from hangwatch.errors import PTRACE_HELP
+from hangwatch.model.samples import ENDED_STATES
+from hangwatch.model.samples import STOPPED_STATES
+from hangwatch.model.samples import ProcessId
 from hangwatch.model.samples import ProcessSample
+from hangwatch.model.samples import ProcState
 from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import Frame
 from hangwatch.model.stacks import ProcessStacks
@@ -51,7 +55,6 @@ NATIVE_DEADLINE_S = 5.0
 PYTHON_DEADLINE_S = 3.0
 DUMPER_NICE = -10
 MAX_PARALLEL = 32  # one dumper per process, bounded so a huge tree cannot fork-bomb the host
-STOPPED_STATES = ("T", "t")
 
 _HEX = re.compile(r"^0x[0-9a-f]+$")
 _NATIVE_TRIM = re.compile(r"<[^<>]*>|\([^()]*\)")
@@ -133,7 +136,7 @@ class StackDumper:
         self._runner = runner
         self._root = root
         self._resume = resume or _sigcont
-        self._python_only: set[tuple[int, int]] = set()  # identities where --native failed once
+        self._python_only: set[ProcessId] = set()  # identities where --native failed once
         self._sources: dict[str, list[str] | None] = {}
 
     @property
@@ -163,7 +166,7 @@ class StackDumper:
         """One process: skip it when stopped, dump it, and make sure it is not left stopped."""
         base = ProcessStacks(p.pid, p.name, p.role, p.rank, DumpOutcome.OK)
         before = procfs.read_stat(p.pid, self._root)
-        if before is None or before.state in ("Z", "X"):
+        if before is None or before.state in ENDED_STATES:
             return replace(base, outcome=DumpOutcome.GONE, state=before.state if before else "gone")
         if before.state in STOPPED_STATES:
             return replace(
@@ -192,7 +195,7 @@ class StackDumper:
             )
         after = procfs.read_stat(p.pid, self._root)
         resumed = False
-        if after is not None and after.state == "T":
+        if after is not None and after.state == ProcState.STOPPED:
             # The dump left it stopped (a killed dumper, or py-spy's own bugs): undo our side effect.
             self._resume(p.pid)
             resumed = True

@@ -18,6 +18,7 @@ from math import comb
 
 from hangwatch.model.isolate import Conclusion
 from hangwatch.model.isolate import TrialResult
+from hangwatch.model.vocabulary import Confidence
 from hangwatch.model.vocabulary import State
 
 SIGNIFICANT = 0.05
@@ -86,17 +87,19 @@ def _failure_word(baseline: TrialResult) -> str:
 def conclude(baseline: TrialResult | None, trials: tuple[TrialResult, ...]) -> Conclusion:
     if baseline is None or baseline.done == 0:
         return Conclusion(
-            (), "none", "no verdict for the baseline (interrupted, or out of --budget): nothing is known yet"
+            (),
+            Confidence.NONE,
+            "no verdict for the baseline (interrupted, or out of --budget): nothing is known yet",
         )
     if baseline.all_booted:
         return Conclusion(
             (),
-            "none",
+            Confidence.NONE,
             f"the baseline booted in {baseline.booted} of {baseline.done} runs: no failure to isolate"
             + (" (give --repeat N to catch a flaky one)" if baseline.done == 1 else ""),
         )
     details: list[str] = []
-    named: list[tuple[TrialResult, float, str]] = []  # (trial, p, confidence)
+    named: list[tuple[TrialResult, float, Confidence]] = []  # (trial, p, confidence)
     weak: list[tuple[TrialResult, float]] = []
     for trial in trials:
         if trial.done == 0:
@@ -104,10 +107,10 @@ def conclude(baseline: TrialResult | None, trials: tuple[TrialResult, ...]) -> C
         p = fisher_one_sided(trial.booted, trial.done, baseline.booted, baseline.done)
         line = f"{trial.name}: {_counts(trial, baseline)} ({_p(p)})"
         if trial.all_booted and p <= SIGNIFICANT:
-            named.append((trial, p, "high"))
+            named.append((trial, p, Confidence.HIGH))
             line += ": makes the difference"
         elif trial.all_booted and baseline.none_booted:
-            named.append((trial, p, "medium"))
+            named.append((trial, p, Confidence.MEDIUM))
             line += ": makes the difference if the failure is deterministic"
         elif trial.booted > 0:
             weak.append((trial, p))
@@ -117,7 +120,7 @@ def conclude(baseline: TrialResult | None, trials: tuple[TrialResult, ...]) -> C
     failure = _failure_word(baseline)
     if named:
         chosen = singles or named
-        best_conf = "high" if any(c == "high" for _, _, c in chosen) else "medium"
+        best_conf = Confidence.HIGH if any(c == Confidence.HIGH for _, _, c in chosen) else Confidence.MEDIUM
         best = min(chosen, key=lambda x: x[1])
         changes = "; or ".join(f"{t.why or t.name} ({t.name})" for t, _, _ in chosen)
         lead = "with any of: " if len(chosen) > 1 else "with "
@@ -125,7 +128,7 @@ def conclude(baseline: TrialResult | None, trials: tuple[TrialResult, ...]) -> C
             lead = "with no single change, but " + lead
         trial, p, _ = best
         evidence = f"{_counts(trial, baseline)}, Fisher's exact test, one-sided, {_p(p)}"
-        if best_conf == "medium":
+        if best_conf == Confidence.MEDIUM:
             settle = runs_to_settle(trial.booted, trial.done, baseline.booted, baseline.done)
             evidence += (
                 f"; too few runs to be sure a flaky failure is not lucky: --repeat {settle} settles it"
@@ -154,9 +157,9 @@ def conclude(baseline: TrialResult | None, trials: tuple[TrialResult, ...]) -> C
         else:
             more = f"about {settle} runs each would settle it if these rates hold (--repeat {settle})"
         summary = f"inconclusive: {_counts(trial, baseline)} ({trial.name}; {_p(p)}); {more}"
-        return Conclusion((), "none", summary, (), round(p, 4), settle, tuple(details))
+        return Conclusion((), Confidence.NONE, summary, (), round(p, 4), settle, tuple(details))
     tried = len([t for t in trials if t.done])
     summary = (
         f"no change tried made it boot ({tried} trial{'s' if tried != 1 else ''}); {baseline_words(baseline)}"
     )
-    return Conclusion((), "none", summary, (), None, None, tuple(details))
+    return Conclusion((), Confidence.NONE, summary, (), None, None, tuple(details))

@@ -20,9 +20,11 @@ from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from hangwatch.collect import procfs
 from hangwatch.isolate.toggles import Applied
 from hangwatch.model.isolate import RunResult
 from hangwatch.model.report import Report
+from hangwatch.model.samples import ProcState
 from hangwatch.render.files import write_atomically
 from hangwatch.render.json_report import write_report
 from hangwatch.render.live import View
@@ -95,12 +97,8 @@ def pids_alive(report: Report) -> list[int]:
     by clean-up; here: any of its pids still in /proc and not a zombie)."""
     alive = []
     for p in report.processes:
-        try:
-            with Path(f"/proc/{p.pid}/stat").open() as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state != "Z":
+        stat = procfs.read_stat(p.pid)
+        if stat is not None and stat.state != ProcState.ZOMBIE:
             alive.append(p.pid)
     return alive
 

@@ -22,6 +22,7 @@ from hangwatch.model.isolate import RunResult
 from hangwatch.model.isolate import Toggle
 from hangwatch.model.report import Verdict
 from hangwatch.model.vocabulary import Cause
+from hangwatch.model.vocabulary import Confidence
 from hangwatch.model.vocabulary import State
 from hangwatch.redact import redact_argv
 from hangwatch.render.files import write_atomically
@@ -117,7 +118,7 @@ def verdict_from(d: dict[str, Any]) -> Verdict:
         culprits=tuple(d.get("culprits", ())),
         evidence=tuple(d.get("evidence", ())),
         next_steps=tuple(d.get("next_steps", ())),
-        confidence=d.get("confidence"),
+        confidence=Confidence(d["confidence"]) if d.get("confidence") else None,
     )
 
 

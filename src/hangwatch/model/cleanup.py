@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hangwatch.model.samples import ProcessId
+from hangwatch.model.samples import ProcState
+
 
 @dataclass(frozen=True)
 class Member:
@@ -13,12 +16,12 @@ class Member:
     start_ticks: int  # with pid, its identity: a reused pid is never signalled
     ppid: int
     session: int
-    state: str  # one letter of /proc/PID/stat: T for stopped, Z for a zombie
+    state: ProcState  # T for stopped, Z for a zombie
     title: str
 
     @property
-    def identity(self) -> tuple[int, int]:
-        return (self.pid, self.start_ticks)
+    def identity(self) -> ProcessId:
+        return ProcessId(self.pid, self.start_ticks)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from enum import StrEnum
 
 from hangwatch.model.report import Verdict
 from hangwatch.model.vocabulary import Cause
+from hangwatch.model.vocabulary import Confidence
 from hangwatch.model.vocabulary import State
 
 ISOLATE_SCHEMA = "hangwatch.isolate/1"
@@ -109,7 +110,7 @@ class TrialResult:
 @dataclass(frozen=True)
 class Conclusion:
     culprit_toggles: tuple[str, ...]  # the toggles that alone turn the baseline's failure into ready
-    confidence: str  # "high", "medium", "low", or "none" (inconclusive, or nothing to isolate)
+    confidence: Confidence  # NONE: inconclusive, or nothing to isolate
     summary: str  # one sentence
     minimal_changes: tuple[str, ...] = ()  # the trials (single or pairs) that boot every time
     p_value: float | None = None  # Fisher's exact test, one-sided, of the best change against the baseline

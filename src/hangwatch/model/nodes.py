@@ -15,10 +15,12 @@ from enum import StrEnum
 from hangwatch.model.report import Verdict
 from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import ProbeResult
+from hangwatch.model.samples import ProcState
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.stacks import StackTree
 from hangwatch.model.vocabulary import Cause
+from hangwatch.model.vocabulary import Confidence
 
 BUNDLE_SCHEMA = "hangwatch.node-bundle/1"
 NODES_REPORT_SCHEMA = "hangwatch.stacks-nodes/1"
@@ -62,7 +64,7 @@ class ThreadState:
 
     tid: int
     name: str
-    state: str  # at the end of the window
+    state: ProcState  # at the end of the window
     cpu_delta_s: float  # CPU seconds used during the window
 
 
@@ -249,7 +251,7 @@ class NodesDiagnosis:
     """The cause the one-node rules named over every node's ranks; culprits are merge keys."""
 
     cause: Cause
-    confidence: str | None
+    confidence: Confidence | None
     explanation: str
     culprits: tuple[int, ...]
 

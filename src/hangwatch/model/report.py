@@ -10,6 +10,7 @@ from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.stacks import StackTree
 from hangwatch.model.vocabulary import Cause
+from hangwatch.model.vocabulary import Confidence
 from hangwatch.model.vocabulary import State
 
 REPORT_SCHEMA = "hangwatch.report/1"
@@ -24,7 +25,7 @@ class Verdict:
     culprits: tuple[int, ...]
     evidence: tuple[str, ...]
     next_steps: tuple[str, ...] = ()
-    confidence: str | None = None  # "high", "medium", "low" when stacks named the cause
+    confidence: Confidence | None = None  # when stacks named the cause
 
     @property
     def exit_code(self) -> int:

@@ -11,8 +11,45 @@ from __future__ import annotations
 from dataclasses import dataclass
 from dataclasses import field
 from enum import StrEnum
+from typing import NamedTuple
 
 from hangwatch.model.vocabulary import Cause
+
+
+class ProcState(StrEnum):
+    """A process's state from /proc/PID/stat, named as psutil names them (proc(5)). The value is the
+    kernel's letter, so reports keep printing "S", "D", "T"."""
+
+    RUNNING = "R"
+    SLEEPING = "S"
+    DISK_SLEEP = "D"  # uninterruptible: I/O, a driver
+    STOPPED = "T"  # job control (SIGSTOP, SIGTSTP)
+    TRACING_STOP = "t"  # stopped by a tracer
+    ZOMBIE = "Z"
+    DEAD = "X"
+    IDLE = "I"  # a kernel thread idle (an interruptible sleep that does not count to the load)
+    PARKED = "P"
+    WAKE_KILL = "K"
+    WAKING = "W"
+    UNKNOWN = "?"  # a letter this table does not know
+
+    @classmethod
+    def _missing_(cls, value: object) -> ProcState:
+        return cls.DEAD if value == "x" else cls.UNKNOWN  # "x": dead, on kernels 2.6.33 to 3.13
+
+
+# States in which a process does not run until someone continues it (SIGCONT, the tracer).
+STOPPED_STATES = frozenset({ProcState.STOPPED, ProcState.TRACING_STOP})
+# Ended: nothing of it runs; a zombie waits to be reaped.
+ENDED_STATES = frozenset({ProcState.ZOMBIE, ProcState.DEAD})
+
+
+class ProcessId(NamedTuple):
+    """Who a process is across pid reuse: its pid and its start time in clock ticks since boot
+    (/proc/PID/stat field 22). Only a process with both is ever signalled."""
+
+    pid: int
+    start_ticks: int
 
 
 @dataclass(frozen=True)
@@ -23,7 +60,7 @@ class ProcessSample:
     ppid: int
     name: str  # the process title where one was set (``VLLM::Worker_TP1``), else comm
     cmdline: tuple[str, ...]  # secrets already redacted
-    state: str  # one letter from /proc/PID/stat: R S D T t Z X I
+    state: ProcState
     cpu_s: float  # user + system CPU seconds since the process started
     cpu_delta_s: float  # since the previous tick (0.0 at first sight)
     rchar: int | None  # None when /proc/PID/io is unreadable (see ``io_error``)

@@ -10,9 +10,12 @@ py-spy prints them leaf first.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
+from typing import TypeVar
 
 
 class DumpOutcome(StrEnum):
@@ -51,23 +54,63 @@ class Frame:
         )
 
 
-_INTERNED: dict[tuple[tuple[str, str, int, bool, str | None], ...], tuple[Frame, ...]] = {}
-_INTERN_LIMIT = 50_000
+T = TypeVar("T")
+
+
+class FrameCache:
+    """The stack analysis's one cache, in two parts dropped together: equal stacks interned to one tuple
+    object (the py-spy boundary, the nodes codec), and what the analysis computed once per such tuple.
+
+    Ranks waiting in the same collective have equal stacks; sharing the object lets the analysis compute
+    each distinct stack once (10,000 ranks, a handful of distinct stacks). Computed values are keyed by
+    the tuple's id and hold the tuple itself, so its id cannot be reused while the entry lives. Each part
+    is emptied whole when it grows past its limit; ``reset`` empties both (tests start from nothing).
+    """
+
+    def __init__(self, intern_limit: int = 50_000, memo_limit: int = 200_000) -> None:
+        self.intern_limit = intern_limit
+        self.memo_limit = memo_limit
+        self._interned: dict[tuple[tuple[str, str, int, bool, str | None], ...], tuple[Frame, ...]] = {}
+        self._memo: dict[tuple[str, int], tuple[tuple[Frame, ...], Any]] = {}
+
+    def intern(self, frames: Sequence[Frame]) -> tuple[Frame, ...]:
+        """One tuple object for every equal stack, across processes and captures."""
+        key = tuple((f.name, f.file, f.line, f.native, f.code) for f in frames)
+        found = self._interned.get(key)
+        if found is None:
+            if len(self._interned) >= self.intern_limit:
+                self._interned.clear()
+            found = self._interned.setdefault(key, tuple(frames))
+        return found
+
+    def memo(self, kind: str, frames: tuple[Frame, ...], compute: Callable[[tuple[Frame, ...]], T]) -> T:
+        """``compute(frames)``, once per ``kind`` and frames tuple object."""
+        key = (kind, id(frames))
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] is frames:
+            return hit[1]  # type: ignore[no-any-return]
+        value = compute(frames)
+        if len(self._memo) >= self.memo_limit:
+            self._memo.clear()
+        self._memo[key] = (frames, value)
+        return value
+
+    def reset(self) -> None:
+        self._interned.clear()
+        self._memo.clear()
+
+    @property
+    def sizes(self) -> tuple[int, int]:
+        """(interned stacks, computed values)."""
+        return len(self._interned), len(self._memo)
+
+
+FRAME_CACHE = FrameCache()
 
 
 def intern_frames(frames: Sequence[Frame]) -> tuple[Frame, ...]:
-    """One tuple object for every equal stack, across processes and captures.
-
-    Ranks waiting in the same collective have equal stacks; sharing the object lets the analysis
-    compute each distinct stack once (10,000 ranks, a handful of distinct stacks). Bounded.
-    """
-    key = tuple((f.name, f.file, f.line, f.native, f.code) for f in frames)
-    found = _INTERNED.get(key)
-    if found is None:
-        if len(_INTERNED) >= _INTERN_LIMIT:
-            _INTERNED.clear()
-        found = _INTERNED.setdefault(key, tuple(frames))
-    return found
+    """``FRAME_CACHE.intern``: one tuple object for every equal stack."""
+    return FRAME_CACHE.intern(frames)
 
 
 @dataclass(frozen=True)

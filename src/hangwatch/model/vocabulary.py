@@ -5,6 +5,15 @@ from __future__ import annotations
 from enum import StrEnum
 
 
+class Confidence(StrEnum):
+    """How sure a conclusion is: a stack rule's diagnosis, the verdict that takes it, isolate's culprit."""
+
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+    NONE = "none"  # isolate: inconclusive, or nothing to isolate
+
+
 class State(StrEnum):
     """What hangwatch concluded about the tree as a whole."""
 

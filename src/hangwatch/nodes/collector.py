@@ -46,6 +46,7 @@ from hangwatch.model.nodes import NodeProcess
 from hangwatch.model.nodes import ThreadState
 from hangwatch.model.samples import ProbeOutcome
 from hangwatch.model.samples import ProcessSample
+from hangwatch.model.samples import ProcState
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import StackSample
 from hangwatch.nodes import codec
@@ -110,7 +111,7 @@ class CollectOptions:
     probe_timeout_s: float = 2.0
 
 
-ThreadStates = dict[int, dict[int, tuple[str, float]]]  # pid -> tid -> (state, CPU seconds)
+ThreadStates = dict[int, dict[int, tuple[ProcState, float]]]  # pid -> tid -> (state, CPU seconds)
 
 
 @dataclass
@@ -395,14 +396,14 @@ def select_roots(options: CollectOptions, root: Path, errors: list[BundleError])
     return roots, selector
 
 
-def thread_states(pid: int, root: Path) -> dict[int, tuple[str, float]]:
+def thread_states(pid: int, root: Path) -> dict[int, tuple[ProcState, float]]:
     """tid -> (state, CPU seconds) for each thread; the names are read once, at the end."""
     task = root / str(pid) / "task"
     try:
         tids = sorted(int(t) for t in os.listdir(task) if t.isdigit())
     except OSError:
         return {}
-    out = {}
+    out: dict[int, tuple[ProcState, float]] = {}
     for tid in tids[: MAX_THREADS_PER_PROCESS * 4]:
         stat = procfs.read_stat(tid, task)
         if stat is not None:
@@ -453,7 +454,10 @@ def rank_source(p: ProcessSample, env: dict[str, str]) -> str | None:
 
 
 def _threads(
-    p: ProcessSample, before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], root: Path
+    p: ProcessSample,
+    before: dict[int, tuple[ProcState, float]],
+    after: dict[int, tuple[ProcState, float]],
+    root: Path,
 ) -> tuple[ThreadState, ...]:
     out = []
     # The busiest first: when the cap cuts, it cuts idle helper threads.

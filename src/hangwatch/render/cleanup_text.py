@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hangwatch.model.cleanup import CleanupOutcome
 from hangwatch.model.cleanup import CleanupPlan
+from hangwatch.model.samples import ProcState
 from hangwatch.redact import scrub
 from hangwatch.words import human_bytes
 from hangwatch.words import plural
@@ -14,13 +15,16 @@ def _mib(n: int | None) -> str:
 
 
 def plan_text(plan: CleanupPlan, grace_s: float) -> str:
-    live = [m for m in plan.members if m.state != "Z"]
+    live = [m for m in plan.members if m.state != ProcState.ZOMBIE]
     lines = [
         f"hangwatch cleanup --dry-run: {plan.target}: {plural(len(live), 'process')} would be stopped "
         "(nothing was changed)"
     ]
     for m in plan.members:
-        extra = {"T": " (stopped: SIGCONT after SIGTERM)", "Z": " (zombie: already exited)"}.get(m.state, "")
+        extra = {
+            ProcState.STOPPED: " (stopped: SIGCONT after SIGTERM)",
+            ProcState.ZOMBIE: " (zombie: already exited)",
+        }.get(m.state, "")
         lines.append(f"  pid {m.pid:>7}  ppid {m.ppid:>7}  {m.state}  {m.title}{extra}")
     session = f" and to its session's process group {plan.session}" if plan.session is not None else ""
     lines.append(f"  would send SIGTERM to each{session}, wait {grace_s:g} s, then SIGKILL what is left")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from hangwatch.model.isolate import IsolateReport
 from hangwatch.model.isolate import TrialResult
+from hangwatch.model.vocabulary import Confidence
 from hangwatch.redact import scrub
 
 HEADERS = ("trial", "change", "outcome", "cause", "phase", "time to verdict")
@@ -64,7 +65,7 @@ def isolate_text(report: IsolateReport) -> str:
         lines.append("makes it boot: " + ", ".join(c.minimal_changes))
     lines.append(
         f"conclusion ({c.confidence} confidence): {c.summary}"
-        if c.confidence != "none"
+        if c.confidence != Confidence.NONE
         else f"conclusion: {c.summary}"
     )
     if c.details:

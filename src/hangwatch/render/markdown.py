@@ -26,9 +26,10 @@ def _safe(text: str) -> str:
 
 
 def _inline(text: str) -> str:
-    """For text outside code blocks: no Markdown or HTML from the server gets interpreted."""
+    """For text outside code blocks: no Markdown or HTML from the server gets interpreted (``&amp;`` stays
+    those five characters: an entity would be decoded)."""
     out = scrub(text)
-    for ch in ("\\", "`", "*", "_", "[", "]", "<", ">", "#", "|"):
+    for ch in ("\\", "&", "`", "*", "_", "[", "]", "<", ">", "#", "|"):
         out = out.replace(ch, "\\" + ch)
     return out
 

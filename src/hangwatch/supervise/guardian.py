@@ -21,13 +21,14 @@ import time
 from collections.abc import Iterable
 
 from hangwatch.collect import procfs
+from hangwatch.model.samples import ProcessId
 from hangwatch.supervise import membership
 
 CLEAN = b"clean"
 KEEP_KILLING_S = 15.0  # after hangwatch died: how long new members of the tree are still killed
 
 
-def members(session: int, identities: set[tuple[int, int]]) -> dict[int, procfs.Stat]:
+def members(session: int, identities: set[ProcessId]) -> dict[int, procfs.Stat]:
     """Live members: the session, known members, and what descends from them (membership.py)."""
     return membership.alive(membership.scan(identities, (session,), exclude={os.getpid()}))
 
@@ -39,7 +40,7 @@ def _signal(pids: Iterable[int], *sigs: int) -> None:
                 os.kill(pid, sig)
 
 
-def kill_all(session: int, identities: set[tuple[int, int]], keep_s: float = KEEP_KILLING_S) -> None:
+def kill_all(session: int, identities: set[ProcessId], keep_s: float = KEEP_KILLING_S) -> None:
     """Freeze, then kill, then keep killing for ``keep_s``.
 
     Killing a parent first would orphan a child it just forked (reparented to init: no longer ours
@@ -47,7 +48,7 @@ def kill_all(session: int, identities: set[tuple[int, int]], keep_s: float = KEE
     one, and only then is everything SIGKILLed. Afterwards whatever still turns up (a member that was
     in the kernel, a child forked on the way out) is killed, until none is left or ``keep_s`` passes.
     """
-    frozen: dict[int, tuple[int, int]] = {}
+    frozen: dict[int, ProcessId] = {}
     for _ in range(100):
         new = {pid: s.identity for pid, s in members(session, identities | set(frozen.values())).items()}
         new = {pid: ident for pid, ident in new.items() if frozen.get(pid) != ident}
@@ -77,7 +78,7 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     session = int(argv[1])
-    identities: set[tuple[int, int]] = set()
+    identities: set[ProcessId] = set()
     buffered = b""
     while True:
         chunk = os.read(sys.stdin.fileno(), 4096)
@@ -90,7 +91,7 @@ def main(argv: list[str]) -> int:
                 return 0
             pid, _, start = line.partition(b" ")
             if pid.isdigit() and start.isdigit():
-                identities.add((int(pid), int(start)))
+                identities.add(ProcessId(int(pid), int(start)))
     if buffered == CLEAN:
         return 0
     kill_all(session, identities)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from hangwatch.errors import CommandNotFound
 from hangwatch.errors import UsageError
+from hangwatch.model.samples import ProcessId
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -36,9 +37,9 @@ class Launched:
     pid: int
     output_fd: int  # read end of the pipe that carries the tree's stdout and stderr
     guardian: subprocess.Popen[bytes]
-    guardian_known: set[tuple[int, int]] = field(default_factory=set)
+    guardian_known: set[ProcessId] = field(default_factory=set)
 
-    def tell_guardian(self, identities: set[tuple[int, int]]) -> None:
+    def tell_guardian(self, identities: set[ProcessId]) -> None:
         new = identities - self.guardian_known
         if not new or self.guardian.stdin is None:
             return

@@ -17,13 +17,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from hangwatch.collect import procfs
-
-Identity = tuple[int, int]
+from hangwatch.model.samples import ProcessId
+from hangwatch.model.samples import ProcState
 
 
 def tree_members(
     stats: Iterable[procfs.Stat],
-    identities: set[Identity],
+    identities: set[ProcessId],
     sessions: Iterable[int],
     *,
     follow: bool = True,
@@ -46,7 +46,7 @@ def tree_members(
     for s in by_pid.values():
         children[s.ppid].append(s)
         by_session[s.session].append(s)
-    frontier = [pid for pid, s in members.items() if s.state != "Z"]
+    frontier = [pid for pid, s in members.items() if s.state != ProcState.ZOMBIE]
     while frontier:
         s = members[frontier.pop()]
         found = list(children.get(s.pid, ()))
@@ -56,13 +56,13 @@ def tree_members(
         for new in found:
             if new.pid not in members:
                 members[new.pid] = new
-                if new.state != "Z":
+                if new.state != ProcState.ZOMBIE:
                     frontier.append(new.pid)
     return members
 
 
 def scan(
-    identities: set[Identity],
+    identities: set[ProcessId],
     sessions: Iterable[int],
     *,
     follow: bool = True,
@@ -75,4 +75,4 @@ def scan(
 
 
 def alive(members: dict[int, procfs.Stat]) -> dict[int, procfs.Stat]:
-    return {pid: s for pid, s in members.items() if s.state != "Z"}
+    return {pid: s for pid, s in members.items() if s.state != ProcState.ZOMBIE}

@@ -18,11 +18,10 @@ from dataclasses import dataclass
 
 from hangwatch.collect.nvml import GpuSource
 from hangwatch.model.samples import GpuSample
+from hangwatch.model.samples import ProcessId
 from hangwatch.supervise import membership
 from hangwatch.words import human_bytes
 from hangwatch.words import plural
-
-Identity = tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -44,14 +43,14 @@ class CleanupResult:
 
 
 def _members(
-    identities: set[Identity],
+    identities: set[ProcessId],
     session: int | None,
     follow: bool,
     adopter: int | None,
     exclude: Iterable[int],
     *,
     alive_only: bool,
-) -> dict[int, Identity]:
+) -> dict[int, ProcessId]:
     found = membership.scan(
         identities,
         () if session is None else (session,),
@@ -74,15 +73,15 @@ def _signal_all(pids: Iterable[int], sig: int) -> None:
 class _Sweep:
     """What one clean-up looks for, and whom it tells before it signals anyone (the guardian)."""
 
-    identities: set[Identity]
+    identities: set[ProcessId]
     session: int | None
     reap: Callable[[Iterable[int]], dict[int, int]]
     follow: bool
     adopter: int | None
     exclude: frozenset[int]
-    on_found: Callable[[set[Identity]], None] | None
+    on_found: Callable[[set[ProcessId]], None] | None
 
-    def members(self, alive_only: bool) -> dict[int, Identity]:
+    def members(self, alive_only: bool) -> dict[int, ProcessId]:
         return _members(
             self.identities, self.session, self.follow, self.adopter, self.exclude, alive_only=alive_only
         )
@@ -97,7 +96,7 @@ class _Sweep:
 
 
 def stop_tree(
-    identities: Iterable[Identity],
+    identities: Iterable[ProcessId],
     session: int | None,
     reap: Callable[[Iterable[int]], dict[int, int]],
     grace_s: float = 10.0,
@@ -106,7 +105,7 @@ def stop_tree(
     follow_children: bool = False,
     adopter: int | None = None,
     exclude: Iterable[int] = (),
-    on_found: Callable[[set[Identity]], None] | None = None,
+    on_found: Callable[[set[ProcessId]], None] | None = None,
 ) -> CleanupResult:
     """SIGTERM every member, SIGKILL what is left after ``grace_s``. A member that appears meanwhile (a
     launcher re-spawning its children, crash diagnostics started on SIGTERM) is signalled too."""

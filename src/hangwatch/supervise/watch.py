@@ -41,6 +41,7 @@ from hangwatch.model.report import Report
 from hangwatch.model.report import Verdict
 from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import ProbeResult
+from hangwatch.model.samples import ProcessId
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.status import StackRequest
@@ -166,7 +167,7 @@ class Watch:
         clock: WatchClock,
         *,
         interval_s: float = 1.0,
-        on_members: Callable[[set[tuple[int, int]]], None] | None = None,
+        on_members: Callable[[set[ProcessId]], None] | None = None,
     ) -> None:
         self.c = collectors
         self.scanner = scanner

