@@ -7,7 +7,7 @@ schedulers as ranks on their own node, node 0's real ``/health`` and node 1's du
 ``attach --hosts`` must take node 0's ``/health`` as readiness and never node 1's. A fault: the test
 stops TP1 with SIGSTOP and sends one request to node 0; the merged stacks must name TP1 on hwnode2.
 
-What the emulated nodes need for SGLang (multinode.md 4.5): a /dev/shm of their own (else SGLang's
+What the emulated nodes need for SGLang (docs/multinode.md 5b): a /dev/shm of their own (else SGLang's
 same-node test passes and the ranks wait forever on each other's loopback), and ``SGLANG_HOST_IP`` (no
 default route in a node: SGLang's address discovery would fall back to 0.0.0.0). One SGLang at a time
 on this machine: the two nodes' processes are one server.
