@@ -195,6 +195,15 @@ class EmulatedNodes:
             return 0
 
         node.init_pid = wait_until(pid1, START_S, what=f"pid 1 of {name}")
+        # A /dev/shm of the node's own, as a real machine has: engines decide which ranks share a node
+        # by opening a POSIX shm segment another rank created (SGLang's in_the_same_node_as), so with
+        # the host's /dev/shm every emulated node passes for one machine (docs/multinode.md 5b). The tmpfs
+        # lives in the node's mount namespace (unshare made it private) and goes with it.
+        subprocess.run(
+            ["nsenter", "--target", str(node.init_pid), "--mount", "--", "mount", "-t", "tmpfs",
+             "-o", "size=512m,mode=1777", f"hwshm{tag}n{i}", "/dev/shm"],
+            check=True, capture_output=True,
+        )  # fmt: skip
         return node
 
     def _write_client_files(self) -> None:

@@ -190,3 +190,26 @@ def test_dashboard_that_does_not_answer_is_said(tmp_path: Path) -> None:
     assert out.rc != 0
     assert "did not answer" in out.stderr + out.stdout
     assert "Traceback" not in out.stderr
+
+
+def test_attach_ray_reads_the_nodes_over_ssh_and_says_why_it_could_not(head_default, tmp_path: Path) -> None:
+    """The real head's state API gives the node and the actors' pids; no sshd answers at its address here,
+    so the watch has nothing to judge progress by and must say so as that node's evidence."""
+    url, _ = head_default
+    out = run_hangwatch(
+        ["attach", "--ray", url, "--window", "20", "--node-timeout", "8", "--ssh-option", "ConnectTimeout=2",
+         "--quiet"],
+        tmp_path,
+        timeout=120,
+    )  # fmt: skip
+    report = out.report
+    assert report is not None, out.stderr
+    assert report["selector"].startswith(f"--ray {url}"), report["selector"]
+    rows = httpx.get(f"{url}/api/v0/nodes", timeout=5).json()["data"]["result"]["result"]
+    [node] = report["nodes"]
+    assert node["host"] == rows[0]["node_ip"]  # the address the state API gave
+    assert node["rounds_answered"] == 0 and node["last_outcome"] != "ok", node
+    evidence = " ".join(report["verdict"]["evidence"])
+    assert f"{node['host']}" in evidence and node["last_outcome"] in evidence, report["verdict"]
+    if node["last_outcome"] in ("refused", "auth", "host-key", "no-collector", "unreachable"):
+        assert "over ssh" in report["verdict"]["summary"], report["verdict"]

@@ -9,9 +9,11 @@ from pathlib import Path
 
 from hangwatch.cli.node_options import add_kube_options
 from hangwatch.cli.node_options import add_node_options
+from hangwatch.cli.node_options import add_ray_options
 from hangwatch.cli.node_options import add_slurm_options
 from hangwatch.cli.node_options import hosts_of
 from hangwatch.cli.node_options import kube_options_of
+from hangwatch.cli.node_options import ray_options_of
 from hangwatch.cli.node_options import slurm_options_of
 from hangwatch.cli.node_options import ssh_options_of
 from hangwatch.cli.options import add_watch_options
@@ -56,6 +58,7 @@ class AttachCommand:
         add_node_options(parser)
         add_kube_options(parser)
         add_slurm_options(parser)
+        add_ray_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         from hangwatch.attach import AttachOptions
@@ -63,7 +66,7 @@ class AttachCommand:
         from hangwatch.collect.proctree import whole_machine_note
 
         stall = args.stall_after if args.stall_after is not None else args.window
-        if args.hosts or args.hostfile or args.kube_selector or args.slurm_job:
+        if args.hosts or args.hostfile or args.kube_selector or args.slurm_job or args.ray:
             return self._across_nodes(args, stall)
         if args.pid is None:
             raise UsageError("give --pid (this machine) or --hosts/--hostfile with --match (several nodes)")
@@ -81,13 +84,16 @@ class AttachCommand:
         return run_attached(options)
 
     def _across_nodes(self, args: argparse.Namespace, stall: float) -> int:
+        from hangwatch.nodes.ray import WORKER_CLASSES
         from hangwatch.nodes.watch import NodesAttachOptions
         from hangwatch.nodes.watch import attach_across_nodes
 
-        if args.pid is not None or not args.match:
+        if args.pid is not None or not (args.match or args.ray):
             raise UsageError(
                 "across nodes, select the server's processes with --match REGEX (pids differ per node)"
             )
+        if args.ray and args.match:
+            raise UsageError("--ray selects the ranks by their actors (--ray-actor-class): drop --match")
         unsupported = [
             flag
             for flag, given in (
@@ -99,10 +105,16 @@ class AttachCommand:
             )
             if given
         ]
-        chosen = [bool(args.hosts or args.hostfile), bool(args.kube_selector), bool(args.slurm_job)]
+        chosen = [
+            bool(args.hosts or args.hostfile),
+            bool(args.kube_selector),
+            bool(args.slurm_job),
+            bool(args.ray),
+        ]
         if sum(chosen) > 1:
             raise UsageError(
-                "give one of --hosts/--hostfile (ssh), --kube-selector (kubectl), --slurm-job (srun)"
+                "give one of --hosts/--hostfile (ssh), --kube-selector (kubectl), --slurm-job (srun), "
+                "--ray (a Ray dashboard)"
             )
         if unsupported:
             raise UsageError(f"{', '.join(unsupported)}: not supported across nodes yet")
@@ -110,7 +122,7 @@ class AttachCommand:
         return attach_across_nodes(
             NodesAttachOptions(
                 hosts=tuple(hosts_of(args)),
-                match=args.match,
+                match=args.match or "",
                 engine=args.engine,
                 window_s=args.window,
                 stall_after_s=w.stall_after,
@@ -123,5 +135,7 @@ class AttachCommand:
                 kube=kube_options_of(args) if args.kube_selector else None,
                 kube_selector=args.kube_selector,
                 slurm=slurm_options_of(args) if args.slurm_job else None,
+                ray=ray_options_of(args) if args.ray else None,
+                ray_classes=tuple(args.ray_actor_class) or WORKER_CLASSES,
             )
         )

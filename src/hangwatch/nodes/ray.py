@@ -23,6 +23,7 @@ from hangwatch.model.nodes import BUNDLE_SCHEMA
 from hangwatch.model.nodes import BundleError
 from hangwatch.model.nodes import ClockReading
 from hangwatch.model.nodes import CollectMode
+from hangwatch.model.nodes import NodeAnswer
 from hangwatch.model.nodes import NodeBundle
 from hangwatch.model.nodes import NodeIdentity
 from hangwatch.model.nodes import NodeOutcome
@@ -32,8 +33,11 @@ from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import ProcessStacks
 from hangwatch.model.stacks import StackSample
 from hangwatch.nodes.gather import gather_ssh
+from hangwatch.nodes.gather import result_of
 from hangwatch.transports import ray
 from hangwatch.transports.ssh import SshOptions
+from hangwatch.transports.ssh import ssh_session
+from hangwatch.transports.stream import StreamSession
 
 # The actor classes that are an engine's ranks: vLLM's Ray executor (RayWorkerWrapper; RayWorkerProc in
 # vLLM 0.33's RayExecutorV2) and SGLang --use-ray (SchedulerActor).
@@ -110,7 +114,7 @@ def gather_ray(
         if node is None or not node.alive:
             said = "not in the state API's node list" if node is None else "DEAD in the state API"
             results.append(
-                _silent(host, NodeOutcome.UNREACHABLE, f"Ray node {node_id[:12]} is {said}", node_ranks)
+                silent_result(host, NodeOutcome.UNREACHABLE, f"Ray node {node_id[:12]} is {said}", node_ranks)
             )
             continue
         if via_dashboard:
@@ -136,7 +140,7 @@ def gather_ray(
                 pool.map(lambda hp: gather_ssh([hp[0]], hp[1], ssh)[0], zip(hosts, per_node, strict=True))
             )
         for n, result in zip(ssh_nodes, got, strict=True):
-            results.append(_with_ranks(result, by_node[n]))
+            results.append(with_ranks(result, by_node[n]))
     return RayGathered(results, tuple(notes), cluster.elapsed_s)
 
 
@@ -158,7 +162,7 @@ def _process(r: RayRank) -> NodeProcess:
     )
 
 
-def _with_ranks(result: NodeResult, ranks: list[RayRank]) -> NodeResult:
+def with_ranks(result: NodeResult, ranks: list[RayRank]) -> NodeResult:
     """The collector's bundle with each actor's rank and role from Ray (the collector sees only titles)."""
     bundle = result.bundle
     if bundle is None:
@@ -209,7 +213,7 @@ def _with_ranks(result: NodeResult, ranks: list[RayRank]) -> NodeResult:
     )
 
 
-def _silent(host: str, outcome: NodeOutcome, detail: str, ranks: list[RayRank]) -> NodeResult:
+def silent_result(host: str, outcome: NodeOutcome, detail: str, ranks: list[RayRank]) -> NodeResult:
     now = time.time()
     names = ", ".join(
         f"rank{r.rank} ({r.actor.name or r.actor.class_name}, pid {r.actor.pid})" for r in ranks
@@ -295,3 +299,83 @@ def _stacks_of(r: RayRank, tb: ray.Traceback) -> ProcessStacks:
     if not threads:
         return replace(base, outcome=DumpOutcome.FAILED, detail=f"no threads in the dump: {tb.text[:200]}")
     return replace(base, threads=threads)
+
+
+# -- attach --ray: a collector session per node -------------------------------------------------------
+
+# Why a watch needs more than the dashboard: the state API has no CPU or thread readings and the
+# traceback endpoint only stacks, so the census (the ticks the assessor judges progress by) must come
+# from the collector on each node, over ssh to the address Ray gave.
+SSH_NEEDED = (
+    "attach --ray reads each node through `hangwatch collect --stream` over ssh to the address the state "
+    "API gave (the dashboard has stacks but no CPU or thread readings to judge progress by)"
+)
+
+
+class SilentSession(StreamSession):
+    """A node Ray itself calls dead (or with no live actor): no session to open; every round says why."""
+
+    def __init__(self, host: str, detail: str) -> None:
+        super().__init__(host, [], lambda ex: NodeAnswer(host, NodeOutcome.UNREACHABLE, detail, b"", 0, 0))
+        self.detail = detail
+
+    def ask(self, request: str, timeout_s: float) -> NodeAnswer:
+        now = time.time()
+        return NodeAnswer(self.host, NodeOutcome.UNREACHABLE, self.detail, b"", now, now)
+
+    def close(self, grace_s: float = 2.0) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class RayWatchTargets:
+    hosts: tuple[str, ...]  # one per Ray node holding ranks, its node_ip (what ssh reaches)
+    sessions: tuple[StreamSession, ...]  # in host order
+    ranks: dict[str, list[RayRank]]  # host -> that node's ranks, to relabel each bundle with Ray's ranks
+    discovery_s: float
+
+    def finish(self, answer: NodeAnswer) -> NodeResult:
+        ranks = self.ranks[answer.host]
+        if answer.outcome is NodeOutcome.UNREACHABLE and not answer.stdout and answer.sent_wall_s == 0:
+            return silent_result(answer.host, answer.outcome, answer.detail, ranks)
+        result = result_of(answer)
+        if result.bundle is None:
+            # Which ranks this silence hides: the state API knows them even though the node said nothing.
+            names = ", ".join(f"rank{r.rank} (pid {r.actor.pid})" for r in ranks)
+            return replace(result, detail=f"{result.detail}; its actors: {names}")
+        return with_ranks(result, ranks)
+
+
+def ray_watch_targets(
+    options: ray.RayOptions, classes: Sequence[str], ssh: SshOptions, stream_args: Sequence[str]
+) -> RayWatchTargets:
+    """The cluster's ranks from the state API, grouped by node; a ``collect --stream`` session on each
+    node selecting exactly that node's actor pids (no --match: Ray gave the pids). Raises ``ray.RayError``."""
+    cluster = ray.discover(options)
+    nodes = {n.node_id: n for n in cluster.nodes}
+    by_node: dict[str, list[RayRank]] = {}
+    for r in worker_ranks(cluster, classes):
+        by_node.setdefault(r.actor.node_id, []).append(r)
+    hosts: list[str] = []
+    sessions: list[StreamSession] = []
+    ranks: dict[str, list[RayRank]] = {}
+    for node_id, node_ranks in by_node.items():
+        node = nodes.get(node_id)
+        host = node.address if node is not None and node.address else node_id[:12]
+        pids = [r.actor.pid for r in node_ranks if r.actor.state == "ALIVE" and r.actor.pid > 0]
+        if node is None or not node.alive or not pids:
+            said = (
+                "not in the state API's node list"
+                if node is None
+                else "DEAD in the state API"
+                if not node.alive
+                else "without a live actor"
+            )
+            session: StreamSession = SilentSession(host, f"Ray node {node_id[:12]} is {said}")
+        else:
+            args = [a for pid in pids for a in ("--pid", str(pid))]
+            session = ssh_session(host, [*args, *stream_args], ssh)
+        hosts.append(host)
+        sessions.append(session)
+        ranks[host] = node_ranks
+    return RayWatchTargets(tuple(hosts), tuple(sessions), ranks, cluster.elapsed_s)

@@ -24,6 +24,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import replace
 from pathlib import Path
@@ -39,6 +40,7 @@ from hangwatch.errors import NoTargets
 from hangwatch.errors import UsageError
 from hangwatch.model.nodes import NODES_WATCH_SCHEMA
 from hangwatch.model.nodes import NodeAnswer
+from hangwatch.model.nodes import NodeOutcome
 from hangwatch.model.nodes import NodeResult
 from hangwatch.model.nodes import NodesWatchReport
 from hangwatch.model.nodes import RoundCost
@@ -48,6 +50,9 @@ from hangwatch.model.vocabulary import State
 from hangwatch.nodes.gather import in_pod
 from hangwatch.nodes.gather import result_of
 from hangwatch.nodes.gather import slurm_nodes
+from hangwatch.nodes.ray import SSH_NEEDED
+from hangwatch.nodes.ray import WORKER_CLASSES
+from hangwatch.nodes.ray import ray_watch_targets
 from hangwatch.redact import scrub
 from hangwatch.render.files import write_atomically
 from hangwatch.render.files import write_outputs
@@ -56,6 +61,7 @@ from hangwatch.render.json_report import plain
 from hangwatch.render.live import make_view
 from hangwatch.render.nodes_text import nodes_watch_text
 from hangwatch.transports import kubectl
+from hangwatch.transports import ray as ray_transport
 from hangwatch.transports import slurm
 from hangwatch.transports.ssh import SshOptions
 from hangwatch.transports.ssh import ssh_session
@@ -92,6 +98,14 @@ class NodesAttachOptions:
     kube: kubectl.KubectlOptions | None = None  # pods by label selector instead of hosts
     kube_selector: str | None = None
     slurm: slurm.SlurmOptions | None = None  # the nodes of a running Slurm job instead of hosts
+    ray: ray_transport.RayOptions | None = None  # the nodes and actor pids from a Ray dashboard
+    ray_classes: tuple[str, ...] = WORKER_CLASSES
+
+    @property
+    def selector(self) -> str:
+        if self.ray is not None:
+            return f"--ray {self.ray.url}, actors {'|'.join(self.ray_classes)}"
+        return f"--match {self.match!r}"
 
     @property
     def node_timeout_s(self) -> float:
@@ -105,7 +119,9 @@ class NodesAttachOptions:
 def stream_args(o: NodesAttachOptions) -> list[str]:
     """The collector's options for the whole watch; each request line then says census or full."""
     deadline = max(1.0, o.node_timeout_s - o.connect_timeout_s - min(3.0, o.node_timeout_s / 4))
-    args = ["--match", o.match, "--every", f"{CENSUS_WINDOW_S:g}", "--deadline", f"{deadline:g}"]
+    # Ray gives each node's actor pids (ray_watch_targets adds them): no pattern to match there.
+    args = [] if o.ray is not None else ["--match", o.match]
+    args += ["--every", f"{CENSUS_WINDOW_S:g}", "--deadline", f"{deadline:g}"]
     args += ["--probe-url", o.ready_url] if o.ready_url else []
     return args + (["--engine", o.engine] if o.engine else [])
 
@@ -183,6 +199,9 @@ class NodesWatch:
                 self._show_events()
                 if self.assessor is None:
                     if not tick.processes:
+                        unreadable = ray_unreadable_verdict(self.o, results)
+                        if unreadable is not None:
+                            return unreadable
                         if t >= self.o.window_s:
                             return no_answer_verdict(self.o)
                         next_at = self._wait(next_at)  # nothing answered with a process yet
@@ -237,7 +256,7 @@ class NodesWatch:
         tree = self.assessor.stack_tree(verdict) if self.assessor is not None else None
         return NodesWatchReport(
             schema=NODES_WATCH_SCHEMA,
-            selector=f"--match {self.o.match!r}",
+            selector=self.o.selector,
             verdict=verdict,
             duration_s=round(duration_s, 3),
             nodes=self.rounds.summaries(),
@@ -258,9 +277,45 @@ def no_answer_verdict(o: NodesAttachOptions) -> Verdict:
         State.INTERRUPTED,
         None,
         None,
-        f"no node answered with a process matching {o.match!r} within the {o.window_s:g} s --window",
+        f"no node answered with a process of {o.selector} within the {o.window_s:g} s --window",
         (),
         (),
+    )
+
+
+# Outcomes that waiting does not cure: the user has to start sshd, fix a key, install hangwatch there.
+NEEDS_THE_USER = frozenset(
+    {
+        NodeOutcome.REFUSED,
+        NodeOutcome.AUTH,
+        NodeOutcome.HOST_KEY,
+        NodeOutcome.NO_COLLECTOR,
+        NodeOutcome.UNREACHABLE,
+    }
+)
+
+
+def ray_unreadable_verdict(o: NodesAttachOptions, results: Sequence[NodeResult]) -> Verdict | None:
+    """Across a Ray cluster the ranks already exist (the state API listed them alive), so when no node
+    can be read for a reason waiting does not cure (no sshd on any node, most often: Ray needs none) the
+    watch ends at once saying so, instead of waiting out --window for processes it will never see."""
+    if o.ray is None or not results or any(r.bundle is not None for r in results):
+        return None
+    if not all(r.outcome in NEEDS_THE_USER for r in results):
+        return None
+    return Verdict(
+        State.INTERRUPTED,
+        None,
+        None,
+        f"no node of the Ray cluster could be read: {SSH_NEEDED}",
+        (),
+        tuple(f"{r.host}: {r.outcome.value}: {r.detail}" for r in results),
+        (
+            "start sshd on the Ray nodes (or give --ssh-config / --ssh-option for how to reach them), with "
+            "hangwatch installed there (--remote-hangwatch CMD)",
+            f"for stacks only, `hangwatch stacks --ray {o.ray.url}` uses the dashboard's traceback endpoint "
+            f"where the head runs with {ray_transport.PROFILING_ENV}=1",
+        ),
     )
 
 
@@ -280,6 +335,16 @@ def open_fanout(o: NodesAttachOptions) -> tuple[NodesAttachOptions, StreamFanout
         )
         o = replace(o, hosts=tuple(by_name))
         return o, StreamFanout(o, sessions, lambda a: in_pod(by_name[a.host], result_of(a)))
+    if o.ray is not None:
+        try:
+            targets = ray_watch_targets(o.ray, o.ray_classes, o.ssh, args)
+        except ray_transport.RayError as exc:
+            raise NoTargets(f"ray: {exc}") from None
+        if not targets.hosts:
+            raise NoTargets(f"no actor of class {', '.join(o.ray_classes)} in the Ray cluster at {o.ray.url}")
+        o = replace(o, hosts=targets.hosts)
+        sessions = StreamSessions(list(targets.sessions), o.ssh.concurrency)
+        return o, StreamFanout(o, sessions, targets.finish)
     if o.slurm is not None:
         try:
             nodes = slurm_nodes(o.slurm)
