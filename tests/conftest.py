@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -11,6 +13,19 @@ from cuda_artefacts import build_all
 from cuda_artefacts import find_nvcc
 from hwrun import Outcome
 from hwrun import run_hangwatch
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    # Python's default for SIGTERM ends the interpreter at once, with no `finally` and no context
+    # manager's exit: a suite stopped by an outer `timeout` then left the processes its tests started
+    # (seen: two stub servers of the bench tests outlived their run). As an exception, every test's
+    # clean-up runs, descendants first, as it does on Ctrl-C.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)
 
 
 @pytest.fixture
