@@ -11,6 +11,7 @@ from hangwatch.cli.node_options import add_kube_options
 from hangwatch.cli.node_options import add_node_options
 from hangwatch.cli.node_options import add_ray_options
 from hangwatch.cli.node_options import add_slurm_options
+from hangwatch.cli.node_options import check_one_transport
 from hangwatch.cli.node_options import hosts_of
 from hangwatch.cli.node_options import kube_options_of
 from hangwatch.cli.node_options import ray_options_of
@@ -105,17 +106,7 @@ class AttachCommand:
             )
             if given
         ]
-        chosen = [
-            bool(args.hosts or args.hostfile),
-            bool(args.kube_selector),
-            bool(args.slurm_job),
-            bool(args.ray),
-        ]
-        if sum(chosen) > 1:
-            raise UsageError(
-                "give one of --hosts/--hostfile (ssh), --kube-selector (kubectl), --slurm-job (srun), "
-                "--ray (a Ray dashboard)"
-            )
+        check_one_transport(args)
         if unsupported:
             raise UsageError(f"{', '.join(unsupported)}: not supported across nodes yet")
         w = watch_options(args, stall_after=stall)

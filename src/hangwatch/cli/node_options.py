@@ -147,3 +147,18 @@ def add_ray_options(parser: argparse.ArgumentParser) -> None:
 def ray_options_of(args: argparse.Namespace) -> RayOptions:
     url = args.ray if "://" in args.ray else f"http://{args.ray}"
     return RayOptions(url=url, timeout_s=min(10.0, args.node_timeout), token=token_from_env())
+
+
+def check_one_transport(args: argparse.Namespace) -> None:
+    """Nodes come from one place: an ssh host list, a pod selector, a Slurm job or a Ray dashboard."""
+    chosen = [
+        bool(args.hosts or args.hostfile),
+        bool(args.kube_selector),
+        bool(args.slurm_job),
+        bool(args.ray),
+    ]
+    if sum(chosen) > 1:
+        raise UsageError(
+            "give one of --hosts/--hostfile (ssh), --kube-selector (kubectl), --slurm-job (srun), "
+            "--ray (a Ray dashboard)"
+        )

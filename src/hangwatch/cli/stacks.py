@@ -8,6 +8,7 @@ from hangwatch.cli.node_options import add_kube_options
 from hangwatch.cli.node_options import add_node_options
 from hangwatch.cli.node_options import add_ray_options
 from hangwatch.cli.node_options import add_slurm_options
+from hangwatch.cli.node_options import check_one_transport
 from hangwatch.cli.node_options import hosts_of
 from hangwatch.cli.node_options import kube_options_of
 from hangwatch.cli.node_options import ray_options_of
@@ -90,17 +91,7 @@ class StacksCommand:
             )
         if args.samples > 20:
             raise UsageError("--samples must be between 1 and 20 across nodes")
-        chosen = [
-            bool(args.hosts or args.hostfile),
-            bool(args.kube_selector),
-            bool(args.slurm_job),
-            bool(args.ray),
-        ]
-        if sum(chosen) > 1:
-            raise UsageError(
-                "give one of --hosts/--hostfile (ssh), --kube-selector (kubectl), --slurm-job (srun), "
-                "--ray (a Ray dashboard)"
-            )
+        check_one_transport(args)
         return stacks_across_nodes(
             NodesStacksOptions(
                 hosts=tuple(hosts_of(args)),

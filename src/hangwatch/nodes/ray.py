@@ -35,6 +35,7 @@ from hangwatch.model.stacks import StackSample
 from hangwatch.nodes.gather import gather_ssh
 from hangwatch.nodes.gather import result_of
 from hangwatch.transports import ray
+from hangwatch.transports.runner import fan_out
 from hangwatch.transports.ssh import SshOptions
 from hangwatch.transports.ssh import ssh_session
 from hangwatch.transports.stream import StreamSession
@@ -135,10 +136,11 @@ def gather_ray(
             for n in ssh_nodes
         ]
         # One ssh per node, each with its own pids: the fan-out of transports/ssh.py, host by host.
-        with ThreadPoolExecutor(max_workers=max(1, min(ssh.concurrency, len(hosts)))) as pool:
-            got = list(
-                pool.map(lambda hp: gather_ssh([hp[0]], hp[1], ssh)[0], zip(hosts, per_node, strict=True))
-            )
+        got = fan_out(
+            list(zip(hosts, per_node, strict=True)),
+            lambda hp: gather_ssh([hp[0]], hp[1], ssh)[0],
+            ssh.concurrency,
+        )
         for n, result in zip(ssh_nodes, got, strict=True):
             results.append(with_ranks(result, by_node[n]))
     return RayGathered(results, tuple(notes), cluster.elapsed_s)

@@ -18,7 +18,6 @@ import json
 import re
 from collections.abc import Callable
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from typing import TypeVar
@@ -27,6 +26,7 @@ from hangwatch.model.nodes import NodeAnswer
 from hangwatch.model.nodes import NodeOutcome
 from hangwatch.model.nodes import PodTarget
 from hangwatch.transports.runner import Exchange
+from hangwatch.transports.runner import fan_out
 from hangwatch.transports.runner import run_bounded
 from hangwatch.transports.stream import StreamSession
 
@@ -148,8 +148,7 @@ def collect_pods(
         ex = runner(exec_argv(pod, remote_args, options), options.node_timeout_s)
         return finish(pod, answer_of(pod, ex, options))
 
-    with ThreadPoolExecutor(max_workers=max(1, min(options.concurrency, len(pods)))) as pool:
-        return list(pool.map(one, pods))
+    return fan_out(pods, one, options.concurrency)
 
 
 def answer_of(pod: PodTarget, ex: Exchange, options: KubectlOptions) -> NodeAnswer:

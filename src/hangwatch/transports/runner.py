@@ -12,7 +12,14 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
+U = TypeVar("U")
 
 
 @dataclass(frozen=True)
@@ -48,3 +55,14 @@ def run_bounded(argv: list[str], deadline_s: float) -> Exchange:
         out, err = proc.communicate()
         rc = None
     return Exchange(rc, out or b"", (err or b"").decode("utf-8", "replace"), sent, time.time())
+
+
+def fan_out(targets: Sequence[T], one: Callable[[T], U], concurrency: int) -> list[U]:
+    """``one(target)`` for every target, at most ``concurrency`` at once; the results in target order.
+
+    Every transport reaches its nodes this way (a slow or dead node costs one worker, not the others).
+    """
+    if not targets:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(targets)))) as pool:
+        return list(pool.map(one, targets))

@@ -17,13 +17,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
 from hangwatch.model.nodes import NodeAnswer
 from hangwatch.model.nodes import NodeOutcome
 from hangwatch.transports.runner import Exchange
+from hangwatch.transports.runner import fan_out
 from hangwatch.transports.runner import run_bounded
 from hangwatch.transports.stream import StreamSession
 
@@ -143,8 +143,7 @@ def collect_nodes(
             answer_of(node, runner(srun_argv(node, remote_args, options), options.node_timeout_s), options)
         )
 
-    with ThreadPoolExecutor(max_workers=max(1, min(options.concurrency, len(nodes)))) as pool:
-        return list(pool.map(one, nodes))
+    return fan_out(nodes, one, options.concurrency)
 
 
 def answer_of(node: str, ex: Exchange, options: SlurmOptions) -> NodeAnswer:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -27,6 +26,7 @@ from typing import TypeVar
 from hangwatch.model.nodes import NodeAnswer
 from hangwatch.model.nodes import NodeOutcome
 from hangwatch.transports.runner import Exchange
+from hangwatch.transports.runner import fan_out
 from hangwatch.transports.runner import run_bounded
 from hangwatch.transports.stream import StreamSession
 from hangwatch.transports.stream import StreamSessions
@@ -128,8 +128,7 @@ def collect_nodes(
             answer_of(host, runner(ssh_argv(host, remote_args, options), options.node_timeout_s), options)
         )
 
-    with ThreadPoolExecutor(max_workers=max(1, min(options.concurrency, len(hosts)))) as pool:
-        return list(pool.map(one, hosts))
+    return fan_out(hosts, one, options.concurrency)
 
 
 def answer_of(host: str, ex: Exchange, options: SshOptions) -> NodeAnswer:
