@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from hangwatch.errors import NoTargets
 from hangwatch.model.nodes import BundleError
 from hangwatch.model.nodes import NodeAnswer
 from hangwatch.model.nodes import NodeOutcome
@@ -100,6 +101,29 @@ def slurm_nodes(options: slurm.SlurmOptions) -> list[str]:
     node_list = slurm.job_node_list(options)
     expanded = slurm.show_hostnames(node_list, options)
     return expanded if expanded is not None else hosts.expand(node_list) if node_list else []
+
+
+def job_nodes(options: slurm.SlurmOptions) -> list[str]:
+    """The job's nodes for stacks and attach alike; no node, or Slurm failing, stops with the reason."""
+    try:
+        nodes = slurm_nodes(options)
+    except slurm.SlurmError as exc:
+        raise NoTargets(f"slurm: {exc}") from None
+    if not nodes:
+        raise NoTargets(f"job {options.job} has no node yet (pending?)")
+    return nodes
+
+
+def selected_pods(selector: str, options: kubectl.KubectlOptions) -> list[PodTarget]:
+    """The selector's pods for stacks and attach alike; none, or kubectl failing, stops with the reason."""
+    try:
+        pods = kubectl.discover(selector, options)
+    except kubectl.KubectlError as exc:
+        raise NoTargets(f"kubectl: {exc}") from None
+    if not pods:
+        where = f" in namespace {options.namespace}" if options.namespace else " in the context's namespace"
+        raise NoTargets(f"no pod matches -l {selector!r}{where}")
+    return pods
 
 
 def gather_slurm(

@@ -16,7 +16,8 @@ from hangwatch.errors import UsageError
 from hangwatch.nodes.gather import gather_kubectl
 from hangwatch.nodes.gather import gather_slurm
 from hangwatch.nodes.gather import gather_ssh
-from hangwatch.nodes.gather import slurm_nodes
+from hangwatch.nodes.gather import job_nodes
+from hangwatch.nodes.gather import selected_pods
 from hangwatch.nodes.ray import WORKER_CLASSES
 from hangwatch.nodes.ray import gather_ray
 from hangwatch.redact import scrub
@@ -94,21 +95,9 @@ def stacks_across_nodes(o: NodesStacksOptions) -> int:
         )
         selector = f"--ray {o.ray.url}, actors {'|'.join(o.ray_classes)}"
     elif o.kube is not None and o.kube_selector is not None:
-        try:
-            pods = kubectl.discover(o.kube_selector, o.kube)
-        except kubectl.KubectlError as exc:
-            raise NoTargets(f"kubectl: {exc}") from None
-        if not pods:
-            raise NoTargets(f"no pod matches -l {o.kube_selector!r}" + _in_namespace(o.kube))
-        results = gather_kubectl(pods, remote_args(o), o.kube)
+        results = gather_kubectl(selected_pods(o.kube_selector, o.kube), remote_args(o), o.kube)
     elif o.slurm is not None:
-        try:
-            nodes = slurm_nodes(o.slurm)
-        except slurm.SlurmError as exc:
-            raise NoTargets(f"slurm: {exc}") from None
-        if not nodes:
-            raise NoTargets(f"job {o.slurm.job} has no node yet (pending?)")
-        results = gather_slurm(nodes, remote_args(o), o.slurm)
+        results = gather_slurm(job_nodes(o.slurm), remote_args(o), o.slurm)
     elif not o.hosts:
         raise UsageError("--hosts/--hostfile named no node")
     else:
@@ -128,7 +117,3 @@ def ray_remote_args(o: NodesStacksOptions) -> list[str]:
     args = remote_args(o)
     i = args.index("--match")
     return args[:i] + args[i + 2 :]
-
-
-def _in_namespace(k: kubectl.KubectlOptions) -> str:
-    return f" in namespace {k.namespace}" if k.namespace else " in the context's namespace"

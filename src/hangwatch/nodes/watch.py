@@ -48,8 +48,9 @@ from hangwatch.model.report import Verdict
 from hangwatch.model.status import StackRequest
 from hangwatch.model.vocabulary import State
 from hangwatch.nodes.gather import in_pod
+from hangwatch.nodes.gather import job_nodes
 from hangwatch.nodes.gather import result_of
-from hangwatch.nodes.gather import slurm_nodes
+from hangwatch.nodes.gather import selected_pods
 from hangwatch.nodes.ray import SSH_NEEDED
 from hangwatch.nodes.ray import WORKER_CLASSES
 from hangwatch.nodes.ray import ray_watch_targets
@@ -323,12 +324,7 @@ def open_fanout(o: NodesAttachOptions) -> tuple[NodesAttachOptions, StreamFanout
     """The nodes (hosts as given, the selector's pods, the job's nodes) and a session on each."""
     args = stream_args(o)
     if o.kube is not None and o.kube_selector is not None:
-        try:
-            pods = kubectl.discover(o.kube_selector, o.kube)
-        except kubectl.KubectlError as exc:
-            raise NoTargets(f"kubectl: {exc}") from None
-        if not pods:
-            raise NoTargets(f"no pod matches -l {o.kube_selector!r}")
+        pods = selected_pods(o.kube_selector, o.kube)
         by_name = {p.name: p for p in pods}
         sessions = StreamSessions(
             [kubectl.kubectl_session(p, args, o.kube) for p in pods], o.kube.concurrency
@@ -346,12 +342,7 @@ def open_fanout(o: NodesAttachOptions) -> tuple[NodesAttachOptions, StreamFanout
         sessions = StreamSessions(list(targets.sessions), o.ssh.concurrency)
         return o, StreamFanout(o, sessions, targets.finish)
     if o.slurm is not None:
-        try:
-            nodes = slurm_nodes(o.slurm)
-        except slurm.SlurmError as exc:
-            raise NoTargets(f"slurm: {exc}") from None
-        if not nodes:
-            raise NoTargets(f"job {o.slurm.job} has no node yet (pending?)")
+        nodes = job_nodes(o.slurm)
         sessions = StreamSessions([slurm.srun_session(n, args, o.slurm) for n in nodes], o.slurm.concurrency)
         o = replace(o, hosts=tuple(nodes))
         return o, StreamFanout(o, sessions)
