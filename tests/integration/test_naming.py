@@ -34,3 +34,23 @@ def test_ranks_named_by_their_environment_under_a_launcher_with_the_same_title(h
     assert out.verdict["state"] == "ready", out.verdict
     ranks = sorted((p["role"], p["rank"]) for p in out.report["processes"] if p["role"] == "rank")
     assert ranks == [("rank", "0"), ("rank", "1")], out.report["processes"]
+
+
+def test_a_tree_supervised_after_another_does_not_adopt_the_last_one_leftovers():
+    """A subreaper that supervises trees one after another (isolate, bench) keeps the earlier tree's
+    orphans out of the next tree: a trial's verdict once blamed the baseline's processes."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from hwrun import PROGRAMS
+
+    out = subprocess.run(
+        [sys.executable, str(PROGRAMS / "adopted_leftovers.py")],
+        capture_output=True, text=True, timeout=60, check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )  # fmt: skip
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["root"] in seen["members"], seen
+    assert seen["orphan"] not in seen["members"] and seen["orphan"] not in seen["exits"], seen

@@ -7,6 +7,7 @@ process serves ``GET /health`` on ``--port``:
   the draft path inside ``CudaGraphRunner.capture`` and waits on a queue rank 0 never fills, while rank 0
   waits for rank 1: a real deadlock (both blocked in ``Queue.get``, no CPU, no output).
 * ``--strict``: a check fails while loading: a traceback, exit 1.
+* ``--load-seconds S``: loading takes S seconds, reading 1 MiB a second (a slow but healthy phase).
 * Any of ``--spec off`` (or no ``--spec``), ``--graphs off``, ``--backend safe``: the capture completes
   and the server boots.
 
@@ -103,6 +104,7 @@ def main() -> None:
     parser.add_argument("--graphs", choices=("on", "off"), default="on")
     parser.add_argument("--backend", choices=("fast", "safe"), default="fast")
     parser.add_argument("--strict", action="store_true")
+    parser.add_argument("--load-seconds", type=float, default=0.2)
     parser.add_argument("--marker", help="append one line per boot to this file")
     args = parser.parse_args()
     if args.marker:
@@ -112,7 +114,11 @@ def main() -> None:
             f.write(f"boot {os.getpid()} alive={','.join(map(str, alive)) or 'none'} port={port} ")
             f.write(" ".join(sys.argv[1:]) + "\n")
     log("Loading weights")
-    time.sleep(0.2)
+    end = time.monotonic() + args.load_seconds
+    with Path("/dev/zero").open("rb") as weights:
+        while time.monotonic() < end:
+            weights.read(1 << 20)  # I/O that hangwatch counts as progress, as a real load's reads
+            time.sleep(min(1.0, max(0.0, end - time.monotonic())))
     if args.strict:
         raise RuntimeError("strict check failed: the weights' checksum does not match")
     log("Weights loaded")

@@ -207,7 +207,15 @@ class TreeSampler:
         seeds = {pid for pid in self._roots if pid in stats}
         seeds |= {pid for pid, k in self._known.items() if pid in stats and stats[pid].identity == k.identity}
         if self._adopter is not None:
-            seeds |= set(children.get(self._adopter, []))
+            # Orphans re-parented to us (a subreaper) are ours only if born after our tree's root: in
+            # one hangwatch process that supervises one tree after another (isolate's trials, bench's
+            # two servers), the last tree's leftovers are adopted too, and were taken for this tree's
+            # members (a trial's verdict blamed the baseline's processes, killed at its clean-up).
+            births = [stats[r].identity.start_ticks for r in self._roots if r in stats]
+            births += [i.start_ticks for i in self._root_identities]
+            if births:
+                born = min(births)
+                seeds |= {c for c in children.get(self._adopter, []) if stats[c].identity.start_ticks >= born}
         members: set[int] = set()
         stack = list(seeds - excluded)
         while stack:
