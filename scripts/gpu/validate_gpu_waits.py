@@ -40,6 +40,7 @@ from validate_stacks import ENV  # noqa: E402
 from validate_stacks import figures  # noqa: E402
 from validate_stacks import hangwatch  # noqa: E402
 from validate_stacks import idle_baseline  # noqa: E402
+from validate_stacks import write_fixture  # noqa: E402
 
 from hangwatch.collect.stacks import find_py_spy  # noqa: E402
 
@@ -94,19 +95,11 @@ def capture_fixture(name: str, py_spy: str, out: Path) -> dict[str, Any]:
             samples = [capture_round(py_spy, pids, time.monotonic() - started)]
             time.sleep(2)
             samples.append(capture_round(py_spy, pids, time.monotonic() - started))
-    data = {
-        "scenario": f"gpu_{name.replace('-', '_')}",
-        "program": "scripts/gpu/gpu_waits.py",
-        "args": ["ipc", *HANGS[name]],
-        "root_pid": pids[0] if pids else None,
-        "captured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "machine": "GPU validation machine (one H200)",
-        "py_spy": subprocess.run(
-            [py_spy, "--version"], capture_output=True, text=True, check=False
-        ).stdout.strip(),
-        "samples": samples,
-    }
-    out.write_text(json.dumps(data, indent=1) + "\n")
+    root = pids[0] if pids else None
+    machine = "GPU validation machine (one H200)"
+    write_fixture(
+        out, name, "scripts/gpu/gpu_waits.py", ["ipc", *HANGS[name]], root, machine, py_spy, samples
+    )
     return {"written": out.name, "processes": len(samples[0]["processes"])}
 
 

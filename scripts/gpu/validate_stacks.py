@@ -222,23 +222,46 @@ def raw_fixture(mode: str, py_spy: str, out: Path) -> dict[str, Any]:
                     ],
                 }
             )
-        fixture = {
-            "scenario": f"gpu_{mode.replace('-', '_')}",
-            "program": f"scripts/gpu/stack_program.py {mode}",
-            "args": [mode],
-            "root_pid": proc.pid,
-            "captured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "machine": "GPU validation machine",
-            "py_spy": subprocess.run(
-                [py_spy, "--version"], capture_output=True, text=True, check=False
-            ).stdout.strip(),
-            "samples": samples,
-        }
-        out.write_text(json.dumps(fixture, indent=1) + "\n")
+        write_fixture(
+            out,
+            mode,
+            f"scripts/gpu/stack_program.py {mode}",
+            [mode],
+            proc.pid,
+            "GPU validation machine",
+            py_spy,
+            samples,
+        )
         return {"written": out.name, "state": samples[-1]["processes"][0]["state"]}
     finally:
         os.killpg(proc.pid, 9)
         proc.wait()
+
+
+def write_fixture(
+    out: Path,
+    shape: str,
+    program: str,
+    args: list[str],
+    root_pid: int | None,
+    machine: str,
+    py_spy: str,
+    samples: list[dict[str, Any]],
+) -> None:
+    """A raw capture in the format of tests/fixtures/stacks/capture.py, which the unit tests load."""
+    fixture = {
+        "scenario": f"gpu_{shape.replace('-', '_')}",
+        "program": program,
+        "args": args,
+        "root_pid": root_pid,
+        "captured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine,
+        "py_spy": subprocess.run(
+            [py_spy, "--version"], capture_output=True, text=True, check=False
+        ).stdout.strip(),
+        "samples": samples,
+    }
+    out.write_text(json.dumps(fixture, indent=1) + "\n")
 
 
 def main() -> int:
