@@ -17,7 +17,6 @@ from collections.abc import Sequence
 
 from hangwatch.analyse.causes import Diagnosis
 from hangwatch.analyse.gpustate import gpu_state
-from hangwatch.analyse.gpustate import gpus_of
 from hangwatch.analyse.stackcontext import StackContext
 from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackwaits import ProcessView
@@ -312,7 +311,7 @@ def rule_gpu_spin(ctx: StackContext) -> Diagnosis | None:
     in the wait, the ranks waiting are. Never closed: the GPU is outside what the stacks prove.
     """
     overall = gpu_state(ctx.gpu, ctx.gpm)
-    states = {v.pid: _own_gpu_state(ctx, v.pid, overall) for v in ctx.views}
+    states = _own_gpu_states(ctx, overall)
     named = [
         v
         for v in ctx.views
@@ -387,11 +386,25 @@ def _parked_on_gpu(v: ProcessView, on_gpu: frozenset[int], kernels: frozenset[in
     return v.spinning
 
 
-def _own_gpu_state(ctx: StackContext, pid: int, overall: str) -> str:
-    """The state of the GPUs the process holds memory on: on eight GPUs, the rank that never launched
-    its half leaves its own GPU idle while its peers' spin. Every GPU's where NVML does not say."""
-    own = gpus_of(ctx.gpu, pid)
-    return gpu_state(ctx.gpu, ctx.gpm, own) if own is not None else overall
+def _own_gpu_states(ctx: StackContext, overall: str) -> dict[int, str]:
+    """pid -> the state of the GPUs the process holds memory on: on eight GPUs, the rank that never
+    launched its half leaves its own GPU idle while its peers' spin. Every GPU's where NVML does not
+    say. One pass over NVML's process list and one judgement per set of GPUs, not per process: a
+    merged tree across nodes has thousands of ranks."""
+    on: dict[int, set[int]] = {}
+    for p in ctx.gpu.processes if ctx.gpu is not None else ():
+        on.setdefault(p.pid, set()).add(p.gpu_index)
+    judged: dict[frozenset[int], str] = {}
+    states: dict[int, str] = {}
+    for v in ctx.views:
+        own = frozenset(on.get(v.pid, ()))
+        if not own:
+            states[v.pid] = overall
+            continue
+        if own not in judged:
+            judged[own] = gpu_state(ctx.gpu, ctx.gpm, own)
+        states[v.pid] = judged[own]
+    return states
 
 
 def _gpu_pids(ctx: StackContext) -> frozenset[int]:
