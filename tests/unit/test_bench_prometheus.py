@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from hangwatch.collect.prometheus import only_samples
 from hangwatch.collect.prometheus import parse
 from hangwatch.collect.prometheus import scrape
 from hangwatch.model.metrics import MetricsSnapshot
@@ -107,6 +108,33 @@ def test_parses_a_real_vllm_exposition():
         "1",
         "2",
     }
+
+
+WATCHED = ("vllm:generation_tokens_total", "vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+def test_only_the_watched_samples_parse_to_the_same_values_as_the_whole_exposition():
+    """The watch loop's cut (only_samples): the same figures from a fraction of the text."""
+    text = (DATA / "vllm_ngram_metrics_after.txt").read_text()
+    whole, cut = snap(text), parse(text, "http://127.0.0.1:1/metrics", 1.0, only=WATCHED)
+    assert isinstance(cut, MetricsSnapshot)
+    assert set(cut.samples) == set(WATCHED)
+    for name in WATCHED:
+        assert cut.samples[name] == whole.samples[name], name
+    assert len(only_samples(text, WATCHED)) < len(text) / 20
+    # A family whose name is a prefix of a wanted one but is not it stays out.
+    assert "vllm:generation_tokens_created" not in only_samples(text, WATCHED)
+
+
+@pytest.mark.parametrize("text", ["<html><body>It works!</body></html>", "hello world"])
+def test_a_cut_that_keeps_nothing_still_says_the_text_is_not_prometheus(text):
+    result = parse(text, "http://127.0.0.1:1/metrics", only=WATCHED)
+    assert isinstance(result, ScrapeError) and result.kind is ScrapeFailure.NOT_PROMETHEUS
+
+
+def test_an_exposition_without_the_watched_names_is_an_empty_snapshot():
+    result = parse(TEXT, "http://127.0.0.1:1/metrics", only=("sglang:num_running_reqs",))
+    assert isinstance(result, MetricsSnapshot) and not result.has("sglang:num_running_reqs")
 
 
 def _client(handler) -> httpx.Client:

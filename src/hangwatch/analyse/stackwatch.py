@@ -88,11 +88,7 @@ class StackHistory:
         """Time for a capture? ``solid_since``: last progress other than CPU; ``quiet_since``: last of any."""
         p = self.policy
         if now - solid_since < p.quiet_before_s:
-            self._anchor = None
-            self._spell = []
-            self._solid = []
-            self._spin_views = None
-            self._moved_at = {}
+            self.restart()
             return False
         self._solid_since = solid_since
         anchor = quiet_since if now - quiet_since >= p.quiet_before_s else solid_since
@@ -103,6 +99,14 @@ class StackHistory:
             return True
         gap = p.gap_s if len(self._spell) < p.samples else p.relaxed_gap_s
         return now - self._spell[-1].t >= gap
+
+    def restart(self) -> None:
+        """Forget the spell: the next capture begins a new one (its judgements never span the gap)."""
+        self._anchor = None
+        self._spell = []
+        self._solid = []
+        self._spin_views = None
+        self._moved_at = {}
 
     def wants_native(self) -> bool:
         """Native frames for the first two captures of a burst only (they cost symbol loading every time)."""

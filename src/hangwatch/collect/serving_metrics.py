@@ -38,6 +38,7 @@ class ServingPoller:
     ) -> None:
         self.url = url
         self._names = names
+        self._wanted = (names.running, names.waiting, names.generation_tokens)
         self._clock = clock
         self._interval = interval_s
         self._timeout = timeout_s
@@ -53,7 +54,7 @@ class ServingPoller:
         with httpx.Client(trust_env=False) as client:
             while not self._stop.is_set():
                 t = round(self._clock(), 3)
-                result = scrape(self.url, self._timeout, client=client)
+                result = scrape(self.url, self._timeout, client=client, only=self._wanted)
                 if isinstance(result, MetricsSnapshot):
                     sample = serving_sample(result, self._names, t)
                 else:
