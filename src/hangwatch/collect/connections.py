@@ -10,6 +10,7 @@ read, and only their counters: no payload, no address beyond the port.
 
 from __future__ import annotations
 
+import enum
 import os
 import socket
 import struct
@@ -64,28 +65,44 @@ def _u64(info: bytes, offset: int) -> int | None:
     return struct.unpack_from("=Q", info, offset)[0] if len(info) >= offset + 8 else None
 
 
-def connection_of(port: int, peer_port: int, info: bytes, ours: bool) -> ServerConnection:
+def connection_of(
+    port: int, peer_port: int, info: bytes, ours: bool, internal: bool = False
+) -> ServerConnection:
     sent_ms, recv_ms = _u32(info, _LAST_DATA_SENT), _u32(info, _LAST_DATA_RECV)
     acked, received = _u64(info, _BYTES_ACKED), _u64(info, _BYTES_RECEIVED)
     unanswered = None
     # The client spoke last (a request), and the server has not answered since: waiting this long.
     if recv_ms is not None and sent_ms is not None and received and (recv_ms < sent_ms or not acked):
         unanswered = recv_ms / 1000.0
-    return ServerConnection(port, peer_port, received, acked, unanswered, ours)
+    return ServerConnection(port, peer_port, received, acked, unanswered, ours, internal)
+
+
+class Owner(enum.Enum):
+    """Who holds the client end of a connection to the tree."""
+
+    OURS = "ours"  # hangwatch: a probe, a /metrics scrape, its own request
+    TREE = "tree"  # a process of the watched tree
+    OTHER = "other"  # a client (or a client end not on this host)
 
 
 class ConnectionWatcher:
     """Reads the connections on the tree's listening ports each tick.
 
-    hangwatch's own connections (probes, /metrics scrapes, its own request) are told apart by their
-    client end: on loopback both ends are in the dump, and ours is a socket this process holds.
+    Who holds each connection's client end is told by that end's socket inode (on loopback both ends
+    are in the dump): hangwatch's own, a process of the tree's (the engines' processes connect to each
+    other on the tree's ports: an 8-byte handshake vLLM never answers looked like a request waiting for
+    a minute), or a client's. The owner of an inode never changes, so each is looked up once, and only
+    the fds of the processes that could hold it are read (this was the supervisor's largest cost left).
     """
 
     def __init__(self, pid: int | None = None) -> None:
         self._pid = pid if pid is not None else os.getpid()
         self.unavailable: str | None = None
+        self._owners: dict[int, Owner] = {}  # client-end inode -> its holder, for live connections
+        self._members: set[int] = set()  # the pids whose fds the OTHER verdicts were checked against
 
-    def read(self, ports: Iterable[int]) -> ConnectionSample | None:
+    def read(self, ports: Iterable[int], members: Iterable[int] = ()) -> ConnectionSample | None:
+        """``members``: the pids of the tree, whose connections to its own ports are internal."""
         wanted = tuple(sorted(set(ports)))
         if not wanted or self.unavailable is not None:
             return None
@@ -94,11 +111,48 @@ class ConnectionWatcher:
         except OSError as exc:
             self.unavailable = f"sock_diag unavailable ({exc}): requests waiting are not seen from outside"
             return ConnectionSample(wanted, error=self.unavailable)
-        mine = procfs.socket_inodes(self._pid)
-        ours = {sport for sport, dport, inode, _ in rows if dport in wanted and inode in mine}
-        found = tuple(
-            connection_of(sport, dport, info, dport in ours)
+        client_end = {(sport, dport): inode for sport, dport, inode, _ in rows if dport in wanted}
+        served = [
+            (sport, dport, info, client_end.get((dport, sport)))
             for sport, dport, _, info in rows
             if sport in wanted
+        ]
+        self._classify({inode for *_, inode in served if inode}, members)
+        found = tuple(
+            connection_of(
+                sport,
+                dport,
+                info,
+                self._owners.get(inode or 0) is Owner.OURS,
+                self._owners.get(inode or 0) is Owner.TREE,
+            )
+            for sport, dport, info, inode in served
         )
         return ConnectionSample(wanted, found)
+
+    def _classify(self, inodes: set[int], members: Iterable[int]) -> None:
+        self._owners = {i: o for i, o in self._owners.items() if i in inodes}  # closed ones go
+        pids = set(members)
+        unknown = inodes - self._owners.keys()
+        # A client end judged no member's may belong to a process that joined the tree since.
+        joined = pids - self._members
+        others = {i for i, o in self._owners.items() if o is Owner.OTHER}
+        self._members = pids
+        for pid in joined if others else ():
+            for inode in others & procfs.socket_inodes(pid):
+                self._owners[inode] = Owner.TREE
+        if not unknown:
+            return
+        mine = procfs.socket_inodes(self._pid)
+        for inode in unknown & mine:
+            self._owners[inode] = Owner.OURS
+        unknown -= mine
+        for pid in pids if unknown else ():
+            held = unknown & procfs.socket_inodes(pid)
+            for inode in held:
+                self._owners[inode] = Owner.TREE
+            unknown -= held
+            if not unknown:
+                break
+        for inode in unknown:
+            self._owners[inode] = Owner.OTHER

@@ -263,6 +263,9 @@ class ServerConnection:
     # The client's last data came after the server's last: a request waiting for its answer, this long.
     unanswered_s: float | None
     ours: bool = False  # hangwatch's own probe or request
+    # The client end is a process of the watched tree (vLLM's and SGLang's processes talk to each other
+    # over TCP on ports of the tree): traffic inside the server, not a request from a client.
+    internal: bool = False
 
 
 @dataclass(frozen=True)
@@ -275,7 +278,8 @@ class ConnectionSample:
 
     @property
     def theirs(self) -> tuple[ServerConnection, ...]:
-        return tuple(c for c in self.connections if not c.ours)
+        """The clients' connections: neither hangwatch's own nor the tree's among its processes."""
+        return tuple(c for c in self.connections if not c.ours and not c.internal)
 
     @property
     def unanswered(self) -> tuple[ServerConnection, ...]:
