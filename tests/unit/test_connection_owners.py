@@ -10,12 +10,17 @@ process itself is the outside client.
 from __future__ import annotations
 
 import socket
+import struct
 import subprocess
 import sys
 import time
 from typing import Any
 
+import pytest
+
+from hangwatch.collect import connections
 from hangwatch.collect.connections import ConnectionWatcher
+from hangwatch.collect.sockdiag import inet_diag
 from proc_helpers import kill_tree
 
 SERVER = """
@@ -90,3 +95,47 @@ def test_hangwatchs_own_connection_is_ours() -> None:
             assert sample.unanswered == ()
     finally:
         kill_tree(server)
+
+
+def test_the_kernels_port_filter_keeps_both_ends_of_the_ports_connections_and_nothing_else() -> None:
+    """The dump asks the kernel for the tree's ports only (sockdiag.port_filter): checked against
+    the unfiltered dump of the same moment, on two listening sockets with a connection each."""
+    listeners = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
+    clients = [socket.create_connection(s.getsockname()[:2]) for s in listeners]
+    accepted = [s.accept()[0] for s in listeners]
+    try:
+        kept, other = (s.getsockname()[1] for s in listeners)
+        states = 1 << 1  # established
+        whole = {_ports(d, m) for d, m, _ in inet_diag(socket.AF_INET, states)}
+        cut = {_ports(d, m) for d, m, _ in inet_diag(socket.AF_INET, states, ports=[kept])}
+        assert cut == {p for p in whole if kept in p}
+        assert len(cut) == 2  # the server's end and the client's
+        assert not any(other in p for p in cut) and any(other in p for p in whole)
+        three = {_ports(d, m) for d, m, _ in inet_diag(socket.AF_INET, states, ports=[other, 1, kept])}
+        assert three == {p for p in whole if kept in p or other in p}
+        assert inet_diag(socket.AF_INET, states, ports=[]) == []
+    finally:
+        for s in [*accepted, *clients, *listeners]:
+            s.close()
+
+
+def _ports(data: bytes, msg: int) -> tuple[int, int]:
+    return struct.unpack_from(">HH", data, msg + 4)
+
+
+def test_a_kernel_that_refuses_the_filter_gets_the_whole_dump(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernels before inet_diag's port tests answer the filtered request with an error."""
+    real = connections._dump
+
+    def old_kernel(family: int, ports: tuple[int, ...] | None) -> list[tuple[int, int, int, bytes]]:
+        if ports is not None:
+            raise OSError("sock_diag returned an error")
+        return real(family, None)
+
+    monkeypatch.setattr(connections, "_dump", old_kernel)
+    with socket.create_server(("127.0.0.1", 0)) as server, socket.create_connection(server.getsockname()[:2]):
+        port = server.getsockname()[1]
+        watcher = ConnectionWatcher()
+        first, second = watcher.read([port]), watcher.read([port])
+    assert first is not None and first.error is None and [c.ours for c in first.connections] == [True]
+    assert second is not None and second.error is None and len(second.connections) == 1

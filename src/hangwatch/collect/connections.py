@@ -34,11 +34,12 @@ _BYTES_ACKED = 120
 _BYTES_RECEIVED = 128
 
 
-def _dump(family: int) -> list[tuple[int, int, int, bytes]]:
-    """(sport, dport, inode, tcp_info) of every established or close-wait TCP socket of the family."""
+def _dump(family: int, ports: tuple[int, ...] | None) -> list[tuple[int, int, int, bytes]]:
+    """(sport, dport, inode, tcp_info) of every established or close-wait TCP socket of the family
+    with one of ``ports`` at either end."""
     states = (1 << _TCP_ESTABLISHED) | (1 << _TCP_CLOSE_WAIT)
     out = []
-    for data, msg, end in inet_diag(family, states, 1 << (_INET_DIAG_INFO - 1)):
+    for data, msg, end in inet_diag(family, states, 1 << (_INET_DIAG_INFO - 1), ports):
         sport, dport = _PORTS.unpack_from(data, msg + 4)
         inode = struct.unpack_from("=I", data, msg + 4 + 48 + 16)[0]
         out.append((sport, dport, inode, _info(data, msg + _MSG_SIZE, end)))
@@ -100,6 +101,10 @@ class ConnectionWatcher:
         self.unavailable: str | None = None
         self._owners: dict[int, Owner] = {}  # client-end inode -> its holder, for live connections
         self._members: set[int] = set()  # the pids whose fds the OTHER verdicts were checked against
+        self._filtered = True  # the kernel takes a port filter (sockdiag.port_filter)
+
+    def _filter(self, ports: tuple[int, ...]) -> tuple[int, ...] | None:
+        return ports if self._filtered else None
 
     def read(self, ports: Iterable[int], members: Iterable[int] = ()) -> ConnectionSample | None:
         """``members``: the pids of the tree, whose connections to its own ports are internal."""
@@ -107,7 +112,17 @@ class ConnectionWatcher:
         if not wanted or self.unavailable is not None:
             return None
         try:
-            rows = _dump(socket.AF_INET) + _dump(socket.AF_INET6)
+            try:
+                rows = _dump(socket.AF_INET, self._filter(wanted)) + _dump(
+                    socket.AF_INET6, self._filter(wanted)
+                )
+            except OSError:
+                if not self._filtered:
+                    raise
+                # A kernel older than the port tests of inet_diag's bytecode refuses the filter:
+                # take the whole dump (the rows are matched to the ports below anyway).
+                self._filtered = False
+                rows = _dump(socket.AF_INET, None) + _dump(socket.AF_INET6, None)
         except OSError as exc:
             self.unavailable = f"sock_diag unavailable ({exc}): requests waiting are not seen from outside"
             return ConnectionSample(wanted, error=self.unavailable)

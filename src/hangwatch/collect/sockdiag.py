@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Iterable
 
 from hangwatch.collect import procfs
 
@@ -23,15 +24,52 @@ _TCP_LISTEN = 10
 _NLMSG_HEADER = struct.Struct("=IHHII")
 _REQUEST = struct.Struct("=BBBxI48s")  # inet_diag_req_v2: family, protocol, ext, pad, states, sockid
 _MSG_SPORT = struct.Struct(">H")  # inet_diag_msg.id.idiag_sport, network byte order
+_RTA = struct.Struct("=HH")  # rtattr: length, type
+_INET_DIAG_REQ_BYTECODE = 1
+_BC_OP = struct.Struct("=BBH")  # inet_diag_bc_op: code, yes, no (ports compared in host order)
+_BC_JMP = 1
+_BC_S_EQ = 11
+_BC_D_EQ = 12
 
 
-def inet_diag(family: int, states: int, ext: int = 0) -> list[tuple[bytes, int, int]]:
+def port_filter(ports: Iterable[int]) -> bytes:
+    """inet_diag bytecode keeping the sockets whose local or remote port is one of ``ports``.
+
+    Without it a dump carries every TCP socket of the host with its tcp_info: on a busy node (a
+    server with thousands of clients, a Ray cluster's own connections) that was most of the watch
+    loop's CPU. The kernel runs the program per socket (net/ipv4/inet_diag.c, inet_diag_bc_run): an
+    op whose condition holds jumps ``yes`` bytes, else ``no``; landing exactly on the end keeps the
+    socket, jumping past it (end + 4) drops it. Its audit (inet_diag_bc_audit) walks the ``yes``
+    jumps and wants every ``no`` target on that walk, so the OR of the tests is a chain
+    ``test, JMP, test, JMP, ..., test``: a test that holds falls into its JMP, which jumps to the
+    end; one that fails skips its JMP to the next test; the last one's failure jumps past the end.
+    A port test is two ops (S_EQ/D_EQ, then the port in the second op's ``no``, in host order).
+    """
+    tests = [(code, port) for port in sorted(set(ports)) for code in (_BC_S_EQ, _BC_D_EQ)]
+    size = 12 * len(tests) - 4
+    program = b""
+    for i, (code, port) in enumerate(tests):
+        program += _BC_OP.pack(code, 8, 12) + _BC_OP.pack(0, 0, port)
+        if i < len(tests) - 1:
+            program += _BC_OP.pack(_BC_JMP, 4, size - (12 * i + 8))
+    return program
+
+
+def inet_diag(
+    family: int, states: int, ext: int = 0, ports: Iterable[int] | None = None
+) -> list[tuple[bytes, int, int]]:
     """Every TCP socket of ``family`` in ``states`` (a bitmask of TCP states): (buffer, start, end) of
     each inet_diag_msg with its attributes (``ext`` asks for them: 1 << (INET_DIAG_INFO - 1) for
-    tcp_info). One netlink request; the kernel answers in tens of microseconds."""
+    tcp_info). ``ports``: only sockets with one of them at either end (port_filter). One netlink
+    request; the kernel answers in tens of microseconds."""
     out: list[tuple[bytes, int, int]] = []
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG) as sock:
         body = _REQUEST.pack(family, socket.IPPROTO_TCP, ext, states, b"\0" * 48)
+        if ports is not None:
+            program = port_filter(ports)
+            if not program:
+                return out
+            body += _RTA.pack(_RTA.size + len(program), _INET_DIAG_REQ_BYTECODE) + program
         header = _NLMSG_HEADER.pack(
             _NLMSG_HEADER.size + len(body), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST | _NLM_F_DUMP, 1, 0
         )
