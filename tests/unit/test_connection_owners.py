@@ -139,3 +139,19 @@ def test_a_kernel_that_refuses_the_filter_gets_the_whole_dump(monkeypatch: pytes
         first, second = watcher.read([port]), watcher.read([port])
     assert first is not None and first.error is None and [c.ours for c in first.connections] == [True]
     assert second is not None and second.error is None and len(second.connections) == 1
+
+
+def test_a_family_without_the_trees_connections_is_read_less_often_only_beside_one_with() -> None:
+    """Each dump walks the kernel's whole table; IPv6 is skipped while only IPv4 has connections."""
+    with socket.create_server(("127.0.0.1", 0)) as server, socket.create_connection(server.getsockname()[:2]):
+        port = server.getsockname()[1]
+        watcher = ConnectionWatcher()
+        for _ in range(4):
+            watcher.read([port])
+        assert watcher._families() == [socket.AF_INET]
+        seen = [watcher.read([port]) for _ in range(connections.EMPTY_EVERY)]
+        assert all(s is not None and len(s.connections) == 1 for s in seen)
+    nothing = ConnectionWatcher()
+    for _ in range(6):
+        nothing.read([1])
+        assert set(nothing._families()) == {socket.AF_INET, socket.AF_INET6}
