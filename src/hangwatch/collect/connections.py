@@ -104,7 +104,7 @@ class ConnectionWatcher:
         self._members: set[int] = set()  # the pids whose fds the OTHER verdicts were checked against
         self._filtered = True  # the kernel takes a port filter (sockdiag.port_filter)
         self._reads = 0
-        self._empty = {socket.AF_INET: 0, socket.AF_INET6: 0}  # reads in a row that found nothing
+        self._empty: dict[int, int] = {socket.AF_INET: 0, socket.AF_INET6: 0}  # reads in a row: none found
 
     def _families(self) -> list[int]:
         """The families to dump this time. A dump walks the kernel's whole table of established
