@@ -179,10 +179,13 @@ def profiling_off(nodes: EmulatedNodes) -> Iterator[RayCluster]:
     yield from ray_cluster(nodes, nodes.nodes[0], False, 6451, 8351)
 
 
-def culprit_of(report: dict[str, Any]) -> tuple[str, int]:
-    (key,) = report["diagnosis"]["culprits"]
+def culprit_of(report: dict[str, Any], culprits: list[int] | None = None) -> tuple[str, int]:
+    """The one culprit as (the address of its node, its pid there)."""
+    (key,) = report["diagnosis"]["culprits"] if culprits is None else culprits
     where = report["processes"][str(key)]
-    return where["node"], where["pid"]
+    # A node's label is its hostname where the collector ran there, its address for the dashboard's.
+    [host] = [n["host"] for n in report["nodes"] if where["node"] in (n["label"], n["host"])]
+    return host, where["pid"]
 
 
 def actor_pids(url: str) -> dict[int, tuple[str, int]]:
@@ -217,3 +220,109 @@ def test_dashboard_stacks_name_the_culprit_on_the_worker_node(
     node, pid = culprit_of(report)
     assert (node, pid) == (c.node.address, pids[CULPRIT][1]), (report["diagnosis"], out.stdout)
     assert report["diagnosis"]["cause"] == "collective-wait", report["diagnosis"]
+
+
+@pytest.fixture
+def head_sshd(nodes: EmulatedNodes) -> Iterator[None]:
+    """An sshd at the head's address (the bridge's) for the test's duration: the head is this machine."""
+    proc = nodes.start_host_sshd()
+    try:
+        yield
+    finally:
+        nodes.stop_host_sshd(proc)
+
+
+def ssh_args(nodes: EmulatedNodes) -> list[str]:
+    return ["--ssh-config", str(nodes.ssh_config), "--remote-hangwatch", str(nodes.hangwatch)]
+
+
+def assert_culprit_on_the_worker_node(c: RayCluster, report: dict[str, Any], stdout: str) -> None:
+    pids = actor_pids(c.url)
+    assert culprit_of(report) == (c.node.address, pids[CULPRIT][1]), (report.get("diagnosis"), stdout)
+    assert pids[CULPRIT][0] == c.node_ids[c.node.address]  # the state API put it on the worker node
+
+
+def test_profiling_off_says_403_and_reads_both_nodes_over_ssh(
+    profiling_off: RayCluster, nodes: EmulatedNodes, head_sshd: None, tmp_path: Path
+) -> None:
+    c = profiling_off
+    started = time.monotonic()
+    out = run_hangwatch(["stacks", "--ray", c.url, "--no-native", *ssh_args(nodes)], tmp_path)
+    took = time.monotonic() - started
+    print(out.stdout, f"\n(cluster up in {c.up_s:.1f} s; stacks --ray over ssh {took:.2f} s)")
+    report = out.report
+    assert report is not None, out.stderr
+    notes = " ".join(report["notes"])
+    assert "403" in notes and "RAY_DASHBOARD_ENABLE_PROFILING=1" in notes, notes
+    # Each node at the address the state API gave it, read by the collector there (so with /proc).
+    assert {n["host"]: n["outcome"] for n in report["nodes"]} == {c.head_ip: "ok", c.node.address: "ok"}
+    assert report["diagnosis"]["cause"] == "collective-wait", report["diagnosis"]
+    assert_culprit_on_the_worker_node(c, report, out.stdout)
+    # The worker node's pids are its own PID namespace's, not this machine's.
+    [worker] = [n for n in report["nodes"] if n["host"] == c.node.address]
+    [head] = [n for n in report["nodes"] if n["host"] == c.head_ip]
+    assert worker["pid_ns"] != head["pid_ns"]
+
+
+def test_profiling_off_without_ssh_the_collector_runs_as_a_node_pinned_ray_task(
+    profiling_off: RayCluster, nodes: EmulatedNodes, tmp_path: Path
+) -> None:
+    """No sshd at the head's address, the worker node's sshd stopped: only --ray-task reaches them."""
+    c = profiling_off
+    nodes.stop_sshd(c.node)
+    try:
+        without = run_hangwatch(
+            ["stacks", "--ray", c.url, "--no-native", "--node-timeout", "8", *ssh_args(nodes)], tmp_path
+        )
+        started = time.monotonic()
+        out = run_hangwatch(
+            ["stacks", "--ray", c.url, "--no-native", "--node-timeout", "20", "--ray-task", *ssh_args(nodes)],
+            tmp_path,
+            timeout=180,
+        )
+        took = time.monotonic() - started
+    finally:
+        nodes.start_sshd(c.node)
+    assert without.report is not None, without.stderr
+    assert {n["outcome"] for n in without.report["nodes"]} == {"refused"}, without.report["nodes"]
+    assert "--ray-task would run the collector there" in " ".join(without.report["notes"])
+    print(out.stdout, f"\n(stacks --ray --ray-task {took:.2f} s)")
+    report = out.report
+    assert report is not None, out.stderr
+    assert out.rc == 0, out.stderr
+    notes = " ".join(report["notes"])
+    assert "node-pinned Ray task" in notes and "ssh: refused; task: ok" in notes, notes
+    assert {n["host"]: n["outcome"] for n in report["nodes"]} == {c.head_ip: "ok", c.node.address: "ok"}
+    assert report["diagnosis"]["cause"] == "collective-wait", report["diagnosis"]
+    assert_culprit_on_the_worker_node(c, report, out.stdout)
+    # The job was read and deleted: nothing of ours is left in the cluster's job list.
+    assert "the job was deleted once read" in notes, notes
+    job = notes.split("Ray job ", 1)[1].split()[0]
+    assert httpx.get(f"{c.url}/api/jobs/{job}", timeout=5).status_code == 404
+
+
+def test_attach_ray_over_ssh_is_stalled_naming_the_culprit_on_the_worker_node(
+    profiling_off: RayCluster, nodes: EmulatedNodes, head_sshd: None, tmp_path: Path
+) -> None:
+    c = profiling_off
+    started = time.monotonic()
+    out = run_hangwatch(
+        ["attach", "--ray", c.url, "--window", "60", "--stall-after", "8", "--node-timeout", "10", "--quiet",
+         *ssh_args(nodes)],
+        tmp_path,
+        timeout=150,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    print(out.stdout, f"\n(attach --ray {took:.2f} s)")
+    report = out.report
+    assert report is not None, out.stderr
+    verdict = report["verdict"]
+    assert verdict["state"] == "stalled", verdict
+    assert {n["host"] for n in report["nodes"]} == {c.head_ip, c.node.address}
+    assert all(n["rounds_answered"] > 0 for n in report["nodes"]), report["nodes"]
+    assert took < 60, took
+    pids = actor_pids(c.url)
+    assert culprit_of(report, verdict["culprits"]) == (c.node.address, pids[CULPRIT][1]), (
+        verdict,
+        out.stdout,
+    )

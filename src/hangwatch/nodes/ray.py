@@ -86,7 +86,16 @@ def gather_ray(
     native: bool,
     ssh: SshOptions,
     remote_args: Sequence[str],
+    task: bool = False,
 ) -> RayGathered:
+    """Every node's ranks, each node's stacks by the first route that reaches it, in this order:
+
+    1. the dashboard's traceback endpoint (read-only, nothing runs but py-spy; needs profiling on);
+    2. ssh to the node's address, the collector there (the user's own access; adds /proc readings);
+    3. with ``task`` (``--ray-task``) only, for the nodes ssh did not reach: the collector as a
+       node-pinned Ray task (code run inside the cluster as a Ray job, and a worker slot on each node:
+       never by default, and after ssh because it needs the raylet that may itself be wedged).
+    """
     cluster = ray.discover(options)
     ranks = worker_ranks(cluster, classes)
     notes: list[str] = []
@@ -141,9 +150,56 @@ def gather_ray(
             lambda hp: gather_ssh([hp[0]], hp[1], ssh)[0],
             ssh.concurrency,
         )
+        unreached = [
+            (n, result) for n, result in zip(ssh_nodes, got, strict=True) if result.outcome in NOT_REACHED
+        ]
+        by_task: dict[str, NodeResult] = {}
+        if unreached and task:
+            args = dict(zip(ssh_nodes, per_node, strict=True))
+            plans = [
+                ray.TaskPlan(n, nodes[n].address, (*ssh.remote, "collect", *args[n])) for n, _ in unreached
+            ]
+            by_task, note = _by_task(options, plans, {n: r.outcome for n, r in unreached}, ssh.node_timeout_s)
+            notes.append(note)
+        elif unreached:
+            notes.append(
+                f"ssh did not reach {len(unreached)} of {len(ssh_nodes)} Ray node(s) "
+                f"({', '.join(f'{nodes[n].address}: {r.outcome}' for n, r in unreached)}); "
+                "--ray-task would run the collector there as a node-pinned Ray task instead"
+            )
         for n, result in zip(ssh_nodes, got, strict=True):
-            results.append(with_ranks(result, by_node[n]))
+            results.append(with_ranks(by_task.get(n, result), by_node[n]))
     return RayGathered(results, tuple(notes), cluster.elapsed_s)
+
+
+# What ssh's outcome says about a node that the Ray task can still reach: the node was not read at all.
+NOT_REACHED = frozenset(
+    {
+        NodeOutcome.REFUSED,
+        NodeOutcome.AUTH,
+        NodeOutcome.HOST_KEY,
+        NodeOutcome.UNREACHABLE,
+        NodeOutcome.TIMEOUT,
+        NodeOutcome.NO_COLLECTOR,
+    }
+)
+
+
+def _by_task(
+    options: ray.RayOptions, plans: list[ray.TaskPlan], ssh_said: dict[str, NodeOutcome], timeout_s: float
+) -> tuple[dict[str, NodeResult], str]:
+    """The nodes ssh did not reach, through one Ray job of node-pinned collector tasks; and its note."""
+    start = time.monotonic()
+    run = ray.collect_by_task(options, plans, timeout_s)
+    took = time.monotonic() - start
+    out = {p.node_id: result_of(a) for p, a in zip(plans, run.answers, strict=True)}
+    said = ", ".join(f"{p.host} (ssh: {ssh_said[p.node_id]}; task: {out[p.node_id].outcome})" for p in plans)
+    left = f"; the job is still listed: {run.left}" if run.left else "; the job was deleted once read"
+    note = (
+        f"ssh did not reach {len(plans)} Ray node(s); the collector ran there as a node-pinned Ray task "
+        f"(--ray-task: Ray job {run.job} through the dashboard, {took:.1f} s): {said}{left}"
+    )
+    return out, note
 
 
 def _role(actor: ray.RayActor) -> str:

@@ -54,6 +54,8 @@ class NodesStacksOptions:
     # A Ray cluster's dashboard: ranks from the state API, stacks from its traceback endpoint or over ssh.
     ray: ray.RayOptions | None = None
     ray_classes: tuple[str, ...] = WORKER_CLASSES
+    # --ray-task: where ssh does not reach a Ray node, the collector as a node-pinned Ray task there.
+    ray_task: bool = False
 
 
 def remote_args(o: NodesStacksOptions) -> list[str]:
@@ -83,6 +85,7 @@ def stacks_across_nodes(o: NodesStacksOptions) -> int:
                 native=o.native,
                 ssh=o.ssh,
                 remote_args=ray_remote_args(o),
+                task=o.ray_task,
             )
         except ray.RayError as exc:
             raise NoTargets(f"ray: {exc}") from None
