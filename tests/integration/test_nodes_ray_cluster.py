@@ -21,6 +21,7 @@ actor is stopped afterwards (descendants first; never ``ray stop``, which would 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -153,6 +154,8 @@ def ray_cluster(
         kill_tree(head)
         nodes.started.remove(head)
         wait_until(lambda: not _ours_left(tag), 30, interval=0.5, what="our Ray processes gone")
+        for temp in (f"{tag}h", f"{tag}w"):
+            shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
