@@ -25,29 +25,12 @@ import pytest
 from hwrun import run_hangwatch
 from proc_helpers import kill_tree
 from proc_helpers import wait_until
+from ray_env import ray_python
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.ray]
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "tests" / "programs"
-
-
-def ray_python() -> Path:
-    env = os.environ.get("HANGWATCH_RAY_PYTHON")
-    if env:
-        return Path(env)
-    if os.environ.get("HANGWATCH_SKIP_RAY"):
-        pytest.skip("HANGWATCH_SKIP_RAY is set")
-    out = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "setup-ray.sh")], capture_output=True, text=True, check=False
-    )
-    if out.returncode != 0:
-        pytest.skip(f"the Ray venv could not be built: {out.stderr.strip().splitlines()[-1:]}")
-    py = Path(out.stdout.strip().splitlines()[-1])
-    check = subprocess.run([str(py), "-c", "import torch, ray"], capture_output=True, check=False)
-    if check.returncode != 0:
-        pytest.skip("the Ray venv lacks torch (the gloo actors need it)")
-    return py
 
 
 def start_head(tmp: Path, py: Path, profiling: bool, gcs: int, dash: int) -> subprocess.Popen:

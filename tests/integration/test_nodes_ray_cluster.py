@@ -38,6 +38,7 @@ from nodes_emulation import Node
 from nodes_emulation import skip_reason
 from proc_helpers import kill_tree
 from proc_helpers import wait_until
+from ray_env import ray_python
 
 pytestmark = [pytest.mark.timeout(400), pytest.mark.ray, pytest.mark.nodes]
 
@@ -53,12 +54,6 @@ class RayCluster:
     node: Node  # the emulated node the worker node runs in
     node_ids: dict[str, str]  # node_ip -> Ray node id
     up_s: float  # head start to every actor in its call
-
-
-def ray_python() -> Path:
-    from test_nodes_ray import ray_python as find
-
-    return find()
 
 
 def _ray_env(py: Path, profiling: bool) -> dict[str, str]:

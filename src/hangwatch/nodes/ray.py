@@ -5,8 +5,9 @@ actor, its role from the actor's class, its rank from its name. Stacks: the dash
 endpoint when the head allows it (one py-spy dump per actor, taken by that node's own agent: no ssh, no
 hangwatch on the nodes); when it answers 403 (profiling disabled, the default since Ray 2.60) that is
 said, and the collector runs over ssh on each node at the address the state API gave, for exactly that
-node's actor pids. A node Ray calls dead, an actor that is not alive, a dashboard that fails for one
-actor: evidence in that node's result, never a crash.
+node's actor pids; with ``--ray-task``, the nodes ssh did not reach get the collector as a node-pinned
+Ray task (one Ray job: ``transports/ray.py:collect_by_task``). A node Ray calls dead, an actor that is
+not alive, a dashboard that fails for one actor: evidence in that node's result, never a crash.
 """
 
 from __future__ import annotations
