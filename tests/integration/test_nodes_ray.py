@@ -14,6 +14,7 @@ checked gone.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -120,6 +121,7 @@ def head(
     finally:
         kill_tree(proc)
         wait_until(lambda: not ours_left(tmp), 30, interval=0.5, what="our Ray processes gone")
+        shutil.rmtree(tmp, ignore_errors=True)  # the head's sessions and logs: ours, so gone too
 
 
 @pytest.fixture(scope="module")

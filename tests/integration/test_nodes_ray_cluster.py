@@ -167,8 +167,9 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedNodes]:
     assert emulated.leftovers() == []
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def profiling_on(nodes: EmulatedNodes) -> Iterator[RayCluster]:
+    """One test uses it: gone before the profiling-off cluster starts (the 2 cores hold one at a time)."""
     yield from ray_cluster(nodes, nodes.nodes[1], True, 6441, 8341)
 
 

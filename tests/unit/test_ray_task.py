@@ -84,6 +84,8 @@ def job_api(request: pytest.FixtureRequest) -> Iterator[tuple[str, JobApi]]:
             self._record()
             if self.path.endswith("/logs"):
                 self._send(200, {"logs": api.logs})
+            elif ("DELETE", self.path) in api.calls:
+                self._send(404, {})
             else:
                 self._send(
                     200, {"status": api.status, "message": "Job entrypoint command failed with exit code 1"}

@@ -263,10 +263,7 @@ def collect_by_task(o: RayOptions, plans: list[TaskPlan], timeout_s: float) -> T
                 client.post(f"/api/jobs/{job}/stop")
                 left = f"stopped at the deadline, status {status}"
             else:
-                # Read, so gone: the job list is the cluster's, not a place for our leftovers.
-                gone = client.delete(f"/api/jobs/{job}")
-                if gone.status_code != 200:
-                    left = f"not deleted: HTTP {gone.status_code}: {gone.text.strip()[-200:]}"
+                left = _delete_job(client, job)
     except (httpx.HTTPError, ValueError) as exc:
         return every(NodeOutcome.TIMEOUT, f"the dashboard stopped answering about Ray job {job}: {exc!s}")
     answers = task_answers(plans, logs, sent)
@@ -284,6 +281,22 @@ def collect_by_task(o: RayOptions, plans: list[TaskPlan], timeout_s: float) -> T
             [a or _with_host(filled, p.host) for a, p in zip(answers, plans, strict=True)], job, left
         )
     return TaskJob([a for a in answers if a is not None], job, left)
+
+
+def _delete_job(client: httpx.Client, job: str) -> str:
+    """Read, so gone: the job list is the cluster's, not a place for our leftovers. "" once gone, else why.
+
+    Checked and repeated: Ray's job manager may write the job's info once more after the status turned
+    terminal (seen with 2.60: deleted, then found again a moment later), which re-creates the entry."""
+    said = ""
+    for _ in range(6):
+        gone = client.delete(f"/api/jobs/{job}")
+        if gone.status_code not in (200, 404):
+            said = f"not deleted: HTTP {gone.status_code}: {gone.text.strip()[-200:]}"
+        time.sleep(0.5)
+        if client.get(f"/api/jobs/{job}").status_code == 404:
+            return ""
+    return said or "deleted, but listed again each time"
 
 
 def _with_host(a: NodeAnswer, host: str) -> NodeAnswer:
