@@ -57,11 +57,16 @@ class RayCluster:
 
 
 def _ray_env(py: Path, profiling: bool) -> dict[str, str]:
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PATH": f"{py.parent}:{os.environ['PATH']}"}
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_DASHBOARD_ENABLE_PROFILING", None)
     env.pop("RAY_ADDRESS", None)
     if profiling:
         env["RAY_DASHBOARD_ENABLE_PROFILING"] = "1"
+        # The agents run py-spy from their PATH (shutil.which): the venv's, as an activated venv gives.
+        env["PATH"] = f"{py.parent}:{os.environ['PATH']}"
+    # Without it (profiling off), `ray start` runs from its full path with the venv *not* on PATH, as
+    # from a shell that never activated it: the Ray job's `python` is then not the cluster's, so the
+    # --ray-task test must say which one is (--ray-python).
     return env
 
 
@@ -273,18 +278,36 @@ def test_profiling_off_without_ssh_the_collector_runs_as_a_node_pinned_ray_task(
         without = run_hangwatch(
             ["stacks", "--ray", c.url, "--no-native", "--node-timeout", "8", *ssh_args(nodes)], tmp_path
         )
+        task = [
+            "stacks",
+            "--ray",
+            c.url,
+            "--no-native",
+            "--node-timeout",
+            "20",
+            "--ray-task",
+            *ssh_args(nodes),
+        ]
+        # The head's `ray start` ran without the venv on PATH: the job's `python` has no Ray, and says so.
+        wrong = run_hangwatch(task, tmp_path, timeout=180)
         started = time.monotonic()
         out = run_hangwatch(
-            ["stacks", "--ray", c.url, "--no-native", "--node-timeout", "20", "--ray-task", *ssh_args(nodes)],
+            [*task, "--ray-python", str(ray_python())],
             tmp_path,
             timeout=180,
-        )
+        )  # fmt: skip
         took = time.monotonic() - started
     finally:
         nodes.start_sshd(c.node)
     assert without.report is not None, without.stderr
     assert {n["outcome"] for n in without.report["nodes"]} == {"refused"}, without.report["nodes"]
     assert "--ray-task would run the collector there" in " ".join(without.report["notes"])
+    assert wrong.report is not None, wrong.stderr
+    assert {n["outcome"] for n in wrong.report["nodes"]} == {"remote-error"}, wrong.report["nodes"]
+    assert all(
+        "No module named 'ray'" in n["detail"] and "--ray-python" in n["detail"]
+        for n in wrong.report["nodes"]
+    )
     print(out.stdout, f"\n(stacks --ray --ray-task {took:.2f} s)")
     report = out.report
     assert report is not None, out.stderr

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shlex
 import subprocess
 import sys
 import threading
@@ -135,10 +136,11 @@ NO_RAY = "Traceback (most recent call last):\nModuleNotFoundError: No module nam
 @pytest.mark.parametrize("job_api", [(200, "FAILED", NO_RAY)], indirect=True)
 def test_a_job_that_fails_before_its_tasks_says_why_and_is_deleted(job_api: tuple[str, JobApi]) -> None:
     url, api = job_api
-    run = ray.collect_by_task(ray.RayOptions(url), PLANS, 5)
+    run = ray.collect_by_task(ray.RayOptions(url), PLANS, 5, python="/opt/ray env/bin/python")
     assert [a.outcome for a in run.answers] == [NodeOutcome.REMOTE_ERROR] * 2
     assert all("ended FAILED without this node's answer" in a.detail for a in run.answers)
-    assert all("No module named 'ray'" in a.detail for a in run.answers)
+    assert all("No module named 'ray'" in a.detail and "--ray-python" in a.detail for a in run.answers)
+    assert shlex.split(api.entrypoint)[0] == "/opt/ray env/bin/python"  # quoted for the head's shell
     assert ("DELETE", f"/api/jobs/{run.job}") in api.calls and run.left == ""
     # The entrypoint carries the driver's source and the plan base64-encoded: no shell quoting of argv.
     words = api.entrypoint.split()

@@ -149,6 +149,13 @@ def add_ray_options(parser: argparse.ArgumentParser) -> None:
         "the collector there as a node-pinned Ray task (a Ray job through the dashboard: code run in the "
         "cluster, so only when asked; --remote-hangwatch is the command on the node)",
     )
+    g.add_argument(
+        "--ray-python",
+        default="python",
+        metavar="CMD",
+        help="--ray-task: the head's Python with Ray, which runs the job's driver (default: 'python' on "
+        "the PATH of Ray's job supervisor)",
+    )
 
 
 def ray_options_of(args: argparse.Namespace) -> RayOptions:

@@ -88,6 +88,7 @@ def gather_ray(
     ssh: SshOptions,
     remote_args: Sequence[str],
     task: bool = False,
+    task_python: str = ray.DEFAULT_PYTHON,
 ) -> RayGathered:
     """Every node's ranks, each node's stacks by the first route that reaches it, in this order:
 
@@ -160,7 +161,8 @@ def gather_ray(
             plans = [
                 ray.TaskPlan(n, nodes[n].address, (*ssh.remote, "collect", *args[n])) for n, _ in unreached
             ]
-            by_task, note = _by_task(options, plans, {n: r.outcome for n, r in unreached}, ssh.node_timeout_s)
+            ssh_said = {n: r.outcome for n, r in unreached}
+            by_task, note = _by_task(options, plans, ssh_said, ssh.node_timeout_s, task_python)
             notes.append(note)
         elif unreached:
             notes.append(
@@ -187,11 +189,15 @@ NOT_REACHED = frozenset(
 
 
 def _by_task(
-    options: ray.RayOptions, plans: list[ray.TaskPlan], ssh_said: dict[str, NodeOutcome], timeout_s: float
+    options: ray.RayOptions,
+    plans: list[ray.TaskPlan],
+    ssh_said: dict[str, NodeOutcome],
+    timeout_s: float,
+    python: str,
 ) -> tuple[dict[str, NodeResult], str]:
     """The nodes ssh did not reach, through one Ray job of node-pinned collector tasks; and its note."""
     start = time.monotonic()
-    run = ray.collect_by_task(options, plans, timeout_s)
+    run = ray.collect_by_task(options, plans, timeout_s, python)
     took = time.monotonic() - start
     out = {p.node_id: result_of(a) for p, a in zip(plans, run.answers, strict=True)}
     said = ", ".join(f"{p.host} (ssh: {ssh_said[p.node_id]}; task: {out[p.node_id].outcome})" for p in plans)

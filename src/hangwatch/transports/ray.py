@@ -25,6 +25,7 @@ import base64
 import json
 import os
 import re
+import shlex
 import time
 import uuid
 from dataclasses import dataclass
@@ -190,11 +191,13 @@ def _now() -> float:
 # -- the collector as node-pinned Ray tasks (--ray-task) ----------------------------------------------
 
 _DRIVER = Path(__file__).with_name("ray_node_task.py")
-# What the entrypoint's shell runs: the job's driver needs the cluster's own Python (the one with Ray),
-# which is `python` on the PATH of Ray's job supervisor wherever `ray start` was run from an activated
-# environment or an image's; the source and the plan travel base64-encoded, so no shell quoting of
-# node-derived strings is needed.
-_ENTRY = "python -c 'import base64,sys;exec(base64.b64decode(sys.argv[1]))'"
+# The entrypoint's shell runs the driver with the cluster's own Python (the one with Ray): `python` on
+# the PATH of Ray's job supervisor, i.e. of `ray start` on the head (an activated venv, an image's), or
+# --ray-python. Checked with 2.60: a head started as /venv/bin/ray from a shell without the venv on PATH
+# gives the system python, "No module named 'ray'". The source and the plan travel base64-encoded, so no
+# node-derived string is ever quoted for a shell.
+_EXEC = "-c 'import base64,sys;exec(base64.b64decode(sys.argv[1]))'"
+DEFAULT_PYTHON = "python"
 _TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
 
@@ -212,7 +215,9 @@ class TaskJob:
     left: str = ""  # why the job is still in the cluster's job list ("" once deleted)
 
 
-def collect_by_task(o: RayOptions, plans: list[TaskPlan], timeout_s: float) -> TaskJob:
+def collect_by_task(
+    o: RayOptions, plans: list[TaskPlan], timeout_s: float, python: str = DEFAULT_PYTHON
+) -> TaskJob:
     """The collector on each planned node through one Ray job of node-pinned tasks; one answer per plan.
 
     The job's own failure (refused, not started in time, the driver's Python without Ray) is every
@@ -225,7 +230,7 @@ def collect_by_task(o: RayOptions, plans: list[TaskPlan], timeout_s: float) -> T
     encoded = base64.b64encode(json.dumps(plan).encode()).decode("ascii")
     job = f"hangwatch-collect-{uuid.uuid4().hex[:12]}"
     body = {
-        "entrypoint": f"{_ENTRY} {script} {encoded}",
+        "entrypoint": f"{shlex.quote(python)} {_EXEC} {script} {encoded}",
         "submission_id": job,
         "metadata": {"hangwatch": "collect", "nodes": str(len(plans))},
         "entrypoint_num_cpus": 0,
@@ -275,6 +280,11 @@ def collect_by_task(o: RayOptions, plans: list[TaskPlan], timeout_s: float) -> T
             outcome = NodeOutcome.TIMEOUT
         else:
             why = f"Ray job {job} ended {status} without this node's answer: {message}"
+            if "No module named 'ray'" in logs:
+                why += (
+                    f" ({python!r} on the head has no Ray: give the cluster's interpreter with --ray-python, "
+                    "e.g. the venv's bin/python that `ray start` ran from)"
+                )
             outcome = NodeOutcome.REMOTE_ERROR
         filled = NodeAnswer("", outcome, f"{why}; its log: {tail}", b"", sent, time.time())
         return TaskJob(
