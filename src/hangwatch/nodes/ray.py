@@ -201,10 +201,10 @@ def _by_task(
     took = time.monotonic() - start
     out = {p.node_id: result_of(a) for p, a in zip(plans, run.answers, strict=True)}
     said = ", ".join(f"{p.host} (ssh: {ssh_said[p.node_id]}; task: {out[p.node_id].outcome})" for p in plans)
-    left = f"; the job is still listed: {run.left}" if run.left else "; the job was deleted once read"
     note = (
         f"ssh did not reach {len(plans)} Ray node(s); the collector ran there as a node-pinned Ray task "
-        f"(--ray-task: Ray job {run.job} through the dashboard, {took:.1f} s): {said}{left}"
+        f"(--ray-task: Ray job {run.job} through the dashboard, {took:.1f} s, {run.status or 'not started'}; "
+        f"it stays in the cluster's job list, and its log on the head holds the bundles): {said}"
     )
     return out, note
 

@@ -12,8 +12,8 @@ cluster's Ray and Python versions exactly, the HTTP API does not (multinode.md 1
   ``TracebackOutcome.DISABLED`` which the caller says and falls back from (ssh to the node's address).
 * ``POST /api/jobs/`` (opt-in, ``--ray-task``): a Ray job whose driver (``ray_node_task.py``, sent as
   its entrypoint's source) runs the collector on each chosen node as a node-pinned task; its answers come
-  back through ``GET /api/jobs/ID/logs``, and the job is deleted once read. Code run inside the cluster,
-  so never without being asked.
+  back through ``GET /api/jobs/ID/logs``; the job stays listed (see collect_by_task). Code run inside
+  the cluster, so never without being asked.
 
 httpx's errors never leave this module: a dashboard that does not answer is a ``RayError`` (there is no
 node to ask), one actor's failed traceback is that actor's outcome.
@@ -212,7 +212,9 @@ class TaskPlan:
 class TaskJob:
     answers: list[NodeAnswer]  # one per plan, in plan order
     job: str  # the Ray job's submission id
-    left: str = ""  # why the job is still in the cluster's job list ("" once deleted)
+    # How the job ended (SUCCEEDED, FAILED, STOPPED: stopped at our deadline). It stays in the cluster's
+    # job list, as every Ray job does: see the note at collect_by_task.
+    status: str = ""
 
 
 def collect_by_task(
@@ -221,7 +223,14 @@ def collect_by_task(
     """The collector on each planned node through one Ray job of node-pinned tasks; one answer per plan.
 
     The job's own failure (refused, not started in time, the driver's Python without Ray) is every
-    planned node's answer, with what the job's log said."""
+    planned node's answer, with what the job's log said.
+
+    The job is left in the cluster's job list, not deleted: it ran code in the cluster, which its users
+    should be able to see (metadata ``hangwatch: collect``); and a delete is not safe. Ray 2.60's job
+    manager notices the supervisor's exit up to a monitor period later and then reads the job's status:
+    found deleted, it records the job FAILED ("Job supervisor actor died", ``put_status`` re-creating the
+    info: ``dashboard/modules/job/job_manager.py`` and ``common.py:put_status``), seen here as a job that
+    came back after a DELETE answered 200. Deleting would not remove its log on the head either."""
     sent = time.time()
     # A job's supervisor and driver start (a Python with Ray, ray.init) before any task: 10-20 s here.
     budget = timeout_s + 40
@@ -240,8 +249,6 @@ def collect_by_task(
         return TaskJob(
             [NodeAnswer(p.host, outcome, detail[:600], b"", sent, time.time()) for p in plans], job
         )
-
-    left = ""
 
     try:
         with _client(RayOptions(o.url, max(o.timeout_s, 15.0), o.token)) as client:
@@ -266,9 +273,6 @@ def collect_by_task(
                 logs = str(got.json().get("logs") or "")
             if status not in _TERMINAL:
                 client.post(f"/api/jobs/{job}/stop")
-                left = f"stopped at the deadline, status {status}"
-            else:
-                left = _delete_job(client, job)
     except (httpx.HTTPError, ValueError) as exc:
         return every(NodeOutcome.TIMEOUT, f"the dashboard stopped answering about Ray job {job}: {exc!s}")
     answers = task_answers(plans, logs, sent)
@@ -288,25 +292,9 @@ def collect_by_task(
             outcome = NodeOutcome.REMOTE_ERROR
         filled = NodeAnswer("", outcome, f"{why}; its log: {tail}", b"", sent, time.time())
         return TaskJob(
-            [a or _with_host(filled, p.host) for a, p in zip(answers, plans, strict=True)], job, left
+            [a or _with_host(filled, p.host) for a, p in zip(answers, plans, strict=True)], job, status
         )
-    return TaskJob([a for a in answers if a is not None], job, left)
-
-
-def _delete_job(client: httpx.Client, job: str) -> str:
-    """Read, so gone: the job list is the cluster's, not a place for our leftovers. "" once gone, else why.
-
-    Checked and repeated: Ray's job manager may write the job's info once more after the status turned
-    terminal (seen with 2.60: deleted, then found again a moment later), which re-creates the entry."""
-    said = ""
-    for _ in range(6):
-        gone = client.delete(f"/api/jobs/{job}")
-        if gone.status_code not in (200, 404):
-            said = f"not deleted: HTTP {gone.status_code}: {gone.text.strip()[-200:]}"
-        time.sleep(0.5)
-        if client.get(f"/api/jobs/{job}").status_code == 404:
-            return ""
-    return said or "deleted, but listed again each time"
+    return TaskJob([a for a in answers if a is not None], job, status)
 
 
 def _with_host(a: NodeAnswer, host: str) -> NodeAnswer:
