@@ -172,9 +172,7 @@ def test_markdown_escapes_the_servers_words_outside_code_and_breaks_fences_insid
 def test_markdown_keeps_the_servers_entities_as_written():
     """``&amp;`` from the server is those five characters on GitHub, not an ampersand."""
     md = markdown_report(stalled_report(" AT&amp;T &lt;b&gt; & co")).splitlines()
-    assert (
-        md[2] == "stalled: nothing progressed for 10 s; TP3 took another path AT\\&amp;T \\&lt;b\\&gt; \\& co"
-    )
+    assert md[2] == "stalled: nothing progressed for 10 s; TP3 took another path AT\\&amp;T \\&lt;b\\&gt; \\& co"
 
 
 class Elements(HTMLParser):
