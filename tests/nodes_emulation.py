@@ -110,6 +110,7 @@ class EmulatedNodes:
         self.subnet = next(
             f"10.231.{n}" for n in range(tag % 200, tag % 200 + 50) if f"10.231.{n}" not in used
         )
+        self.bridge_address = f"{self.subnet}.1"  # this machine, as the nodes reach it
         self.ssh_config = self.work / "ssh_config"
         self.hangwatch = self.work / "hangwatch"  # how the nodes start hangwatch (see _write_client_files)
 
@@ -118,7 +119,7 @@ class EmulatedNodes:
         try:
             self._keys()
             _ip("link", "add", self.bridge, "type", "bridge")
-            _ip("addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
+            _ip("addr", "add", f"{self.bridge_address}/24", "dev", self.bridge)
             _ip("link", "set", self.bridge, "up")
             for i in range(1, self.count + 1):
                 self.nodes.append(self._node(i))
@@ -208,8 +209,13 @@ class EmulatedNodes:
 
     def _write_client_files(self) -> None:
         host_pub = (self.work / "host_key.pub").read_text().split()
+        # The bridge's own address too: a Ray head on this machine is a node at that address
+        # (start_host_sshd), and Ray gives every node as an address, never as an alias.
         (self.work / "known_hosts").write_text(
-            "".join(f"{n.address} {host_pub[0]} {host_pub[1]}\n" for n in self.nodes)
+            "".join(
+                f"{a} {host_pub[0]} {host_pub[1]}\n"
+                for a in [self.bridge_address] + [n.address for n in self.nodes]
+            )
         )
         entries = []
         for n in self.nodes:
@@ -225,6 +231,8 @@ class EmulatedNodes:
             f"Host {alias}\n  HostName {addr}\n  IdentityFile {self.work / key}\n{common}"
             for alias, addr, key in entries
         )
+        # Last, so the aliases above win: any address of the subnet (what Ray's state API gives).
+        text += f"Host {self.subnet}.*\n  IdentityFile {self.work / 'id_test'}\n{common}"
         self.ssh_config.write_text(text)
         # The nodes share this machine's file system: hangwatch from this checkout, this interpreter.
         src = Path(hangwatch.__file__).resolve().parents[1]
@@ -260,6 +268,32 @@ class EmulatedNodes:
             return probe.returncode == 0
 
         wait_until(answers, START_S, interval=0.2, what=f"sshd of {node.name}")
+
+    def start_host_sshd(self) -> subprocess.Popen[Any]:
+        """An sshd on this machine listening only on the bridge's address: the way to a node that is this
+        machine itself (a Ray head started here), with the same keys as the nodes'."""
+        conf = self.work / "sshd_host.conf"
+        conf.write_text(
+            f"ListenAddress {self.bridge_address}\nHostKey {self.work / 'host_key'}\nPidFile none\n"
+            f"AuthorizedKeysFile {self.work / 'authorized_keys'}\nUsePAM no\nStrictModes no\n"
+            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
+            "KexAlgorithms curve25519-sha256\nMaxStartups 100\nLogLevel ERROR\n"
+        )
+        proc = subprocess.Popen(
+            [SSHD, "-D", "-e", "-f", str(conf)], start_new_session=True, stderr=subprocess.DEVNULL
+        )
+        self.started.append(proc)
+
+        def answers() -> bool:
+            argv = ["ssh", "-F", str(self.ssh_config), "-o", "BatchMode=yes", "-o", "ConnectTimeout=2"]
+            return subprocess.run([*argv, self.bridge_address, "true"], capture_output=True).returncode == 0
+
+        wait_until(answers, START_S, interval=0.2, what="sshd at the bridge address")
+        return proc
+
+    def stop_host_sshd(self, proc: subprocess.Popen[Any]) -> None:
+        kill_tree(proc)
+        self.started.remove(proc)
 
     def stop_sshd(self, node: Node) -> None:
         if node.sshd is not None:

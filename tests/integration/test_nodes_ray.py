@@ -14,6 +14,7 @@ checked gone.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,29 +26,12 @@ import pytest
 from hwrun import run_hangwatch
 from proc_helpers import kill_tree
 from proc_helpers import wait_until
+from ray_env import ray_python
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.ray]
 
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "tests" / "programs"
-
-
-def ray_python() -> Path:
-    env = os.environ.get("HANGWATCH_RAY_PYTHON")
-    if env:
-        return Path(env)
-    if os.environ.get("HANGWATCH_SKIP_RAY"):
-        pytest.skip("HANGWATCH_SKIP_RAY is set")
-    out = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "setup-ray.sh")], capture_output=True, text=True, check=False
-    )
-    if out.returncode != 0:
-        pytest.skip(f"the Ray venv could not be built: {out.stderr.strip().splitlines()[-1:]}")
-    py = Path(out.stdout.strip().splitlines()[-1])
-    check = subprocess.run([str(py), "-c", "import torch, ray"], capture_output=True, check=False)
-    if check.returncode != 0:
-        pytest.skip("the Ray venv lacks torch (the gloo actors need it)")
-    return py
 
 
 def start_head(tmp: Path, py: Path, profiling: bool, gcs: int, dash: int) -> subprocess.Popen:
@@ -137,6 +121,7 @@ def head(
     finally:
         kill_tree(proc)
         wait_until(lambda: not ours_left(tmp), 30, interval=0.5, what="our Ray processes gone")
+        shutil.rmtree(tmp, ignore_errors=True)  # the head's sessions and logs: ours, so gone too
 
 
 @pytest.fixture(scope="module")

@@ -95,6 +95,10 @@ class AttachCommand:
             )
         if args.ray and args.match:
             raise UsageError("--ray selects the ranks by their actors (--ray-actor-class): drop --match")
+        if args.ray_task:
+            # A watch needs a census every round from a session kept open; a Ray job per round would
+            # cost a driver's start (10-20 s) each time and a worker slot on every node.
+            raise UsageError("--ray-task is for stacks --ray; attach --ray reads each node over ssh")
         unsupported = [
             flag
             for flag, given in (

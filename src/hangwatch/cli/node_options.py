@@ -142,6 +142,20 @@ def add_ray_options(parser: argparse.ArgumentParser) -> None:
         metavar="CLASS",
         help="actor classes that are ranks (default: RayWorkerWrapper, RayWorkerProc, SchedulerActor)",
     )
+    g.add_argument(
+        "--ray-task",
+        action="store_true",
+        help="stacks: where the dashboard refuses them (profiling off) and ssh does not reach a node, run "
+        "the collector there as a node-pinned Ray task (a Ray job through the dashboard: code run in the "
+        "cluster, so only when asked; --remote-hangwatch is the command on the node)",
+    )
+    g.add_argument(
+        "--ray-python",
+        default="python",
+        metavar="CMD",
+        help="--ray-task: the head's Python with Ray, which runs the job's driver (default: 'python' on "
+        "the PATH of Ray's job supervisor)",
+    )
 
 
 def ray_options_of(args: argparse.Namespace) -> RayOptions:

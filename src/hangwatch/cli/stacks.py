@@ -107,5 +107,7 @@ class StacksCommand:
                 slurm=slurm_options_of(args) if args.slurm_job else None,
                 ray=ray_options_of(args) if args.ray else None,
                 ray_classes=tuple(args.ray_actor_class) or WORKER_CLASSES,
+                ray_task=bool(args.ray and args.ray_task),
+                ray_python=args.ray_python,
             )
         )

@@ -5,8 +5,9 @@ actor, its role from the actor's class, its rank from its name. Stacks: the dash
 endpoint when the head allows it (one py-spy dump per actor, taken by that node's own agent: no ssh, no
 hangwatch on the nodes); when it answers 403 (profiling disabled, the default since Ray 2.60) that is
 said, and the collector runs over ssh on each node at the address the state API gave, for exactly that
-node's actor pids. A node Ray calls dead, an actor that is not alive, a dashboard that fails for one
-actor: evidence in that node's result, never a crash.
+node's actor pids; with ``--ray-task``, the nodes ssh did not reach get the collector as a node-pinned
+Ray task (one Ray job: ``transports/ray.py:collect_by_task``). A node Ray calls dead, an actor that is
+not alive, a dashboard that fails for one actor: evidence in that node's result, never a crash.
 """
 
 from __future__ import annotations
@@ -86,7 +87,17 @@ def gather_ray(
     native: bool,
     ssh: SshOptions,
     remote_args: Sequence[str],
+    task: bool = False,
+    task_python: str = ray.DEFAULT_PYTHON,
 ) -> RayGathered:
+    """Every node's ranks, each node's stacks by the first route that reaches it, in this order:
+
+    1. the dashboard's traceback endpoint (read-only, nothing runs but py-spy; needs profiling on);
+    2. ssh to the node's address, the collector there (the user's own access; adds /proc readings);
+    3. with ``task`` (``--ray-task``) only, for the nodes ssh did not reach: the collector as a
+       node-pinned Ray task (code run inside the cluster as a Ray job, and a worker slot on each node:
+       never by default, and after ssh because it needs the raylet that may itself be wedged).
+    """
     cluster = ray.discover(options)
     ranks = worker_ranks(cluster, classes)
     notes: list[str] = []
@@ -141,9 +152,61 @@ def gather_ray(
             lambda hp: gather_ssh([hp[0]], hp[1], ssh)[0],
             ssh.concurrency,
         )
+        unreached = [
+            (n, result) for n, result in zip(ssh_nodes, got, strict=True) if result.outcome in NOT_REACHED
+        ]
+        by_task: dict[str, NodeResult] = {}
+        if unreached and task:
+            args = dict(zip(ssh_nodes, per_node, strict=True))
+            plans = [
+                ray.TaskPlan(n, nodes[n].address, (*ssh.remote, "collect", *args[n])) for n, _ in unreached
+            ]
+            ssh_said = {n: r.outcome for n, r in unreached}
+            by_task, note = _by_task(options, plans, ssh_said, ssh.node_timeout_s, task_python)
+            notes.append(note)
+        elif unreached:
+            notes.append(
+                f"ssh did not reach {len(unreached)} of {len(ssh_nodes)} Ray node(s) "
+                f"({', '.join(f'{nodes[n].address}: {r.outcome}' for n, r in unreached)}); "
+                "--ray-task would run the collector there as a node-pinned Ray task instead"
+            )
         for n, result in zip(ssh_nodes, got, strict=True):
-            results.append(with_ranks(result, by_node[n]))
+            results.append(with_ranks(by_task.get(n, result), by_node[n]))
     return RayGathered(results, tuple(notes), cluster.elapsed_s)
+
+
+# What ssh's outcome says about a node that the Ray task can still reach: the node was not read at all.
+NOT_REACHED = frozenset(
+    {
+        NodeOutcome.REFUSED,
+        NodeOutcome.AUTH,
+        NodeOutcome.HOST_KEY,
+        NodeOutcome.UNREACHABLE,
+        NodeOutcome.TIMEOUT,
+        NodeOutcome.NO_COLLECTOR,
+    }
+)
+
+
+def _by_task(
+    options: ray.RayOptions,
+    plans: list[ray.TaskPlan],
+    ssh_said: dict[str, NodeOutcome],
+    timeout_s: float,
+    python: str,
+) -> tuple[dict[str, NodeResult], str]:
+    """The nodes ssh did not reach, through one Ray job of node-pinned collector tasks; and its note."""
+    start = time.monotonic()
+    run = ray.collect_by_task(options, plans, timeout_s, python)
+    took = time.monotonic() - start
+    out = {p.node_id: result_of(a) for p, a in zip(plans, run.answers, strict=True)}
+    said = ", ".join(f"{p.host} (ssh: {ssh_said[p.node_id]}; task: {out[p.node_id].outcome})" for p in plans)
+    note = (
+        f"ssh did not reach {len(plans)} Ray node(s); the collector ran there as a node-pinned Ray task "
+        f"(--ray-task: Ray job {run.job} through the dashboard, {took:.1f} s, {run.status or 'not started'}; "
+        f"it stays in the cluster's job list, and its log on the head holds the bundles): {said}"
+    )
+    return out, note
 
 
 def _role(actor: ray.RayActor) -> str:

@@ -29,6 +29,7 @@ from hangwatch.render.nodes_text import nodes_text
 from hangwatch.transports import kubectl
 from hangwatch.transports import ray
 from hangwatch.transports import slurm
+from hangwatch.transports.ray import DEFAULT_PYTHON as RAY_PYTHON
 from hangwatch.transports.ssh import SshOptions
 
 # Room on each node's timeout for the ssh handshake and the transfer, so the collector's own deadline
@@ -54,6 +55,9 @@ class NodesStacksOptions:
     # A Ray cluster's dashboard: ranks from the state API, stacks from its traceback endpoint or over ssh.
     ray: ray.RayOptions | None = None
     ray_classes: tuple[str, ...] = WORKER_CLASSES
+    # --ray-task: where ssh does not reach a Ray node, the collector as a node-pinned Ray task there.
+    ray_task: bool = False
+    ray_python: str = RAY_PYTHON  # the head's interpreter with Ray, for the task's job
 
 
 def remote_args(o: NodesStacksOptions) -> list[str]:
@@ -83,6 +87,8 @@ def stacks_across_nodes(o: NodesStacksOptions) -> int:
                 native=o.native,
                 ssh=o.ssh,
                 remote_args=ray_remote_args(o),
+                task=o.ray_task,
+                task_python=o.ray_python,
             )
         except ray.RayError as exc:
             raise NoTargets(f"ray: {exc}") from None

@@ -10,6 +10,10 @@ cluster's Ray and Python versions exactly, the HTTP API does not (multinode.md 1
   ``py-spy dump`` and returns its text. Since Ray's PR #62531 (2.60 has it) every profiling endpoint
   answers 403 unless the head was started with ``RAY_DASHBOARD_ENABLE_PROFILING=1``; that answer is a
   ``TracebackOutcome.DISABLED`` which the caller says and falls back from (ssh to the node's address).
+* ``POST /api/jobs/`` (opt-in, ``--ray-task``): a Ray job whose driver (``ray_node_task.py``, sent as
+  its entrypoint's source) runs the collector on each chosen node as a node-pinned task; its answers come
+  back through ``GET /api/jobs/ID/logs``; the job stays listed (see collect_by_task). Code run inside
+  the cluster, so never without being asked.
 
 httpx's errors never leave this module: a dashboard that does not answer is a ``RayError`` (there is no
 node to ask), one actor's failed traceback is that actor's outcome.
@@ -17,9 +21,13 @@ node to ask), one actor's failed traceback is that actor's outcome.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
+import shlex
 import time
+import uuid
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -27,6 +35,8 @@ from typing import Any
 
 import httpx
 
+from hangwatch.model.nodes import NodeAnswer
+from hangwatch.model.nodes import NodeOutcome
 from hangwatch.model.stacks import Frame
 from hangwatch.model.stacks import ThreadStack
 from hangwatch.model.stacks import intern_frames
@@ -176,6 +186,155 @@ def traceback(o: RayOptions, node_id: str, pid: int, native: bool = False) -> Tr
 
 def _now() -> float:
     return time.monotonic()
+
+
+# -- the collector as node-pinned Ray tasks (--ray-task) ----------------------------------------------
+
+_DRIVER = Path(__file__).with_name("ray_node_task.py")
+# The entrypoint's shell runs the driver with the cluster's own Python (the one with Ray): `python` on
+# the PATH of Ray's job supervisor, i.e. of `ray start` on the head (an activated venv, an image's), or
+# --ray-python. Checked with 2.60: a head started as /venv/bin/ray from a shell without the venv on PATH
+# gives the system python, "No module named 'ray'". The source and the plan travel base64-encoded, so no
+# node-derived string is ever quoted for a shell.
+_EXEC = "-c 'import base64,sys;exec(base64.b64decode(sys.argv[1]))'"
+DEFAULT_PYTHON = "python"
+_TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    node_id: str
+    host: str  # the node's address, which its answer is filed under
+    argv: tuple[str, ...]  # the collector's command on that node
+
+
+@dataclass(frozen=True)
+class TaskJob:
+    answers: list[NodeAnswer]  # one per plan, in plan order
+    job: str  # the Ray job's submission id
+    # How the job ended (SUCCEEDED, FAILED, STOPPED: stopped at our deadline). It stays in the cluster's
+    # job list, as every Ray job does: see the note at collect_by_task.
+    status: str = ""
+
+
+def collect_by_task(
+    o: RayOptions, plans: list[TaskPlan], timeout_s: float, python: str = DEFAULT_PYTHON
+) -> TaskJob:
+    """The collector on each planned node through one Ray job of node-pinned tasks; one answer per plan.
+
+    The job's own failure (refused, not started in time, the driver's Python without Ray) is every
+    planned node's answer, with what the job's log said.
+
+    The job is left in the cluster's job list, not deleted: it ran code in the cluster, which its users
+    should be able to see (metadata ``hangwatch: collect``); and a delete is not safe. Ray 2.60's job
+    manager notices the supervisor's exit up to a monitor period later and then reads the job's status:
+    found deleted, it records the job FAILED ("Job supervisor actor died", ``put_status`` re-creating the
+    info: ``dashboard/modules/job/job_manager.py`` and ``common.py:put_status``), seen here as a job that
+    came back after a DELETE answered 200. Deleting would not remove its log on the head either."""
+    sent = time.time()
+    # A job's supervisor and driver start (a Python with Ray, ray.init) before any task: 10-20 s here.
+    budget = timeout_s + 40
+    plan = {"timeout_s": timeout_s, "nodes": [{"node_id": p.node_id, "argv": list(p.argv)} for p in plans]}
+    script = base64.b64encode(_DRIVER.read_bytes()).decode("ascii")
+    encoded = base64.b64encode(json.dumps(plan).encode()).decode("ascii")
+    job = f"hangwatch-collect-{uuid.uuid4().hex[:12]}"
+    body = {
+        "entrypoint": f"{shlex.quote(python)} {_EXEC} {script} {encoded}",
+        "submission_id": job,
+        "metadata": {"hangwatch": "collect", "nodes": str(len(plans))},
+        "entrypoint_num_cpus": 0,
+    }
+
+    def every(outcome: NodeOutcome, detail: str) -> TaskJob:
+        return TaskJob(
+            [NodeAnswer(p.host, outcome, detail[:600], b"", sent, time.time()) for p in plans], job
+        )
+
+    try:
+        with _client(RayOptions(o.url, max(o.timeout_s, 15.0), o.token)) as client:
+            r = client.post("/api/jobs/", json=body)
+            if r.status_code != 200:
+                outcome = NodeOutcome.AUTH if r.status_code in (401, 403) else NodeOutcome.REMOTE_ERROR
+                return every(outcome, f"the dashboard refused the collector's Ray job: HTTP {r.status_code}: "
+                             f"{r.text.strip()[-300:]}")  # fmt: skip
+            deadline = _now() + budget
+            status, message = "PENDING", ""
+            while _now() < deadline:
+                info = client.get(f"/api/jobs/{job}")
+                if info.status_code == 200:
+                    data = info.json()
+                    status, message = str(data.get("status")), str(data.get("message") or "")
+                    if status in _TERMINAL:
+                        break
+                time.sleep(0.5)
+            logs = ""
+            got = client.get(f"/api/jobs/{job}/logs")
+            if got.status_code == 200:
+                logs = str(got.json().get("logs") or "")
+            if status not in _TERMINAL:
+                client.post(f"/api/jobs/{job}/stop")
+    except (httpx.HTTPError, ValueError) as exc:
+        return every(NodeOutcome.TIMEOUT, f"the dashboard stopped answering about Ray job {job}: {exc!s}")
+    answers = task_answers(plans, logs, sent)
+    missing = [a for a in answers if a is None]
+    if missing:
+        tail = " | ".join(line for line in logs.strip().splitlines()[-3:])[-400:]
+        if status not in _TERMINAL:
+            why = f"Ray job {job} did not finish within {budget:g} s (status {status}); stopped"
+            outcome = NodeOutcome.TIMEOUT
+        else:
+            why = f"Ray job {job} ended {status} without this node's answer: {message}"
+            if "No module named 'ray'" in logs:
+                why += (
+                    f" ({python!r} on the head has no Ray: give the cluster's interpreter with --ray-python, "
+                    "e.g. the venv's bin/python that `ray start` ran from)"
+                )
+            outcome = NodeOutcome.REMOTE_ERROR
+        filled = NodeAnswer("", outcome, f"{why}; its log: {tail}", b"", sent, time.time())
+        return TaskJob(
+            [a or _with_host(filled, p.host) for a, p in zip(answers, plans, strict=True)], job, status
+        )
+    return TaskJob([a for a in answers if a is not None], job, status)
+
+
+def _with_host(a: NodeAnswer, host: str) -> NodeAnswer:
+    return NodeAnswer(host, a.outcome, a.detail, a.stdout, a.sent_wall_s, a.received_wall_s)
+
+
+def task_answers(plans: list[TaskPlan], logs: str, sent: float) -> list[NodeAnswer | None]:
+    """The driver's result lines (``ray_node_task.RESULT_TAG``) as each plan's answer; None where none."""
+    from hangwatch.transports.ray_node_task import RESULT_TAG
+
+    by_node: dict[str, dict[str, Any]] = {}
+    for line in logs.splitlines():
+        if line.startswith(RESULT_TAG):
+            try:
+                row = json.loads(line[len(RESULT_TAG) :])
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                by_node[str(row.get("node_id"))] = row
+    received = time.time()
+    out: list[NodeAnswer | None] = []
+    for p in plans:
+        row = by_node.get(p.node_id)
+        if row is None:
+            out.append(None)
+            continue
+        rc, stderr = int(row.get("rc", -2)), str(row.get("stderr") or "").strip()
+        where = f"the collector's Ray task on node {p.node_id[:12]}"
+        if rc == 0:
+            stdout = base64.b64decode(str(row.get("stdout") or ""))
+            out.append(NodeAnswer(p.host, NodeOutcome.OK, "", stdout, sent, received))
+        elif rc in (126, 127):
+            detail = f"{where}: hangwatch was not found there ({' '.join(p.argv[:3])}...): {stderr[-300:]}"
+            out.append(NodeAnswer(p.host, NodeOutcome.NO_COLLECTOR, detail, b"", sent, received))
+        elif rc == -1:
+            out.append(NodeAnswer(p.host, NodeOutcome.TIMEOUT, f"{where}: {stderr}", b"", sent, received))
+        else:
+            detail = f"{where} failed (exit {rc}): {stderr[-400:]}"
+            out.append(NodeAnswer(p.host, NodeOutcome.REMOTE_ERROR, detail, b"", sent, received))
+    return out
 
 
 # py-spy dump's text (the agent runs it without --json): "Thread 107 (idle): "MainThread"" and, leaf
