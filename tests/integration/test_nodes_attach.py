@@ -96,6 +96,11 @@ def test_a_job_that_progresses_then_loses_a_rank_is_stalled_naming_that_rank_and
     assert f"culprits: pid {where['pid']} on hwnode3" in out.stdout
     assert all(n["rounds_failed"] == 0 for n in report["nodes"]), report["nodes"]
     assert report["cost"]["rounds"] >= 5 and report["cost"]["stack_rounds"] >= 1
+    # Each node's log (the agents' stdout, a file) is followed: the culprit's last words, with its node.
+    assert any(line.startswith("hwnode3: [rank 3] leaves the loop after") for line in report["log_tail"]), (
+        report["log_tail"]
+    )
+    assert "last lines of the nodes' logs:" in out.stdout
 
 
 def test_a_node_whose_sshd_dies_mid_watch_is_evidence_and_the_verdict_is_still_given(

@@ -218,6 +218,6 @@ def test_capture_runs_every_dump_at_once(proc):
 
     dumper = StackDumper("py-spy", runner=runner, root=proc.root)
     sample = dumper.capture([_sample(p) for p in (1, 2, 3, 4)], t=5.0, native=False)
-    assert peak == 4
-    assert sample.elapsed_s < 0.9  # one after the other would take 1.2 s
+    assert peak == 4  # all four in flight at once (a bound on elapsed time failed under load: 9 on 2 cores)
+    assert sample.elapsed_s >= 0.3
     assert [p.pid for p in sample.processes] == [1, 2, 3, 4]

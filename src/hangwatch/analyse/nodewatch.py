@@ -18,14 +18,20 @@ are numbered per node, so they are renumbered (node index x 1,000 + NVML index) 
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
 from dataclasses import replace
+from urllib.parse import urlsplit
 
+from hangwatch.analyse.logscan import TAIL_LINES
+from hangwatch.analyse.logscan import LogScanner
 from hangwatch.analyse.nodes import KEY_STRIDE
 from hangwatch.analyse.nodes import relabel_stacks
 from hangwatch.analyse.nodes import relabel_tick
+from hangwatch.engines.profile import Profile
 from hangwatch.model.nodes import NodeOutcome
 from hangwatch.model.nodes import NodeResult
 from hangwatch.model.nodes import NodeWatchSummary
@@ -35,6 +41,9 @@ from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import GpuProcessMemory
 from hangwatch.model.samples import GpuReading
 from hangwatch.model.samples import GpuSample
+from hangwatch.model.samples import LogFinding
+from hangwatch.model.samples import LogSample
+from hangwatch.model.samples import PhaseEvent
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ProcessSample
 from hangwatch.model.samples import Tick
@@ -160,6 +169,95 @@ class NodeRounds:
             )
             for n in self.nodes
         )
+
+
+class NodeLogs:
+    """What the nodes' logs said in one round, as the one-node scanner reads its own log.
+
+    One ``LogScanner`` per node (phases are tracked per writer, and writers are per node); the pids the
+    lines name (vLLM's ``(Worker_TP1 pid=812)``) are that node's, so they move to the merge keys of the
+    ticks. The node's own readiness probe is answered on its loopback: its access-log lines (``GET
+    /health``, and SGLang's ``/v1/models`` asked to tell its dummy server) are echoes, not progress.
+    Lines arrive a round at a time, so only what they say marks echoes, not when they came.
+    """
+
+    def __init__(self, profile: Profile, ready_patterns: tuple[re.Pattern[str], ...] = ()) -> None:
+        self._profile = profile
+        self._ready = ready_patterns
+        self._scanners: dict[int, LogScanner] = {}
+        self._markers: dict[int, tuple[str, ...]] = {}
+
+    def _markers_of(self, index: int) -> tuple[str, ...]:
+        return self._markers.get(index, ())
+
+    def scan(self, t: float, results: Sequence[NodeResult], labels: Sequence[str]) -> LogSample:
+        parts: list[tuple[int, str, LogSample]] = []
+        for index, (label, result) in enumerate(zip(labels, results, strict=True)):
+            bundle = result.bundle
+            if bundle is None or not bundle.follow:
+                continue
+            paths = {urlsplit(np.probe.url).path or "/" for np in bundle.probes}
+            if paths:
+                paths.add("/v1/models")
+                self._markers[index] = tuple(sorted(f'"GET {path} HTTP' for path in paths))
+            scanner = self._scanners.get(index)
+            if scanner is None:
+                echo = functools.partial(self._markers_of, index)
+                scanner = LogScanner(self._profile, self._ready, probe_echo=echo)
+                self._scanners[index] = scanner
+            lines = tuple(line for f in bundle.follow for line in f.lines)
+            grown = sum(f.new_bytes for f in bundle.follow)
+            omitted = sum(f.lines_omitted for f in bundle.follow)
+            if not lines and not grown:
+                continue
+            sample = scanner.scan(lines, grown, t)
+            parts.append((index, label, replace(sample, new_lines=sample.new_lines + omitted)))
+        return merge_logs(parts)
+
+
+def merge_logs(parts: Sequence[tuple[int, str, LogSample]]) -> LogSample:
+    """The nodes' log samples of one round as one: counts summed, pids moved to the merge keys, the
+    lines quoted with their node."""
+    if not parts:
+        return LogSample()
+    events: list[PhaseEvent] = []
+    findings: list[LogFinding] = []
+    named: list[tuple[int, str]] = []
+    tail: list[str] = []
+    last: str | None = None
+    ready: str | None = None
+    for index, label, log in parts:
+        offset = (index + 1) * KEY_STRIDE
+        events += [
+            replace(e, source=_moved_source(e.source, offset), line=f"{label}: {e.line}")
+            for e in log.phase_events
+        ]
+        findings += [
+            replace(f, pid=None if f.pid is None else offset + f.pid, line=f"{label}: {f.line}")
+            for f in log.findings
+        ]
+        named += [(offset + pid, title) for pid, title in log.named]
+        tail += [f"{label}: {line}" for line in log.tail]
+        last = f"{label}: {log.last_line}" if log.last_line is not None else last
+        ready = ready or (f"{label}: {log.ready_line}" if log.ready_line is not None else None)
+    return LogSample(
+        new_bytes=sum(log.new_bytes for *_, log in parts),
+        new_lines=sum(log.new_lines for *_, log in parts),
+        waiting_lines=sum(log.waiting_lines for *_, log in parts),
+        echo_lines=sum(log.echo_lines for *_, log in parts),
+        phase_events=tuple(events),
+        findings=tuple(findings),
+        ready_line=ready,
+        last_line=last,
+        named=tuple(named),
+        tail=tuple(tail[-TAIL_LINES:]),
+    )
+
+
+def _moved_source(source: str | None, offset: int) -> str | None:
+    if source is not None and source.startswith("pid:") and source[4:].isdigit():
+        return f"pid:{offset + int(source[4:])}"
+    return source  # a rank ("rank:TP1") is the job's, not the node's
 
 
 def _since(p: ProcessSample, old: ProcessSample | None) -> ProcessSample:

@@ -102,9 +102,7 @@ class AttachCommand:
         unsupported = [
             flag
             for flag, given in (
-                ("--log", args.log is not None),
                 ("--own-request", args.own_request),
-                ("--ready-pattern", args.ready_pattern is not None),
                 ("--report-html", args.report_html is not None),
                 ("--report-md", args.report_md is not None),
             )
@@ -132,5 +130,7 @@ class AttachCommand:
                 slurm=slurm_options_of(args) if args.slurm_job else None,
                 ray=ray_options_of(args) if args.ray else None,
                 ray_classes=tuple(args.ray_actor_class) or WORKER_CLASSES,
+                log=args.log,  # a path on the nodes, not here: not checked on this machine
+                ready_pattern=w.ready_pattern,
             )
         )

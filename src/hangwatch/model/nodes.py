@@ -90,6 +90,10 @@ class NodeProcess:
 class LogTail:
     source: str  # the file, or "/proc/PID/fd/2 -> FILE"
     lines: tuple[str, ...]  # redacted
+    # Followed (a stream's census): the bytes the log grew by since the previous request, and the lines
+    # beyond the per-round cap that were counted but not sent.
+    new_bytes: int = 0
+    lines_omitted: int = 0
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,9 @@ class NodeBundle:
     truncated: bool = False  # parts were dropped to stay under the size limit (``errors`` says which)
     gpu: GpuSample | None = None  # NVML on the node at the end of the window (pids are as NVML gives them)
     probes: tuple[NodeProbe, ...] = ()
+    # A stream's census: what each log said since the previous request (the watch follows logs on every
+    # node as it does on one: phases, exceptions, new lines as progress).
+    follow: tuple[LogTail, ...] = ()
 
 
 class NodeOutcome(StrEnum):
@@ -312,3 +319,4 @@ class NodesWatchReport:
     processes: dict[int, ProcessKey]  # merge key -> where the process is (the verdict's culprits)
     cost: RoundCost
     stack_tree: StackTree | None = None
+    log_tail: tuple[str, ...] = ()  # the nodes' last log lines, each with its node ("hwnode3: ..."), redacted

@@ -28,6 +28,7 @@ from hangwatch import __version__
 from hangwatch import engines
 from hangwatch.collect import procfs
 from hangwatch.collect.http_probe import probe_once
+from hangwatch.collect.logtail import FileLog
 from hangwatch.collect.nvml import GpuSource
 from hangwatch.collect.proctree import TreeSampler
 from hangwatch.collect.proctree import own_processes
@@ -129,7 +130,9 @@ def collect(
     dumper: StackDumper | None = None,
     sleep: Callable[[float], None] = time.sleep,
     gpu: GpuSource | None = None,
+    follow: LogFollow | None = None,
 ) -> NodeBundle:
+    """``follow``: a stream's logs, read for what they said since the previous request."""
     wall, started = time.time(), time.monotonic()
     since_exec = own_age(root)
     errors: list[BundleError] = []
@@ -137,6 +140,7 @@ def collect(
     roots, selector = select_roots(options, root, errors)
     processes: tuple[NodeProcess, ...] = ()
     logs: tuple[LogTail, ...] = ()
+    followed: tuple[LogTail, ...] = ()
     probes: tuple[NodeProbe, ...] = ()
     taken = _Rounds([Tick(t=0.0, processes=())], [], {}, {})
     if roots:
@@ -157,6 +161,8 @@ def collect(
         processes = node_processes(taken.ticks, taken.threads_before, taken.threads_after, root)
         if options.mode is CollectMode.FULL:
             logs = log_tails(options, roots, root, errors)
+        elif follow is not None:
+            followed = follow.read(log_sources(options, roots, root), errors)
         if options.probe:
             probes = node_probes(options, profile, cmdline, round(time.monotonic() - started, 4))
     # One reading at the end of the window; NVML's failures are in the sample (``unavailable``, ``error``).
@@ -176,6 +182,7 @@ def collect(
         errors=tuple(errors),
         gpu=gpu_sample,
         probes=probes,
+        follow=followed,
     )
     bundle = within_size(bundle, options.max_bytes)
     return replace(bundle, clock=replace(bundle.clock, duration_s=round(time.monotonic() - started, 4)))
@@ -196,6 +203,7 @@ def serve_requests(
     what the one-shot command prints; an unknown request is answered with a bundle of one error, so the
     controller's read never waits on a line that will not come.
     """
+    follow = LogFollow()
     for line in requests:
         word = line.strip()
         if not word:
@@ -204,7 +212,7 @@ def serve_requests(
             bundle = collect(replace(options, pids=(), match=None, mode=CollectMode.CENSUS, probe=False))
             bundle = replace(bundle, errors=(BundleError("select", f"unknown request {word[:40]!r}"),))
         elif word == "census":
-            bundle = collect(replace(options, mode=CollectMode.CENSUS), gpu=gpu)
+            bundle = collect(replace(options, mode=CollectMode.CENSUS), gpu=gpu, follow=follow)
         else:
             bundle = collect(
                 replace(options, mode=CollectMode.FULL, samples=1, native=word == "full-native", log_lines=0),
@@ -470,10 +478,8 @@ def _threads(
     return tuple(out)
 
 
-def log_tails(
-    options: CollectOptions, roots: list[int], root: Path, errors: list[BundleError]
-) -> tuple[LogTail, ...]:
-    """The last lines of the logs given, and of the roots' stdout/stderr where those are files."""
+def log_sources(options: CollectOptions, roots: list[int], root: Path) -> list[tuple[str, Path]]:
+    """The logs given, and the roots' stdout/stderr where those are files: (label, path)."""
     sources: list[tuple[str, Path]] = [(str(path), path) for path in options.logs]
     for pid in roots:
         for fd in (1, 2):
@@ -481,6 +487,57 @@ def log_tails(
             known = any(str(s[1]) == target for s in sources)
             if target and target.startswith("/") and not known and Path(target).is_file():
                 sources.append((f"/proc/{pid}/fd/{fd} -> {target}", Path(target)))
+    return sources
+
+
+# Lines one log may send in one census round; the rest are counted (a log that floods is progress
+# whatever it says, and a bundle a second must stay small).
+FOLLOW_MAX_LINES = 200
+
+
+class LogFollow:
+    """The logs of a stream's watch, each followed from where it stood at the first request.
+
+    One per ``collect --stream`` session: each census answers with the lines every log gained since the
+    previous one, so the controller reads the node's log as the one-node watch reads its own (phases,
+    exceptions, lines as progress) without a transfer of its whole tail each round.
+    """
+
+    def __init__(self) -> None:
+        self._logs: dict[Path, FileLog] = {}
+
+    def read(self, sources: list[tuple[str, Path]], errors: list[BundleError]) -> tuple[LogTail, ...]:
+        out = []
+        for label, path in sources:
+            log = self._logs.get(path)
+            if log is None:
+                try:
+                    self._logs[path] = FileLog(path)  # from its end: what it says from now on
+                except OSError as exc:
+                    errors.append(BundleError("log", f"{label}: {exc.strerror}"))
+                continue
+            try:
+                chunk = log.drain()
+            except OSError as exc:  # unreadable since (permissions changed, a directory now)
+                errors.append(BundleError("log", f"{label}: {exc.strerror}"))
+                continue
+            lines = chunk.lines[:FOLLOW_MAX_LINES]
+            out.append(
+                LogTail(
+                    label,
+                    tuple(redact_text(line[:MAX_LOG_LINE]) for line in lines),
+                    chunk.new_bytes,
+                    len(chunk.lines) - len(lines),
+                )
+            )
+        return tuple(out)
+
+
+def log_tails(
+    options: CollectOptions, roots: list[int], root: Path, errors: list[BundleError]
+) -> tuple[LogTail, ...]:
+    """The last lines of the logs given, and of the roots' stdout/stderr where those are files."""
+    sources = log_sources(options, roots, root)
     out = []
     for label, path in sources:
         try:
@@ -506,6 +563,15 @@ def within_size(bundle: NodeBundle, max_bytes: int) -> NodeBundle:
         return bundle
     cuts: list[tuple[str, Callable[[NodeBundle], NodeBundle]]] = [
         ("log tails", lambda b: replace(b, logs=())),
+        (
+            "followed log lines (counted)",
+            lambda b: replace(
+                b,
+                follow=tuple(
+                    replace(f, lines=(), lines_omitted=f.lines_omitted + len(f.lines)) for f in b.follow
+                ),
+            ),
+        ),
         (
             "thread details",
             lambda b: replace(b, processes=tuple(replace(p, threads=()) for p in b.processes)),

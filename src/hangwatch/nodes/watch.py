@@ -14,15 +14,20 @@ A node that stops answering is evidence (when, and why: refused, timeout, auth),
 processes stay as last seen, with no progress. Each node probes its engine's readiness URL on its own
 loopback (or ``--ready-url``, probed on every node), so node 0's real /health can make the job
 ``ready``; SGLang's dummy health server on node ranks >= 1 (always 200) is recognised on the node and
-never counted. What is not here yet: no log is followed across nodes.
+never counted. Each node's logs (the roots' stdout/stderr where those are files, and ``--log``) are
+followed from the moment the watch starts: each census carries the lines they gained, read by one log
+scanner per node (``analyse/nodewatch.py:NodeLogs``), so phases, exceptions and new lines count across
+nodes as on one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import statistics
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +38,7 @@ from typing import Protocol
 from hangwatch import engines
 from hangwatch.analyse.assess import Assessor
 from hangwatch.analyse.assess import Policy
+from hangwatch.analyse.nodewatch import NodeLogs
 from hangwatch.analyse.nodewatch import NodeRounds
 from hangwatch.analyse.stacktree import build_tree
 from hangwatch.analyse.stackwatch import StackHistory
@@ -68,6 +74,7 @@ from hangwatch.transports.ssh import SshOptions
 from hangwatch.transports.ssh import ssh_session
 from hangwatch.transports.stream import StreamSessions
 
+LOG_TAIL_KEPT = 30  # the nodes' last log lines the report keeps
 CENSUS_WINDOW_S = 0.1  # the collector's own window; the deltas that matter are between rounds
 # A census round must not wait 30 s on a node that accepts and never answers: a few intervals at most.
 CENSUS_TIMEOUT_MIN_S = 4.0
@@ -101,6 +108,10 @@ class NodesAttachOptions:
     slurm: slurm.SlurmOptions | None = None  # the nodes of a running Slurm job instead of hosts
     ray: ray_transport.RayOptions | None = None  # the nodes and actor pids from a Ray dashboard
     ray_classes: tuple[str, ...] = WORKER_CLASSES
+    # Followed on every node besides the roots' stdout/stderr files: the same path on each (a shared or
+    # per-node file); a line that by itself means ready.
+    log: Path | None = None
+    ready_pattern: re.Pattern[str] | None = None
 
     @property
     def selector(self) -> str:
@@ -124,6 +135,7 @@ def stream_args(o: NodesAttachOptions) -> list[str]:
     args = [] if o.ray is not None else ["--match", o.match]
     args += ["--every", f"{CENSUS_WINDOW_S:g}", "--deadline", f"{deadline:g}"]
     args += ["--probe-url", o.ready_url] if o.ready_url else []
+    args += ["--log", str(o.log)] if o.log is not None else []
     return args + (["--engine", o.engine] if o.engine else [])
 
 
@@ -181,6 +193,8 @@ class NodesWatch:
         self.o, self.fanout, self.clock, self.sleep = o, fanout, clock, sleep
         self.rounds = NodeRounds(o.hosts)
         self.assessor: Assessor | None = None
+        self.logs: NodeLogs | None = None  # the nodes' logs, read once the engine is known
+        self.log_tail: deque[str] = deque(maxlen=LOG_TAIL_KEPT)
         self.round_s: list[float] = []
         self.stack_round_s: list[float] = []
         self.view = make_view(o.quiet, sys.stderr)
@@ -211,6 +225,11 @@ class NodesWatch:
                     self.assessor = make_assessor(
                         self.o, self.rounds.roots, roots[0].cmdline if roots else ()
                     )
+                    ready = (self.o.ready_pattern,) if self.o.ready_pattern is not None else ()
+                    self.logs = NodeLogs(self.assessor.profile, ready)
+                if self.logs is not None:
+                    tick = replace(tick, log=self.logs.scan(t, results, [n.label for n in self.rounds.nodes]))
+                    self.log_tail.extend(tick.log.tail)
                 verdict = self.assessor.observe(tick)
                 request = self.assessor.stacks_wanted()
                 if request is not StackRequest.NONE:
@@ -270,6 +289,7 @@ class NodesWatch:
                 stack_median_s=round(statistics.median(self.stack_round_s), 3) if self.stack_round_s else 0.0,
             ),
             stack_tree=tree,
+            log_tail=tuple(self.log_tail),
         )
 
 

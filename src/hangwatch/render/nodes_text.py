@@ -118,6 +118,9 @@ def nodes_watch_text(report: NodesWatchReport, max_tree_lines: int = 40) -> str:
         out.append("evidence:")
         # The evidence names processes by name and pid only ("python [7]"): say the node with the pid.
         out += [f"  - {local_text(e, report.processes, with_node=True)}" for e in v.evidence[:12]]
+    if report.log_tail:
+        out.append("last lines of the nodes' logs:")
+        out += [f"  {line}" for line in report.log_tail[-8:]]
     if report.stack_tree is not None:
         out.append("")
         out += tree_lines(report.stack_tree, max_lines=max_tree_lines)
