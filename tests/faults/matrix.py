@@ -203,6 +203,11 @@ def _cells() -> list[Cell]:
                 # one. Nothing exits: TP0 spins in the all-reduce TP1 left, the engine core waits for
                 # TP0's answer. A stall whose first fault is TP1's logged exception.
                 expect = Expect("stalled", ("exception", "collective-wait", "unknown"), STALL_BOUND_S)
+            if kind == "raise" and phase == "serving":
+                # Seen 2026-12-02 06:43: the same inside execute_model's collective_rpc ("WorkerProc hit
+                # an exception.", its traceback), and the server lives on with requests waiting: TP0 in
+                # the all-reduce TP1 left, /health still 200. A wedge whose first fault is the exception.
+                expect = Expect("stalled", ("exception", "collective-wait"), SERVING_BOUND_S)
             cells.append(Cell("vllm", 2, "TP1", phase, kind, expect=expect))
     cells.append(Cell("vllm", 2, "TP1", "warmup", "block"))
     for kind in ("block", "sigkill"):

@@ -509,3 +509,44 @@ def test_an_engine_core_waiting_on_its_input_queue_is_not_the_stuck_driver():
     ]
     found = classify(stack_context(samples, window))
     assert found.culprits == (15436,), found.explanation
+
+
+# -- vllm-tp2-TP1-serving-raise-run (2026-12-02 06:43): TP1's execute_model raised, its busy loop caught it --
+
+
+def _raised_at(t: float, pid: int) -> Tick:
+    lines = (
+        f"(Worker_TP1 pid={pid}) ERROR 12-02 06:43:29 [multiproc_executor.py:1063] WorkerProc hit an exception.",
+        f"(Worker_TP1 pid={pid}) ERROR 12-02 06:43:29 [multiproc_executor.py:1063] Traceback (most recent call last):",
+        f"(Worker_TP1 pid={pid}) ERROR 12-02 06:43:29 [multiproc_executor.py:1063] RuntimeError: hangwatch-fault: injected",
+    )  # fmt: skip
+    scanned = LogScanner(engines.by_name("vllm")).scan(lines, 400, t)
+    return Tick(t, _TREE, log=scanned)
+
+
+def test_the_rank_the_others_wait_for_raised_and_lived_on_so_the_exception_is_the_cause():
+    """Nothing died: TP1 logged the traceback and waits for its next RPC, TP0 waits in the all-reduce
+    TP1 left. The stacks name TP1 (collective-wait); its exception, logged as the spell began, is the
+    cause, quoted with its last line."""
+    a = Assessor(engines.by_name("vllm"), Policy(stall_after=30.0), {_API})
+    a.observe(Tick(0.0, _TREE))
+    a.observe(_raised_at(60.0, _TP1))
+    waited = causes.Diagnosis(
+        Cause.COLLECTIVE_WAIT, (_TP1,), "TP0 waiting in OpOverload.__call__; TP1 never entered it"
+    )
+    found = a._culprit_raised(Tick(95.0, _TREE), waited)
+    assert found is not None and found.cause is Cause.EXCEPTION and found.culprits == (_TP1,)
+    assert "raised an exception at 60.0 s and lived on" in found.explanation
+    assert "RuntimeError: hangwatch-fault: injected" in found.explanation
+    # Another rank's exception, or none from the one waited for: the wait stays the cause.
+    assert a._culprit_raised(Tick(95.0, _TREE), replace(waited, culprits=(_TP0,))) is None
+
+
+def test_a_traceback_long_before_the_quiet_spell_is_not_its_cause():
+    """A rank that printed a traceback at start-up and went on (an optional import) and hangs later."""
+    a = Assessor(engines.by_name("vllm"), Policy(stall_after=30.0), {_API})
+    a.observe(_raised_at(5.0, _TP1))
+    for t in range(10, 200, 10):  # progress long after it: new lines every 10 s
+        a.observe(Tick(float(t), _TREE, log=LogSample(new_lines=1, last_line=f"step {t}")))
+    waited = causes.Diagnosis(Cause.COLLECTIVE_WAIT, (_TP1,), "TP0 waiting; TP1 never entered it")
+    assert a._culprit_raised(Tick(240.0, _TREE), waited) is None

@@ -61,6 +61,11 @@ DEAD_PEER_GRACE_S = 5.0
 TAIL_KEPT = 20  # lines of output kept for a crash with nothing else to say
 
 
+# How long before the quiet spell began an exception of the waited-for rank still counts as its start
+# (at least; a whole --stall-after where that is longer).
+EXCEPTION_LEAD_S = 5.0
+
+
 @dataclass(frozen=True)
 class Policy:
     stall_after: float = 60.0
@@ -465,6 +470,9 @@ class Assessor:
             basic = causes.diagnose_stall(window, self.findings)
             if diagnosis is None or basic.cause is not Cause.UNKNOWN:
                 diagnosis = basic
+        raised = self._culprit_raised(tick, diagnosis)
+        if raised is not None:
+            diagnosis = raised
         summary = f"stalled: nothing progressed for {quiet:.0f} s; {diagnosis.explanation}"
         hints = self._port_hints(tick)
         if hints and not self.policy.has_readiness and closed is None:
@@ -511,6 +519,42 @@ class Assessor:
         return self._make(
             State.EXITED, None, summary, (), [f"{root_exit.name} [{root_exit.pid}] {root_exit.status_text}"]
         )
+
+    def _culprit_raised(self, tick: Tick, diagnosis: causes.Diagnosis) -> causes.Diagnosis | None:
+        """The process the others wait for logged an exception and lived on: that is the first fault.
+
+        vLLM's worker busy loop catches an exception in an RPC (execute_model, profile_run), logs it and
+        waits for the next one, so nothing dies: its peer then waits in the collective it left. The wait
+        is the consequence; the exception, by the rank the stacks name, is the cause. Named by who wrote
+        the lines (vLLM's ``pid=`` prefix, SGLang's rank tag), whatever the exception says.
+        """
+        if not diagnosis.culprits or diagnosis.cause in (Cause.EXCEPTION, Cause.STOPPED):
+            return None
+        ranks = {p.rank for p in tick.processes if p.pid in diagnosis.culprits and p.rank is not None}
+        # Only near the quiet spell's start (a window before it at most: lines other processes print
+        # after the fault, vLLM's stats line 10 s on, are progress that moves the spell's start): a
+        # traceback a rank printed and recovered from long before (an optional import at start-up)
+        # says nothing of this wait.
+        since = self.clock.last_progress(weak=False) - max(EXCEPTION_LEAD_S, self.policy.stall_after)
+        written = [
+            f
+            for f in self.findings
+            if f.cause is Cause.EXCEPTION
+            and f.t >= since
+            and (f.pid in diagnosis.culprits or (f.pid is None and f.rank is not None and f.rank in ranks))
+        ]
+        if not written:
+            return None
+        first = written[0]
+        said = next(
+            (f for f in written if not f.line.rstrip().endswith("Traceback (most recent call last):")), first
+        )
+        explanation = (
+            f"{diagnosis.explanation}; it raised an exception at {first.t:.1f} s and lived on, and the"
+            f" others wait for it since (its log: {said.line.strip()[:200]})"
+        )
+        evidence = (f"log: {said.line[:200]}", *diagnosis.evidence)
+        return replace(diagnosis, cause=Cause.EXCEPTION, explanation=explanation, evidence=evidence)
 
     def _first_findings(self) -> list[LogFinding]:
         seen: set[Cause] = set()
