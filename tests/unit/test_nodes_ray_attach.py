@@ -15,12 +15,9 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +31,8 @@ from hangwatch.nodes.watch import NodesAttachOptions
 from hangwatch.nodes.watch import open_fanout
 from hangwatch.transports.ray import RayOptions
 from hangwatch.transports.ssh import SshOptions
+from loopback_http import QuietHandler
+from loopback_http import serving
 from proc_helpers import kill_tree
 
 SRC = str(Path(hangwatch.__file__).resolve().parents[1])
@@ -110,36 +109,20 @@ def dashboard(sleepers: list[subprocess.Popen[bytes]]) -> Iterator[Dashboard]:
     ]  # fmt: skip
     paths: list[str] = []
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:  # http.server calls it by this name
             paths.append(self.path)
             if self.path.startswith("/api/v0/nodes"):
-                self._send(200, _state_api(nodes))
+                self.answer(200, _state_api(nodes))
             elif self.path.startswith("/api/v0/actors"):
-                self._send(200, _state_api(actors))
+                self.answer(200, _state_api(actors))
             elif self.path.startswith("/worker/traceback"):
-                self._send(403, b"Profiling is disabled by default for security reasons.")
+                self.answer(403, b"Profiling is disabled by default for security reasons.")
             else:
-                self._send(404, b"not found")
+                self.answer(404, b"not found")
 
-        def _send(self, status: int, body: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield Dashboard(f"http://127.0.0.1:{server.server_address[1]}", nodes, actors, paths)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with serving(Handler) as url:
+        yield Dashboard(url, nodes, actors, paths)
 
 
 @pytest.fixture

@@ -15,11 +15,7 @@ import json
 import shlex
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
-from http.server import ThreadingHTTPServer
-from typing import Any
 
 import pytest
 
@@ -27,6 +23,8 @@ from hangwatch.model.nodes import NodeOutcome
 from hangwatch.transports import ray
 from hangwatch.transports.ray_node_task import result_line
 from hangwatch.transports.ray_node_task import run_collector
+from loopback_http import QuietHandler
+from loopback_http import serving
 
 PLANS = [
     ray.TaskPlan("a" * 56, "10.0.0.1", ("hangwatch", "collect", "--pid", "7")),
@@ -71,47 +69,30 @@ class JobApi:
 def job_api(request: pytest.FixtureRequest) -> Iterator[tuple[str, JobApi]]:
     api = JobApi(*request.param)
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self) -> None:  # http.server calls them by these names
             self._record()
             if self.path == "/api/jobs/":
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 api.entrypoint = body["entrypoint"]
-                self._send(api.submit, {"job_id": body["submission_id"]})
+                self.answer(api.submit, {"job_id": body["submission_id"]})
             else:
-                self._send(200, {"stopped": True})
+                self.answer(200, {"stopped": True})
 
         def do_GET(self) -> None:
             self._record()
             if self.path.endswith("/logs"):
-                self._send(200, {"logs": api.logs})
+                self.answer(200, {"logs": api.logs})
             else:
-                self._send(
+                self.answer(
                     200, {"status": api.status, "message": "Job entrypoint command failed with exit code 1"}
                 )
 
         def _record(self) -> None:
             api.calls.append((self.command, self.path))
 
-        def _send(self, status: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", api
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with serving(Handler) as url:
+        yield url, api
 
 
 @pytest.mark.parametrize("job_api", [(500, "PENDING", "")], indirect=True)
