@@ -4,6 +4,7 @@ time, requests waiting while serving, probe echoes by timing, the structure when
 from __future__ import annotations
 
 import signal
+from dataclasses import replace
 
 from hangwatch import engines
 from hangwatch.analyse import causes
@@ -24,6 +25,7 @@ from hangwatch.model.samples import OwnRequest
 from hangwatch.model.samples import ProbeOutcome
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ProcessSample
+from hangwatch.model.samples import ProcState
 from hangwatch.model.samples import ServerConnection
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import DumpOutcome
@@ -444,3 +446,24 @@ def test_a_rank_reaped_unseen_before_the_exceptions_its_death_caused_is_the_caus
     findings = [exc(21.3, "RuntimeError: Engine core initialization failed. See root cause above.", pid=28)]
     d = causes.diagnose_crash(failures, findings, root_pids={1}, exits=[unseen])
     assert d.cause is Cause.DEAD_PEER and d.culprits == (98,), d
+
+
+def test_requests_waiting_on_a_stopped_member_are_a_wedge_without_waiting_out_the_window():
+    """vllm-tp2-*-serving-sigstop-run (2026-12-02): stalled/stopped at 32 s of a 30 s window; a stopped
+    member cannot resume by itself, so with requests waiting the verdict comes as before ready."""
+    a = _serving_assessor(stall=30.0)
+    conn = ConnectionSample((8000,), (ServerConnection(8000, 50001, 240, 0, 1.0),))
+    stopped = replace(proc(2), state=ProcState.STOPPED)
+    verdict, t = None, 1.0
+    while verdict is None and t < 40:
+        verdict = a.observe(Tick(t, (proc(1), stopped), connections=conn))
+        t += 1.0
+    assert verdict is not None and verdict.state is State.STALLED and verdict.cause is Cause.STOPPED, verdict
+    assert verdict.summary.startswith("stalled while serving")
+    assert t - 1.0 <= 1.0 + 10.0 + 1.0, t
+
+
+def test_an_idle_server_with_a_stopped_member_is_said_only_once_someone_asks_it():
+    a = _serving_assessor(stall=30.0)
+    stopped = replace(proc(2), state=ProcState.STOPPED)
+    assert all(a.observe(Tick(float(t), (proc(1), stopped))) is None for t in range(1, 40))

@@ -400,6 +400,9 @@ class Assessor:
             if closed is not None:
                 return self._stalled(tick, quiet, closed)
         else:
+            early = self._serving_closed(tick)
+            if early is not None:
+                return early
             wedged = self.serving_clock.stall(tick.t, self.policy.stall_after)
             if wedged is not None:
                 return self._serving_stalled(tick, wedged.frozen_for_s, wedged.evidence)
@@ -450,9 +453,31 @@ class Assessor:
         start = self.last_progress_t()
         return [t for t in self._history if t.t >= start] or list(self._history)[-1:]
 
-    def _serving_stalled(self, tick: Tick, frozen_s: float, evidence: tuple[str, ...]) -> Verdict:
-        """F6: ready, requests waiting for an answer, and nothing moved for the whole window."""
-        verdict = self._stalled(tick, self.quiet_for(tick.t))
+    def _serving_closed(self, tick: Tick) -> Verdict | None:
+        """Requests wait on a wait nothing inside the tree can end: no need to wait out the window.
+
+        As before ready: a member stopped (state T) for FAST_STALL_S, or stacks that close the wait
+        (ranks waiting on each other, a lock cycle). Only with requests waiting: an idle server with a
+        member stopped serves nobody less, and says so only when someone asks it for something.
+        """
+        waiting = self.serving_watch.waiting(tick.t, self.last_progress_t())
+        if waiting is None or waiting.frozen_for_s < 1.0:
+            return None
+        if causes.stopped_processes(tick) and waiting.frozen_for_s >= min(
+            FAST_STALL_S, self.policy.stall_after
+        ):
+            return self._serving_stalled(tick, waiting.frozen_for_s, waiting.evidence)
+        closed = self.stacks.closed_wait(self.window()) if self.stacks is not None else None
+        if closed is not None:
+            return self._serving_stalled(tick, waiting.frozen_for_s, waiting.evidence, closed)
+        return None
+
+    def _serving_stalled(
+        self, tick: Tick, frozen_s: float, evidence: tuple[str, ...], closed: causes.Diagnosis | None = None
+    ) -> Verdict:
+        """F6: ready, requests waiting for an answer, and nothing moved for the whole window (or on a
+        wait nothing inside the tree can end, ``closed``)."""
+        verdict = self._stalled(tick, self.quiet_for(tick.t), closed)
         last = self.last_probe
         probe = f"; {last.url} answers {last.describe()}" if last is not None else ""
         summary = (

@@ -133,11 +133,13 @@ class ServingWatch:
             return False
         return now - self._asked_t >= max(stall_after / 2, 5.0)
 
-    def stall(self, now: float, last_progress_t: float, stall_after: float) -> ServingStall | None:
-        """Requests have waited, and nothing moved, for the whole window."""
+    def waiting(self, now: float, last_progress_t: float) -> ServingStall | None:
+        """Requests wait, and nothing moved since they began to (or since the last progress): how long."""
         if self.waiting_since is None:
             return None
-        frozen = now - max(self.waiting_since, last_progress_t)
-        if frozen < stall_after:
-            return None
-        return ServingStall(frozen, self._reasons)
+        return ServingStall(now - max(self.waiting_since, last_progress_t), self._reasons)
+
+    def stall(self, now: float, last_progress_t: float, stall_after: float) -> ServingStall | None:
+        """Requests have waited, and nothing moved, for the whole window."""
+        waiting = self.waiting(now, last_progress_t)
+        return waiting if waiting is not None and waiting.frozen_for_s >= stall_after else None
