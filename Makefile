@@ -41,7 +41,7 @@ $(VENV)/.test-deps: pyproject.toml $(BIN)/hangwatch
 
 test-deps: $(VENV)/.test-deps
 
-# Debian's slurmctld, slurmd, slurm-client and munge for the real-Slurm test (13 s, only when missing; no
+# Debian's slurmctld, slurmd, slurm-client and munge for the real-Slurm test (9-13 s, only when missing; no
 # daemon is started by the install): tests/slurm_cluster.py starts a cluster of its own on emulated nodes.
 slurm-deps:
 	bash scripts/setup-slurm.sh

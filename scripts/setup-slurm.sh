@@ -5,7 +5,7 @@
 #
 #   scripts/setup-slurm.sh        (make slurm-deps)
 #
-# Measured on the 2-core CI-class machine, 2026-12-02: 13.0 s for the 8 packages (slurmctld, slurmd,
+# Measured on the 2-core CI-class machine, 2026-12-02: 8.7-13.0 s for the 8 packages (slurmctld, slurmd,
 # slurm-client, slurm-wlm-basic-plugins, munge, libmunge2, libhwloc15, liblua5.1-0), download included.
 # No daemon is started: policy-rc.d refuses every start during the install (a temporary one is written
 # only when the machine has none), and the units the packages enable for the next boot are disabled; the
