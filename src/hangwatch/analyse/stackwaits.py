@@ -316,14 +316,20 @@ class ProcessView:
         if self.outcome is not DumpOutcome.OK:
             return False
         if self.cpu_cores is not None:
-            # Under the busy threshold, CPU still rising and a thread on CPU outside any wait is a
-            # burner starved by a loaded machine, not a wait: a real Slurm job's two ranks on one
-            # emulated node burned 0.05 s a step at under 0.1 core, always caught in place in the same
-            # loop line, and the watch called the job closed-stalled while it still looped.
-            starved = self.cpu_cores > 0 and any(t.wait is Wait.RUNNING for t in self.threads)
-            return (self.cpu_cores >= CPU_BUSY_CORES or starved) and not self.spinning
+            return self.cpu_cores >= CPU_BUSY_CORES and not self.spinning
         return any(t.wait is Wait.RUNNING for t in self.threads) or (
             any(t.active and t.wait not in SPIN_WAITS for t in self.threads)
+        )
+
+    @property
+    def starved(self) -> bool:
+        """On CPU outside any wait with CPU still rising, under the busy threshold: a loop starved by a
+        loaded machine (or a slow spinner). Not working, not proven blocked either."""
+        return (
+            self.outcome is DumpOutcome.OK
+            and self.cpu_cores is not None
+            and 0 < self.cpu_cores < CPU_BUSY_CORES
+            and any(t.wait is Wait.RUNNING for t in self.threads)
         )
 
     @property
