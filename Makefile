@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: demo test lint check venv test-deps vllm-env sglang-env ray-env bench clean
+.PHONY: demo test lint check venv test-deps slurm-deps vllm-env sglang-env ray-env bench clean
 
 $(BIN)/hangwatch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +29,8 @@ $(VENV)/.test-deps: pyproject.toml $(BIN)/hangwatch
 	# OpenSSH's server and client, iproute2 and util-linux (nsenter, unshare) for the emulated-node tests
 	# (tests/nodes_emulation.py: network namespaces on a bridge, one sshd per node; skipped there when absent);
 	# util-linux's setpriv also lets the stand-in kubectl run a container's command without CAP_SYS_PTRACE
-	# (tests/unit/test_kubectl.py). kubectl, squeue, scontrol and srun are stand-ins (tests/fakes): no
-	# cluster, no Slurm and not the machine's own kubectl are needed.
+	# (tests/unit/test_kubectl.py). kubectl is a stand-in (tests/fakes); squeue, scontrol and srun are too
+	# for test_nodes_slurm.py, and Debian's real Slurm for test_nodes_slurm_real.py (slurm-deps).
 	[ -x /usr/sbin/sshd ] && command -v ssh >/dev/null 2>&1 && command -v nsenter >/dev/null 2>&1 && \
 		command -v setpriv >/dev/null 2>&1 || { \
 		[ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
@@ -40,6 +40,11 @@ $(VENV)/.test-deps: pyproject.toml $(BIN)/hangwatch
 	@touch $@
 
 test-deps: $(VENV)/.test-deps
+
+# Debian's slurmctld, slurmd, slurm-client and munge for the real-Slurm test (9-13 s, only when missing; no
+# daemon is started by the install): tests/slurm_cluster.py starts a cluster of its own on emulated nodes.
+slurm-deps:
+	bash scripts/setup-slurm.sh
 
 vllm-env:
 	bash scripts/setup-vllm-cpu.sh
@@ -55,7 +60,7 @@ lint: test-deps
 	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/mypy
 
-test: test-deps vllm-env sglang-env ray-env lint
+test: test-deps slurm-deps vllm-env sglang-env ray-env lint
 	HANGWATCH_RAY_PYTHON="$$(bash scripts/setup-ray.sh | tail -n 1)" \
 	HANGWATCH_VLLM_PYTHON="$$(bash scripts/setup-vllm-cpu.sh | tail -n 1)" \
 	HANGWATCH_SGLANG_PYTHON="$$(bash scripts/setup-sglang-cpu.sh | tail -n 1)" $(BIN)/python -m pytest -ra

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# hangwatch across the nodes of a running Slurm job, by hand, on a real cluster (CI has none: the tests use
-# stand-in squeue/scontrol/srun, tests/unit/test_slurm.py and tests/integration/test_nodes_slurm.py).
+# hangwatch across the nodes of a running Slurm job, by hand, on a real cluster (CI runs a Slurm 22.05 of its
+# own on emulated nodes, tests/integration/test_nodes_slurm_real.py, and stand-ins, test_nodes_slurm.py).
 #
 #   scripts/slurm-stacks.sh JOBID [-- extra hangwatch stacks options]
 #   scripts/slurm-stacks.sh 123456 -- --match 'train.py|sglang::' --remote-hangwatch '/shared/venv/bin/hangwatch'

@@ -2,9 +2,10 @@
 resolve the job's nodes and start each step inside its node's namespaces, as slurmd would; the job is
 the gloo job of test_nodes_ssh.py (rank 3 on hwnode3 skips the all_reduce).
 
-No Slurm is installed here: squeue, scontrol and srun are stand-ins that keep their argument and message
-shapes (docs/multinode.md says what a real cluster adds and how to check it by hand). What this shows is
-that the slurm transport's argv, node list and answers carry the same merged diagnosis as ssh's.
+squeue, scontrol and srun are stand-ins here, with the real 22.05 tools' argument and message shapes:
+these tests need no Slurm packages. test_nodes_slurm_real.py runs the same job through a real Slurm
+cluster on the emulated nodes (docs/multinode.md 6a). What this shows is that the slurm transport's argv,
+node list and answers carry the same merged diagnosis as ssh's.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from hangwatch.model.nodes import NodeOutcome
 from hangwatch.nodes.gather import gather_slurm
 from hangwatch.nodes.gather import slurm_nodes
 from hangwatch.transports import slurm
+from hangwatch.transports.runner import Exchange
 from hangwatch.transports.runner import run_bounded
 from hangwatch.transports.slurm import SlurmOptions
 from slurm_standins import calls
@@ -105,12 +106,61 @@ def test_each_step_failure_is_that_nodes_outcome(
 
 
 def test_a_step_that_cannot_overlap_waits_and_is_said_so(standins: Path) -> None:
-    """Without --overlap a step waits for the CPUs the job's steps hold: the timeout says why."""
+    """Without --overlap a step waits for the CPUs the job's steps hold, and srun 22.05 says nothing at
+    its default verbosity: the timeout says what that silence can mean."""
     options = SlurmOptions("4242", node_timeout_s=1.5)
     argv = [a for a in slurm.srun_argv("hwn1", ["--match", "x"], options) if a != "--overlap"]
     answer = slurm.answer_of("hwn1", run_bounded(argv, options.node_timeout_s), options)
     assert answer.outcome is NodeOutcome.TIMEOUT
-    assert "step creation temporarily disabled" in answer.detail and "--overlap" in answer.detail
+    assert "srun said nothing" in answer.detail and "waiting for the job's resources" in answer.detail
+
+
+def test_a_timeout_with_a_message_says_it() -> None:
+    ex = Exchange(None, b"", "srun: Job 2 step creation temporarily disabled, retrying\n", 0.0, 1.0)
+    answer = slurm.answer_of("hwn1", ex, SlurmOptions("2"))
+    assert answer.outcome is NodeOutcome.TIMEOUT and "--overlap" in answer.detail
+
+
+# What the real srun and squeue of Slurm 22.05.8 print (tests/integration/test_nodes_slurm_real.py
+# runs them): stderr, exit status, and the outcome each must become.
+REAL_SRUN = [
+    ("srun: error: Unable to confirm allocation for job 999: Invalid job id specified\n", 1,
+     NodeOutcome.UNREACHABLE, "the job is not running"),
+    ("srun: error: Unable to create step for job 3: Requested node configuration is not available\n", 1,
+     NodeOutcome.UNREACHABLE, "not part of the job's allocation"),
+    ("srun: error: Slurm job 3 has expired\n", 1, NodeOutcome.UNREACHABLE, "the job is not running"),
+    ("srun: error: Unable to create step for job 2: Job/step already completing or completed\n", 1,
+     NodeOutcome.UNREACHABLE, "the job is not running"),
+    ("srun: error: Unable to confirm allocation for job 4: Job is pending execution\n", 1,
+     NodeOutcome.UNREACHABLE, "still pending"),
+    ("srun: error: hwnode1: task 0: Exited with exit code 2\n"
+     "slurmstepd-hwnode1: error: execve(): /nonexistent/hangwatch: No such file or directory\n", 2,
+     NodeOutcome.NO_COLLECTOR, "execve(): /nonexistent/hangwatch"),
+    ("srun: error: hwnode2: task 0: Exited with exit code 3\nerr\n", 3, NodeOutcome.REMOTE_ERROR,
+     "exit status 3"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("stderr", "rc", "outcome", "said"), REAL_SRUN)
+def test_real_srun_messages_become_outcomes(stderr: str, rc: int, outcome: NodeOutcome, said: str) -> None:
+    answer = slurm.answer_of("hwnode1", Exchange(rc, b"", stderr, 0.0, 0.1), SlurmOptions("2"))
+    assert answer.outcome is outcome and said in answer.detail, answer.detail
+
+
+def test_a_pending_job_is_said_to_be_pending_not_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """squeue 22.05 prints an empty line for a pending job's %N: its state says why there are no nodes."""
+    log = install(
+        tmp_path, monkeypatch, {"4": {"nodes": "", "state": "PENDING"}, "5": {"nodes": "", "state": ""}}
+    )
+    with pytest.raises(slurm.SlurmError, match="job 4 is PENDING: it has no running nodes yet"):
+        slurm_nodes(SlurmOptions("4"))
+    assert calls(log)[-1] == ["squeue", "-j", "4", "-h", "-o", "%T"]
+    with pytest.raises(slurm.SlurmError, match="job 5 is not in the queue"):
+        slurm_nodes(SlurmOptions("5"))
+    (answer,) = gather_slurm(["hwn1"], ["--mode", "census"], SlurmOptions("4"))
+    assert answer.outcome is NodeOutcome.UNREACHABLE and "still pending" in answer.detail
 
 
 def test_stacks_cli_across_a_slurm_job(standins: Path, job: str, tmp_path: Path) -> None:

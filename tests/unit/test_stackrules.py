@@ -51,6 +51,28 @@ def test_one_snapshot_is_never_closed():
     assert d.cause is Cause.COLLECTIVE_WAIT and not d.closed and d.confidence == "medium"
 
 
+def test_a_starved_burner_outside_the_collective_is_not_a_closed_wait():
+    """The rank the others wait for burns CPU in one loop line at under 0.1 core (a loaded machine):
+    it may still join, so the wait is not closed (a real Slurm job's loop was called closed-stalled)."""
+    culprit = loader.pid_of("missing_collective", "gloo_rank2")
+    burn = ThreadStack(
+        culprit, "MainThread", True, True, (Frame("<module>", "job.py", 1), Frame("burn", "job.py", 54))
+    )
+    samples = [
+        replace(
+            s,
+            processes=tuple(
+                replace(p, threads=(burn,), cpu_s=10.0 + 0.05 * i, state="R") if p.pid == culprit else p
+                for p in s.processes
+            ),
+        )
+        for i, s in enumerate(loader.samples("missing_collective", "python"))
+    ]
+    d = diagnose(samples, loader.ticks("missing_collective"))
+    assert d.cause is Cause.COLLECTIVE_WAIT and d.culprits == (culprit,)
+    assert not d.closed
+
+
 def test_collective_with_ranks_outside_the_tree_is_not_closed():
     samples = loader.samples("missing_collective")
     far = [

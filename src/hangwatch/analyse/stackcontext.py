@@ -70,14 +70,17 @@ class StackContext:
         """Every process of the tree waits: dumped and not moving, stopped, dead, or not Python and idle.
 
         A process whose stacks could not be read (permission, timeout, py-spy failing) could be the one
-        doing something: then nothing is proven, and the full stall window applies.
+        doing something: then nothing is proven, and the full stall window applies. So could a starved
+        loop: on a real Slurm job (two ranks on one emulated node of 2 loaded cores) three stack rounds
+        caught both ranks on the same line of their CPU loop at under 0.1 core, the others waiting for
+        them in the all_reduce, and the job was called closed-stalled while it still looped.
         """
         if not self.over_time:
             return False
         cpu = dict(self.window_cpu)
         for v in self.views:
             if v.outcome is DumpOutcome.OK:
-                if not v.blocked:
+                if not v.blocked or v.starved:
                     return False
             elif v.outcome in (DumpOutcome.STOPPED, DumpOutcome.GONE) or v.state == ProcState.ZOMBIE:
                 continue

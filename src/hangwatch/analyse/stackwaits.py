@@ -322,6 +322,17 @@ class ProcessView:
         )
 
     @property
+    def starved(self) -> bool:
+        """On CPU outside any wait with CPU still rising, under the busy threshold: a loop starved by a
+        loaded machine (or a slow spinner). Not working, not proven blocked either."""
+        return (
+            self.outcome is DumpOutcome.OK
+            and self.cpu_cores is not None
+            and 0 < self.cpu_cores < CPU_BUSY_CORES
+            and any(t.wait is Wait.RUNNING for t in self.threads)
+        )
+
+    @property
     def blocked(self) -> bool:
         """Dumped, not working, and (with several samples) not moving: waiting on something."""
         return (

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from collections.abc import Iterable
 from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
 from hangwatch.collect import procfs
@@ -183,6 +184,7 @@ class TreeSampler:
                     exits.append(self._exit_of(known, t, stat.exit_code, ExitHow.ZOMBIE_STAT))
                 continue
             samples.append(self._sample_of(stat, known, listening))
+        samples = self._launchers_are_not_ranks(samples)
 
         for pid, known in list(self._known.items()):
             if pid not in members or stats.get(pid) is None:
@@ -190,6 +192,26 @@ class TreeSampler:
                     exits.append(self._vanished(known, t))
                 del self._known[pid]
         return TreeReading(tuple(samples), tuple(exits))
+
+    def _launchers_are_not_ranks(self, samples: list[ProcessSample]) -> list[ProcessSample]:
+        """A Slurm (or MPI) task that started processes with a ``RANK`` of their own is their launcher.
+
+        ``SLURM_PROCID`` numbers a step's tasks, one per node when a job runs ``srun torchrun ...``:
+        with a real Slurm the agents (SLURM_PROCID 0-2) were taken for ranks 0-2 beside the workers'
+        RANK 0-3, every rank "found twice" and the agents blamed as culprits (docs/multinode.md 6).
+        """
+        env_of = {s.pid: self._known[s.pid].rank_env or {} for s in samples if s.pid in self._known}
+        parents = {s.ppid for s in samples if "RANK" in env_of.get(s.pid, {})}
+        out = []
+        for sample in samples:
+            known = self._known.get(sample.pid)
+            launcher = sample.role == "rank" and sample.pid in parents and "RANK" not in env_of[sample.pid]
+            if known is not None and launcher:
+                role = "main" if known.identity in self._root_identities else None
+                known.role, known.rank = role, None
+                sample = replace(sample, role=role, rank=None)  # noqa: PLW2901
+            out.append(sample)
+        return out
 
     def _vanished(self, known: _Known, t: float) -> ExitRecord:
         """A member gone from /proc: its status from waitpid elsewhere, from its zombie, or unknown."""
@@ -260,6 +282,9 @@ class TreeSampler:
             role is not None
             and parent is not None
             and (parent.name, parent.role, parent.rank) == (name, role, rank)
+            # ...with its parent's environment too: a torchrun worker (RANK=0) under a Slurm task
+            # (SLURM_PROCID=0, both `python`) is a rank of its own (_launchers_are_not_ranks).
+            and (parent.rank_env or {}) == (known.rank_env or {})
         ):
             # A child forked with its parent's title and identity (a compile helper of a scheduler) is not
             # that rank again. A launcher's children that share its plain title but carry ranks of their

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import PurePath
+
 from hangwatch.engines.profile import Profile
+
+# Slurm's own programs inherit the step's SLURM_PROCID (the srun of a batch script is task 0 of the batch
+# step, and matches the job's --match through its command line): never a rank of the job.
+SLURM_PROGRAMS = frozenset({"srun", "salloc", "sbatch", "sattach", "slurmstepd"})
 
 
 def generic_role(
     title: str, cmdline: tuple[str, ...], is_root: bool, env: dict[str, str]
 ) -> tuple[str | None, str | None]:
     """torchrun/SLURM/MPI ranks from the environment (RANK=3 -> rank 3); the launched command is ``main``."""
-    for key in ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"):
-        if key in env:
-            return "rank", env[key]
+    program = PurePath(cmdline[0]).name if cmdline else ""
+    if title not in SLURM_PROGRAMS and program not in SLURM_PROGRAMS:
+        for key in ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"):
+            if key in env:
+                return "rank", env[key]
     if is_root:
         return "main", None
     return None, None

@@ -42,7 +42,21 @@ _PATTERNS: tuple[tuple[NodeOutcome, tuple[str, ...], str], ...] = (
     ),
     (
         NodeOutcome.UNREACHABLE,
-        ("Invalid job id", "Job has already finished", "already completed", "not running"),
+        ("Job is pending execution",),
+        "the job is still pending: it has no nodes yet",
+    ),
+    (
+        NodeOutcome.UNREACHABLE,
+        # 22.05: "Unable to confirm allocation for job 999: Invalid job id specified"; a job that ended
+        # "Job/step already completing or completed", then "Slurm job 3 has expired" once it left the queue.
+        (
+            "Invalid job id",
+            "Job has already finished",
+            "already completed",
+            "completing or completed",
+            "has expired",
+            "not running",
+        ),
         "the job is not running",
     ),
     (
@@ -102,10 +116,24 @@ def job_node_list(options: SlurmOptions, runner: Runner = run_bounded) -> str:
                 raise SlurmError(f"job {options.job}: {meaning} ({said})")
         raise SlurmError(f"squeue -j {options.job} failed (exit status {ex.rc}): {said}")
     lines = [line.strip() for line in ex.stdout.decode("utf-8", "replace").splitlines() if line.strip()]
-    if not lines:
+    # A pending job prints an empty line (22.05) or "(None)"; a job array prints one line per running task.
+    nodes = ",".join(line for line in lines if not line.startswith("("))
+    if not nodes:
+        state = job_state(options, runner)
+        if state in ("PENDING", "CONFIGURING", "REQUEUED", "SUSPENDED"):
+            raise SlurmError(f"job {options.job} is {state}: it has no running nodes yet")
         raise SlurmError(f"job {options.job} is not in the queue (finished, or never started)")
-    # A pending job prints "" or "(None)"; a job array prints one line per running task.
-    return ",".join(line for line in lines if not line.startswith("("))
+    return nodes
+
+
+def job_state(options: SlurmOptions, runner: Runner = run_bounded) -> str:
+    """``squeue -j J -h -o %T``: PENDING, RUNNING, ...; empty when the job is not in the queue (squeue
+    lists only pending, running, suspended and completing jobs by default)."""
+    ex = runner([options.squeue, "-j", check_job(options.job), "-h", "-o", "%T"], options.node_timeout_s)
+    if ex.rc != 0:
+        return ""
+    states = ex.stdout.decode("utf-8", "replace").split()
+    return states[0] if states else ""
 
 
 def show_hostnames(node_list: str, options: SlurmOptions, runner: Runner = run_bounded) -> list[str] | None:
@@ -155,8 +183,16 @@ def answer_of(node: str, ex: Exchange, options: SlurmOptions) -> NodeAnswer:
         for outcome, needles, meaning in _PATTERNS:
             if outcome is NodeOutcome.TIMEOUT and any(n in ex.stderr for n in needles):
                 return failed(outcome, f"{meaning}: {said}")
+        if not said:
+            # Slurm 22.05's srun waits silently for a step it cannot place (no "temporarily disabled"
+            # line at the default verbosity): nothing said can be either that or a collector still busy.
+            return failed(
+                NodeOutcome.TIMEOUT,
+                f"no answer within {options.node_timeout_s:g} s and srun said nothing (the step may be"
+                " waiting for the job's resources, or the collector did not finish)",
+            )
         return failed(
-            NodeOutcome.TIMEOUT, f"no answer within {options.node_timeout_s:g} s (step and collect)"
+            NodeOutcome.TIMEOUT, f"no answer within {options.node_timeout_s:g} s (step and collect): {said}"
         )
     if ex.rc == 0:
         if len(ex.stdout) > MAX_OUTPUT_BYTES:
