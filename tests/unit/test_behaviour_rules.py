@@ -147,6 +147,16 @@ def test_a_quiet_kill_does_not_invent_peers_failing_after_it():
     assert "after it" not in d.explanation
 
 
+def test_the_command_itself_killed_leaves_its_tree_without_it():
+    """vllm-tp2-api-serving-sigkill-run (2026-12-02): the API server, the command hangwatch ran, SIGKILLed
+    while serving; its engine core and workers still run at the verdict. Alone, it is a kill, no more."""
+    d = causes.diagnose_crash([exit_(1, 94.9, sig=signal.SIGKILL)], [], root_pids={1}, survivors=3)
+    assert d.cause is Cause.DEAD_PEER and d.culprits == (1,)
+    assert "3 processes of its tree left running without it" in d.explanation
+    alone = causes.diagnose_crash([exit_(1, 94.9, sig=signal.SIGKILL)], [], root_pids={1})
+    assert alone.cause is Cause.UNKNOWN and alone.culprits == (1,)
+
+
 def test_a_rank_reaped_unseen_before_the_first_failure_is_where_it_began():
     unseen = exit_(40, 3.0, how=ExitHow.VANISHED, rank="TP1")
     failures = [exit_(10, 3.6, code=1)]

@@ -518,8 +518,10 @@ class Assessor:
         return replace(verdict, confidence=diagnosis.confidence)
 
     def _crashed(self, tick: Tick) -> Verdict:
+        ended = {e.pid for e in self.exits}
+        survivors = sum(1 for p in tick.processes if p.pid not in ended)
         diagnosis = causes.diagnose_crash(
-            self.failures, self.findings, self._root_pids, self.exits, tuple(self._tail)
+            self.failures, self.findings, self._root_pids, self.exits, tuple(self._tail), survivors=survivors
         )
         evidence = [
             f"{e.name} [{e.pid}] {e.status_text} at {e.t:.1f} s ({e.how.value})" for e in self.failures

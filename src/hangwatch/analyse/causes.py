@@ -182,8 +182,13 @@ def diagnose_crash(
     root_pids: set[int],
     exits: Sequence[ExitRecord] = (),
     last_lines: Sequence[str] = (),
+    *,
+    survivors: int = 0,
 ) -> Diagnosis:
     """Name the cause of a crash: the first fault in time, with what came after it as consequences.
+
+    ``survivors``: processes of the tree still running at the verdict (a launcher killed leaves its
+    engine's processes behind it: they lost the one they served).
 
     Deaths (stamped the moment a pidfd says a process ended) and log findings (stamped when the line
     arrived) of the whole tree are ordered in time. The first failure decides:
@@ -221,7 +226,7 @@ def diagnose_crash(
         # and the deaths; the tear-down says which came first.
         raised_first = True
     if (first.signal is not None or first.how is ExitHow.VANISHED) and not raised_first:
-        return _signal_death_first(first, ordered, exceptions, first.pid in root_pids)
+        return _signal_death_first(first, ordered, exceptions, first.pid in root_pids, survivors=survivors)
     if exceptions:
         raiser = _raiser(exceptions, ordered, exits)
         pids = (raiser,) if raiser is not None else culprits
@@ -309,7 +314,12 @@ def _unseen_deaths(
 
 
 def _signal_death_first(
-    death: ExitRecord, ordered: Sequence[ExitRecord], exceptions: Sequence[LogFinding], is_root: bool
+    death: ExitRecord,
+    ordered: Sequence[ExitRecord],
+    exceptions: Sequence[LogFinding],
+    is_root: bool,
+    *,
+    survivors: int = 0,
 ) -> Diagnosis:
     later = [f for f in ordered if f.pid != death.pid]
     what = _death(death)
@@ -330,6 +340,10 @@ def _signal_death_first(
         parts.append(f"then {names} ended")
     if parts:
         text = f"{what} first; " + "; ".join(parts)
+    elif is_root and survivors:
+        # The command itself killed (vLLM's API server, SGLang's launcher): what it started runs on
+        # without the one it served and waits for it, as peers wait for a dead rank.
+        text = f"{what}; {_count(survivors, 'process')} of its tree left running without it"
     elif is_root:
         return Diagnosis(Cause.UNKNOWN, (death.pid,), what, steps=steps)
     else:
