@@ -509,3 +509,52 @@ def test_an_engine_core_waiting_on_its_input_queue_is_not_the_stuck_driver():
     ]
     found = classify(stack_context(samples, window))
     assert found.culprits == (15436,), found.explanation
+
+
+_PREFILL = (
+    "[2026-12-02 06:00:{s:02d}] Prefill batch, #new-seq: 1, #new-token: 1, #cached-token: 0, token usage: "
+    "0.00, #running-req: 0, #queue-req: 0, #pending-token: 0, cpu graph: False, input throughput (token/s): "
+    "{rate}"
+)
+
+
+def test_a_line_right_after_a_slow_probe_was_sent_is_its_echo():
+    """sglang-tp1-detok-serving-block-run (2026-12-02, second session): the detokenizer blocked at 27.8 s.
+    SGLang's /health runs a generation, so the scheduler logged a prefill within a second of each probe
+    being *sent* (30.054, 34.057, 42.063, 58.079 s), while the probe timed out after 4, 8, 16 s or got its
+    503 after 20 s: nowhere near an answer, and of a kind the warm-up had made the server's news. Each
+    such line restarted the stall window, and no verdict came in 90 s of serving."""
+    sends: list[float] = [26.044]
+    scanner = LogScanner(engines.by_name("sglang"), probe_sends=lambda: tuple(sends))
+
+    def scan(now: float, *lines: tuple[float, str], probes: tuple[ProbeResult, ...] = ()) -> LogSample:
+        text = tuple(line for _, line in lines)
+        return scanner.scan(text, sum(map(len, text)), now, tuple(at for at, _ in lines), probes)
+
+    warmup = _PREFILL.format(s=38, rate=2.27)
+    assert scan(25.5, (25.4, warmup)).progress_lines == 1  # before any probe: the server's own news
+    # A healthy /health answers after SGLang's own 1 s sleep: a prefill in flight is judged at its answer.
+    healthy = scan(26.9, (26.5, _PREFILL.format(s=39, rate=3.1)))
+    assert healthy.progress_lines == 0 and healthy.undecided_lines == 1
+    green = _probe(26.044, ProbeOutcome.HTTP, 200, 1.0037)
+    assert scan(27.1, probes=(green,)).progress_lines == 1  # released: the probe was quick
+    for sent, took, outcome, status in (
+        (30.054, 4.0025, ProbeOutcome.TIMEOUT, None),
+        (34.057, 8.0066, ProbeOutcome.TIMEOUT, None),
+        (42.063, 16.0159, ProbeOutcome.TIMEOUT, None),
+        (58.079, 20.0085, ProbeOutcome.HTTP, 503),
+    ):
+        sends.append(sent)
+        line = _PREFILL.format(s=int(sent) % 60, rate=round(1.0 + sent / 100, 2))
+        first = scan(sent + 0.97, (sent + 0.95, line))
+        assert first.progress_lines == 0 and first.undecided_lines == 1  # the probe may still answer
+        # Unanswered 2 s after its send: slow, whatever it answers later.
+        later = scan(sent + 2.01)
+        assert later.progress_lines == 0 and later.undecided_lines == 0
+        scan(sent + took + 0.01, probes=(_probe(sent, outcome, status, took),))
+    # A client's request prefilled away from any send is the server's work, whatever probes did before.
+    assert scan(52.0, (51.9, _PREFILL.format(s=3, rate=9.5))).progress_lines == 1
+    # In a slow probe's window the probe accounts for one line of a kind; a second one is not its echo.
+    sends.append(78.088)
+    scan(79.0, (78.9, _PREFILL.format(s=30, rate=1.2)), (79.0, _PREFILL.format(s=30, rate=7.7)))
+    assert scan(80.1).progress_lines == 1

