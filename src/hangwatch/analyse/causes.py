@@ -84,6 +84,10 @@ NEXT_STEPS: dict[Cause, tuple[str, ...]] = {
         "Re-run with `CUDA_LAUNCH_BLOCKING=1` to find the kernel; try `--disable-custom-all-reduce` and "
         "`NCCL_P2P_DISABLE=1`; a GPU left at 100 % after the process died needs a reset.",
     ),
+    Cause.IDLE: (
+        "Nothing is stuck: the tree waits for work. Send it a request (`curl http://HOST:PORT/health`, a "
+        "completion) and take the stacks again while it is in flight; a wedge shows then.",
+    ),
     Cause.UNKNOWN: (
         "Take stacks of every rank (`hangwatch stacks --pid PID`, or `py-spy dump --pid PID` for each) "
         "to see "

@@ -64,14 +64,16 @@ def _u64(info: bytes, offset: int) -> int | None:
     return struct.unpack_from("=Q", info, offset)[0] if len(info) >= offset + 8 else None
 
 
-def connection_of(port: int, peer_port: int, info: bytes, ours: bool) -> ServerConnection:
+def connection_of(
+    port: int, peer_port: int, info: bytes, ours: bool, internal: bool = False
+) -> ServerConnection:
     sent_ms, recv_ms = _u32(info, _LAST_DATA_SENT), _u32(info, _LAST_DATA_RECV)
     acked, received = _u64(info, _BYTES_ACKED), _u64(info, _BYTES_RECEIVED)
     unanswered = None
     # The client spoke last (a request), and the server has not answered since: waiting this long.
     if recv_ms is not None and sent_ms is not None and received and (recv_ms < sent_ms or not acked):
         unanswered = recv_ms / 1000.0
-    return ServerConnection(port, peer_port, received, acked, unanswered, ours)
+    return ServerConnection(port, peer_port, received, acked, unanswered, ours, internal)
 
 
 class ConnectionWatcher:
@@ -85,7 +87,10 @@ class ConnectionWatcher:
         self._pid = pid if pid is not None else os.getpid()
         self.unavailable: str | None = None
 
-    def read(self, ports: Iterable[int]) -> ConnectionSample | None:
+    def read(self, ports: Iterable[int], members: Iterable[int] = ()) -> ConnectionSample | None:
+        """``members``: the tree's processes; a connection whose client end one of them holds is the
+        tree talking to itself (an idle SGLang TP=2: TP1's TCPStore connection to TP0 read as a request
+        unanswered for minutes), not a client."""
         wanted = tuple(sorted(set(ports)))
         if not wanted or self.unavailable is not None:
             return None
@@ -95,9 +100,11 @@ class ConnectionWatcher:
             self.unavailable = f"sock_diag unavailable ({exc}): requests waiting are not seen from outside"
             return ConnectionSample(wanted, error=self.unavailable)
         mine = procfs.socket_inodes(self._pid)
+        tree = {inode for pid in set(members) for inode in procfs.socket_inodes(pid)}
         ours = {sport for sport, dport, inode, _ in rows if dport in wanted and inode in mine}
+        inside = {sport for sport, dport, inode, _ in rows if dport in wanted and inode in tree}
         found = tuple(
-            connection_of(sport, dport, info, dport in ours)
+            connection_of(sport, dport, info, dport in ours, dport in inside)
             for sport, dport, _, info in rows
             if sport in wanted
         )

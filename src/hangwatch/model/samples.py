@@ -269,6 +269,9 @@ class ServerConnection:
     # The client's last data came after the server's last: a request waiting for its answer, this long.
     unanswered_s: float | None
     ours: bool = False  # hangwatch's own probe or request
+    # The client end is a process of the tree itself (one rank's TCPStore or gloo connection to another's
+    # listening port): data between ranks, not a client's request; whoever spoke last says nothing.
+    internal: bool = False
 
 
 @dataclass(frozen=True)
@@ -281,7 +284,7 @@ class ConnectionSample:
 
     @property
     def theirs(self) -> tuple[ServerConnection, ...]:
-        return tuple(c for c in self.connections if not c.ours)
+        return tuple(c for c in self.connections if not c.ours and not c.internal)
 
     @property
     def unanswered(self) -> tuple[ServerConnection, ...]:

@@ -213,7 +213,8 @@ class Watch:
         connections = None
         if self.c.connections is not None and self.assessor.serving:
             connections = self.c.connections.read(
-                p for proc in reading.processes for p in proc.listening_ports
+                (p for proc in reading.processes for p in proc.listening_ports),
+                (proc.pid for proc in reading.processes),
             )
         return Tick(
             t=t,
