@@ -398,6 +398,14 @@ class Assessor:
             waiting = self.serving_watch.stall(tick.t, self.last_progress_t(), self.policy.stall_after)
             if waiting is not None and not undecided:
                 return self._serving_stalled(tick, waiting.frozen_for_s, waiting.evidence)
+            if causes.stopped_processes(tick) and not undecided:
+                # A stopped member holds requests up at once, as before serving: its peers may spin on CPU
+                # waiting for it, so only solid progress counts, over the short window.
+                held = self.serving_watch.stall(
+                    tick.t, self.clock.last_progress(weak=False), min(FAST_STALL_S, self.policy.stall_after)
+                )
+                if held is not None:
+                    return self._serving_stalled(tick, held.frozen_for_s, held.evidence)
             if self.window_over:
                 assert self.ready_at is not None
                 summary = (
