@@ -21,6 +21,7 @@ from hangwatch.analyse.stackrules import classify
 from hangwatch.analyse.stacktree import build_tree
 from hangwatch.analyse.stackwatch import with_native_detail
 from hangwatch.collect import procfs
+from hangwatch.collect.connections import ConnectionWatcher
 from hangwatch.collect.proctree import TreeSampler
 from hangwatch.collect.proctree import own_processes
 from hangwatch.collect.proctree import whole_machine_note
@@ -76,6 +77,11 @@ def take_snapshot(options: SnapshotOptions) -> int:
             ticks.append(Tick(t=t, processes=reading.processes, exits=reading.exits))
             # Native frames for the first round only; later rounds borrow them where the stack is the same.
             samples.append(dumper.capture(reading.processes, t, native=options.native and i == 0))
+        # Whether requests wait for an answer on the tree's listening ports: a tree where every process
+        # waits for messages is idle only when none does (stackrules.rule_waiting_for_work).
+        ports = {port for p in ticks[-1].processes for port in p.listening_ports}
+        members = [p.pid for p in ticks[-1].processes]
+        ticks[-1] = dataclasses.replace(ticks[-1], connections=ConnectionWatcher().read(ports, members))
     finally:
         sampler.close()
     analysed = [*samples[:-1], with_native_detail(samples)]

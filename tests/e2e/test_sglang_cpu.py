@@ -10,6 +10,7 @@ hangwatch stops such a tree completely and that `hangwatch cleanup` removes thos
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -335,3 +336,47 @@ def test_scheduler_hung_before_ready_outlives_the_launcher_but_not_hangwatch(
         assert not survivors, "processes outlived hangwatch:\n" + "\n".join(survivors) + f"\n{context}"
     finally:
         run.kill_all()
+
+
+@pytest.mark.timeout(600, func_only=True)
+def test_an_idle_tp2_server_is_waiting_for_work_not_in_a_collective_wait(
+    sglang_python: Path,
+    sglang_tiny_model: Path,
+    free_port: int,
+    hangwatch_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """Between requests TP1 waits in the broadcast of TP0's next requests while TP0 sleeps in its request
+    poll: read as a collective wait with TP0 the culprit until the rule for a group waiting for work."""
+    env = sglang_server_env(hangwatch_env, tp=2)
+    log = (tmp_path / "server.log").open("w")
+    cmd = sglang_server_cmd(sglang_python, sglang_tiny_model, free_port, tp=2)
+    report = tmp_path / "stacks.json"
+    segments: set[str] = set()
+    try:
+        with spawn(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT) as server:
+            wait_healthy(f"http://127.0.0.1:{free_port}/health", server, BOOT_TIMEOUT_S)
+            segments = mapped_shm(tree_of(server.pid))
+            out = subprocess.run(
+                hangwatch_argv(
+                    "stacks", "--pid", str(server.pid), "--samples", "2", "--every", "1",
+                    "--report-json", str(report),
+                ),
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+                env=hangwatch_env,
+            )  # fmt: skip
+            text = out.stdout + out.stderr
+            assert out.returncode == 0, f"stacks exited {out.returncode}\n{text}"
+            diagnosis = json.loads(report.read_text())["diagnosis"]
+            assert diagnosis["cause"] == "idle", text
+            assert diagnosis["culprits"] == [], text
+            assert "TP1 waiting in broadcast" in diagnosis["explanation"], text
+            assert "no client request waits for an answer" in diagnosis["explanation"], text
+    finally:
+        log.close()
+        for path in segments:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)

@@ -4,6 +4,9 @@ time, requests waiting while serving, probe echoes by timing, the structure when
 from __future__ import annotations
 
 import signal
+import socket
+import subprocess
+import sys
 from dataclasses import replace
 
 from hangwatch import engines
@@ -16,6 +19,7 @@ from hangwatch.analyse.progress import ProgressSignal
 from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackmotion import in_place
 from hangwatch.analyse.stackrules import classify
+from hangwatch.collect.connections import ConnectionWatcher
 from hangwatch.collect.connections import connection_of
 from hangwatch.model.samples import ConnectionSample
 from hangwatch.model.samples import ExitHow
@@ -477,3 +481,35 @@ def test_an_idle_server_with_a_stopped_member_is_said_only_once_someone_asks_it(
     a = _serving_assessor(stall=30.0)
     stopped = replace(proc(2), state=ProcState.STOPPED)
     assert all(a.observe(Tick(float(t), (proc(1), stopped))) is None for t in range(1, 40))
+
+
+def test_a_connection_from_a_process_of_the_tree_is_not_a_client_waiting():
+    """An idle SGLang TP=2: TP1's connection to TP0's TCPStore port, whose last word was TP1's, read as a
+    request waiting for minutes. A real child process plays the rank that connected and spoke last."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    code = (
+        "import socket, sys; s = socket.create_connection(('127.0.0.1', int(sys.argv[1]))); "
+        "s.sendall(b'x' * 64); print('sent', flush=True); sys.stdin.read()"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        accepted, _ = server.accept()
+        with accepted:
+            assert child.stdout is not None and child.stdout.readline() == "sent\n"
+            assert accepted.recv(64)  # the server read the request and never answers it
+            watcher = ConnectionWatcher()
+            outside = watcher.read([port])
+            inside = watcher.read([port], [child.pid])
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(timeout=10)
+        server.close()
+    assert outside is not None and len(outside.unanswered) == 1  # a client's request, for all we knew
+    assert inside is not None and inside.unanswered == () and inside.theirs == ()
+    assert [c.internal for c in inside.connections] == [True]

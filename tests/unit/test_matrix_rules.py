@@ -19,6 +19,7 @@ from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackrules import classify
 from hangwatch.analyse.stackwatch import StackHistory
 from hangwatch.collect.http_probe import Prober
+from hangwatch.model.samples import ConnectionSample
 from hangwatch.model.samples import ExitHow
 from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import LogFinding
@@ -28,6 +29,7 @@ from hangwatch.model.samples import PhaseEvent
 from hangwatch.model.samples import ProbeOutcome
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ProcessSample
+from hangwatch.model.samples import ServerConnection
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import Frame
@@ -35,6 +37,7 @@ from hangwatch.model.stacks import ProcessStacks
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.stacks import ThreadStack
 from hangwatch.model.vocabulary import Cause
+from hangwatch.model.vocabulary import State
 
 
 def _proc(pid: int, ppid: int, name: str, role: str | None, rank: str | None) -> ProcessSample:
@@ -550,3 +553,99 @@ def test_a_traceback_long_before_the_quiet_spell_is_not_its_cause():
         a.observe(Tick(float(t), _TREE, log=LogSample(new_lines=1, last_line=f"step {t}")))
     waited = causes.Diagnosis(Cause.COLLECTIVE_WAIT, (_TP1,), "TP0 waiting; TP1 never entered it")
     assert a._culprit_raised(Tick(240.0, _TREE), waited) is None
+
+
+_PREFILL = (
+    "[2026-12-02 06:00:{s:02d}] Prefill batch, #new-seq: 1, #new-token: 1, #cached-token: 0, token usage: "
+    "0.00, #running-req: 0, #queue-req: 0, #pending-token: 0, cpu graph: False, input throughput (token/s): "
+    "{rate}"
+)
+
+
+def test_a_line_right_after_a_slow_probe_was_sent_is_its_echo():
+    """sglang-tp1-detok-serving-block-run (2026-12-02, second session): the detokenizer blocked at 27.8 s.
+    SGLang's /health runs a generation, so the scheduler logged a prefill within a second of each probe
+    being *sent* (30.054, 34.057, 42.063, 58.079 s), while the probe timed out after 4, 8, 16 s or got its
+    503 after 20 s: nowhere near an answer, and of a kind the warm-up had made the server's news. Each
+    such line restarted the stall window, and no verdict came in 90 s of serving."""
+    sends: list[float] = [26.044]
+    scanner = LogScanner(engines.by_name("sglang"), probe_sends=lambda: tuple(sends))
+
+    def scan(now: float, *lines: tuple[float, str], probes: tuple[ProbeResult, ...] = ()) -> LogSample:
+        text = tuple(line for _, line in lines)
+        return scanner.scan(text, sum(map(len, text)), now, tuple(at for at, _ in lines), probes)
+
+    warmup = _PREFILL.format(s=38, rate=2.27)
+    assert scan(25.5, (25.4, warmup)).progress_lines == 1  # before any probe: the server's own news
+    # A healthy /health answers after SGLang's own 1 s sleep: a prefill in flight is judged at its answer.
+    healthy = scan(26.9, (26.5, _PREFILL.format(s=39, rate=3.1)))
+    assert healthy.progress_lines == 0 and healthy.undecided_lines == 1
+    green = _probe(26.044, ProbeOutcome.HTTP, 200, 1.0037)
+    assert scan(27.1, probes=(green,)).progress_lines == 1  # released: the probe was quick
+    for sent, took, outcome, status in (
+        (30.054, 4.0025, ProbeOutcome.TIMEOUT, None),
+        (34.057, 8.0066, ProbeOutcome.TIMEOUT, None),
+        (42.063, 16.0159, ProbeOutcome.TIMEOUT, None),
+        (58.079, 20.0085, ProbeOutcome.HTTP, 503),
+    ):
+        sends.append(sent)
+        line = _PREFILL.format(s=int(sent) % 60, rate=round(1.0 + sent / 100, 2))
+        first = scan(sent + 0.97, (sent + 0.95, line))
+        assert first.progress_lines == 0 and first.undecided_lines == 1  # the probe may still answer
+        # Unanswered 2 s after its send: slow, whatever it answers later.
+        later = scan(sent + 2.01)
+        assert later.progress_lines == 0 and later.undecided_lines == 0
+        scan(sent + took + 0.01, probes=(_probe(sent, outcome, status, took),))
+    # A client's request prefilled away from any send is the server's work, whatever probes did before.
+    assert scan(52.0, (51.9, _PREFILL.format(s=3, rate=9.5))).progress_lines == 1
+    # In a slow probe's window the probe accounts for one line of a kind; a second one is not its echo.
+    sends.append(78.088)
+    scan(79.0, (78.9, _PREFILL.format(s=30, rate=1.2)), (79.0, _PREFILL.format(s=30, rate=7.7)))
+    assert scan(80.1).progress_lines == 1
+
+
+def test_an_untagged_exception_is_the_process_that_ended_right_after_it_not_the_tear_down():
+    """sglang-tp1-sched-serving-raise-run (2026-12-02, second session): at TP=1 SGLang's scheduler logs
+    "Scheduler hit an exception" with no rank tag, exits 0 a quarter second later, and the launcher
+    SIGKILLs the rest 5 s after. No line named the writer, the scheduler's exit 0 is no failure, and the
+    three SIGKILLed processes were blamed."""
+    sched = ExitRecord(
+        35.737, 12577, "sglang::scheduler", "scheduler", None, ExitHow.ZOMBIE_STAT, 0, None, 20.0
+    )
+    killed = [
+        ExitRecord(40.498, 12576, "python", None, None, ExitHow.WAITPID, None, 9, 25.0),
+        ExitRecord(40.599, 12578, "sglang::detokenizer", "detokenizer", None, ExitHow.WAITPID, None, 9, 25.0),
+        ExitRecord(40.636, 12479, "python", "main", None, ExitHow.WAITPID, None, 9, 40.3),
+    ]
+    line = "[2026-12-02 06:37:03] Scheduler hit an exception: Traceback (most recent call last):"
+    findings = [LogFinding(35.492, Cause.EXCEPTION, line)]
+    d = causes.diagnose_crash(killed, findings, root_pids={12479}, exits=[sched, *killed])
+    assert d.cause is Cause.EXCEPTION and d.culprits == (12577,), d.explanation
+    assert d.explanation.startswith("sglang::scheduler [12577]")
+
+
+def test_a_member_stopped_while_serving_holds_requests_up_within_the_short_window():
+    """sglang-tp1-detok-serving-sigstop-run (2026-12-02, second session): the detokenizer stopped at
+    26.5 s, three client requests unanswered from 27.0 s, the launcher's one-time 300 KiB read at
+    30.0 s; the verdict waited out the whole 30 s window (33.7 s after the fault, bound 10 s)."""
+    launcher, detok = 11700, 11792
+    a = Assessor(engines.by_name("sglang"), Policy(stall_after=30.0), root_pids={launcher})
+    tree = (
+        _proc(launcher, 1, "python", "main", None),
+        _proc(detok, launcher, "sglang::detokenizer", "detokenizer", None),
+    )
+    green = ProbeResult(20.0, "http://127.0.0.1:46527/health", ProbeOutcome.HTTP, 200, None, 1.0)
+    assert a.observe(Tick(21.0, tree, probes=(green,))) is not None  # ready
+    stopped = (tree[0], replace(tree[1], state="T"))
+    waiting = ConnectionSample(
+        (46527,), tuple(ServerConnection(46527, 40000 + i, 220, 0, 1.0) for i in range(3))
+    )
+    verdict = None
+    t = 27.0
+    while verdict is None and t < 60.0:
+        procs = (replace(stopped[0], io_delta_bytes=307676), stopped[1]) if t == 30.0 else stopped
+        verdict = a.observe(Tick(t, procs, connections=waiting))
+        t += 1.0
+    assert verdict is not None and verdict.state is State.STALLED and verdict.cause is Cause.STOPPED
+    assert verdict.culprits == (detok,)
+    assert t - 1.0 <= 30.0 + 10.0 + 1.0  # the short window from the launcher's read, not 30 s

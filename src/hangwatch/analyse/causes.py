@@ -84,6 +84,10 @@ NEXT_STEPS: dict[Cause, tuple[str, ...]] = {
         "Re-run with `CUDA_LAUNCH_BLOCKING=1` to find the kernel; try `--disable-custom-all-reduce` and "
         "`NCCL_P2P_DISABLE=1`; a GPU left at 100 % after the process died needs a reset.",
     ),
+    Cause.IDLE: (
+        "Nothing is stuck: the tree waits for work. Send it a request (`curl http://HOST:PORT/health`, a "
+        "completion) and take the stacks again while it is in flight; a wedge shows then.",
+    ),
     Cause.UNKNOWN: (
         "Take stacks of every rank (`hangwatch stacks --pid PID`, or `py-spy dump --pid PID` for each) "
         "to see "
@@ -364,6 +368,21 @@ def _raiser(
         for e in (*ordered, *exits):
             if f.rank and e.rank == f.rank:
                 return e.pid
+    # No line names it: the member that ended first after the exception, before the first failure (a
+    # launcher's tear-down), whatever its status, is the one its exception ended (SGLang's TP=1 scheduler
+    # logs an untagged "Scheduler hit an exception", exits 0 and its launcher SIGKILLs the rest 5 s later).
+    until = min((e.t for e in ordered), default=first.t)
+    ended = sorted(
+        (
+            e
+            for e in exits
+            if first.t - SIMULTANEOUS_S <= e.t <= until
+            and (e.role is not None or e.rank is not None or (e.lifetime_s or 0.0) >= SHORT_LIVED_S)
+        ),
+        key=lambda e: e.t,
+    )
+    if ended:
+        return ended[0].pid
     failed_first = [e for e in ordered if e.signal is None]
     return failed_first[0].pid if failed_first else None
 

@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable
 
 from hangwatch.analyse.echoes import ProbeEchoes
+from hangwatch.analyse.echoes import SendEcho
 from hangwatch.engines.profile import Profile
 from hangwatch.model.samples import LogFinding
 from hangwatch.model.samples import LogSample
@@ -105,6 +106,7 @@ class LogScanner:
         probe_echo: Callable[[], tuple[str, ...]] = tuple,
         *,
         late_answers: Callable[[], tuple[ProbeResult, ...]] = tuple,
+        probe_sends: Callable[[], tuple[float, ...]] = tuple,
         own_request: Callable[[], OwnRequest | None] = lambda: None,
     ) -> None:
         self._profile = profile
@@ -113,9 +115,12 @@ class LogScanner:
         self._visited: dict[str, list[str]] = {}  # source (profile.source_of) -> phases it opened
         self._probe_echo = probe_echo
         self._late_answers = late_answers  # answers to probes that had already timed out
+        self._probe_sends = probe_sends  # when each recent probe was sent, the one in flight included
         self._own_request = own_request  # hangwatch's own one-token completion, the latest
         self._echoes = ProbeEchoes()
         self._said: dict[str, None] = {}  # lines already said (time stamps removed), oldest first
+        # Lines right after a probe's send, waiting to learn whether that probe turns out slow: (line, at)
+        self._held: list[tuple[str, float]] = []
 
     def scan(
         self,
@@ -126,11 +131,13 @@ class LogScanner:
         probes: tuple[ProbeResult, ...] = (),
     ) -> LogSample:
         """``times``: when each line arrived (empty: unknown); ``probes``: the answers since the last scan."""
-        waiting = echoes = 0
+        waiting = echoes = held = 0
         named: dict[int, str] = {}
         markers = self._probe_echo() if lines else ()
-        own = self._own_request() if lines else None
+        own = self._own_request() if lines or self._held else None
+        self._echoes.observe_sends(self._probe_sends())
         self._echoes.observe_probes((*probes, *self._late_answers()))
+        released = self._release(t, own)
         events: list[PhaseEvent] = []
         findings: list[LogFinding] = []
         ready_line = None
@@ -144,8 +151,13 @@ class LogScanner:
             if markers and any(m in line for m in markers):
                 echoes += 1
                 continue
-            if times and (self._echoes.is_echo(line, times[index]) or caused_by_own(own, times[index])):
-                echoes += 1  # not progress, but still read for what it names
+            if times:
+                judged = self._judge(line, times[index], t, own)
+                if judged is SendEcho.UNDECIDED:
+                    held += 1
+                    self._held.append((line, times[index]))
+                elif judged is SendEcho.ECHO:
+                    echoes += 1  # not progress, but still read for what it names
             phase = self._phase_of(line)
             if phase is not None:
                 pid, rank = line_source(line)
@@ -165,6 +177,9 @@ class LogScanner:
             new_lines=len(lines),
             waiting_lines=waiting,
             echo_lines=echoes,
+            held_lines=held,
+            released_lines=released,
+            undecided_lines=len(self._held),
             phase_events=tuple(events),
             findings=tuple(findings),
             ready_line=ready_line,
@@ -172,6 +187,29 @@ class LogScanner:
             named=tuple(sorted(named.items())),
             tail=tuple(redact_text(line)[:300] for line in lines[-TAIL_LINES:]),
         )
+
+    def _judge(self, line: str, at: float, now: float, own: OwnRequest | None) -> SendEcho:
+        """ECHO: a line our probes or our own request caused; UNDECIDED: right after a probe's send,
+        and whether that probe turns out slow is not known yet; NONE: the server's own."""
+        after_send = self._echoes.after_send(line, at, now)
+        if after_send is not SendEcho.NONE:
+            return after_send
+        if self._echoes.is_echo(line, at) or caused_by_own(own, at):
+            return SendEcho.ECHO
+        return SendEcho.NONE
+
+    def _release(self, now: float, own: OwnRequest | None) -> int:
+        """Judge the lines held for a probe's outcome; how many turned out the server's own (progress
+        now: at most ``LATE_S`` late, which only delays a stall verdict)."""
+        held, self._held = self._held, []
+        released = 0
+        for line, at in held:
+            judged = self._judge(line, at, now, own)
+            if judged is SendEcho.UNDECIDED:
+                self._held.append((line, at))
+            elif judged is SendEcho.NONE:
+                released += 1
+        return released
 
     def _repeats(self, line: str) -> bool:
         """The line says again what an earlier line said, word for word, time stamps aside."""

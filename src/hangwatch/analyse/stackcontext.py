@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from hangwatch.analyse.causes import ended_unseen
 from hangwatch.analyse.causes import io_waiting_processes
+from hangwatch.analyse.serving import OWN_REQUEST_SLOW_S
 from hangwatch.analyse.stackranks import compact_ranges
 from hangwatch.analyse.stackwaits import CPU_BUSY_CORES
 from hangwatch.analyse.stackwaits import ProcessView
@@ -41,6 +42,10 @@ class StackContext:
     # Processes whose kernels ran on the SMs in the last few ticks (NVML's per-process samples); None
     # where NVML gives no such samples.
     kernels: frozenset[int] | None = None
+    # Requests known to wait for an answer (the server's client connections, hangwatch's own request),
+    # in words; and whether the connections were read at all (without them nobody knows).
+    requests_waiting: tuple[str, ...] = ()
+    connections_read: bool = False
 
     @property
     def peers(self) -> tuple[ProcessView, ...]:
@@ -114,6 +119,7 @@ def stack_context(
     known = [p for p in recent if p.sm_util_pct is not None]
     kernels = frozenset(p.pid for p in known if p.sm_util_pct) if known else None
     parents = tuple(sorted({p.pid: p.ppid for t in window for p in t.processes}.items()))
+    waiting, read = _requests_waiting(window)
     return StackContext(
         views=views,
         samples=len(samples),
@@ -126,4 +132,24 @@ def stack_context(
         kernels=kernels,
         gpm=samples[-1].gpus if samples else (),
         parents=parents,
+        requests_waiting=waiting,
+        connections_read=read,
     )
+
+
+def _requests_waiting(window: Sequence[Tick]) -> tuple[tuple[str, ...], bool]:
+    """What the latest tick says of requests waiting for an answer, and whether connections were read."""
+    seen = next((t for t in reversed(window) if t.connections is not None), None)
+    waiting: list[str] = []
+    read = seen is not None and seen.connections is not None and seen.connections.error is None
+    if seen is not None and seen.connections is not None and seen.connections.unanswered:
+        oldest = max(c.unanswered_s or 0.0 for c in seen.connections.unanswered)
+        waiting.append(
+            f"{len(seen.connections.unanswered)} client connection(s) sent a request and got no answer "
+            f"(the oldest for {oldest:.0f} s)"
+        )
+    own = window[-1].own_request if window else None
+    pending = own.pending_for(window[-1].t) if own is not None else None
+    if pending is not None and pending >= OWN_REQUEST_SLOW_S:
+        waiting.append(f"hangwatch's own request pending for {pending:.0f} s")
+    return tuple(waiting), read

@@ -210,6 +210,52 @@ def _in_collective(v: ProcessView) -> bool:
     return v.main.wait is Wait.COLLECTIVE or (v.main.op_call and v.spinning)
 
 
+def rule_waiting_for_work(ctx: StackContext) -> Diagnosis | None:
+    """``idle``: the ranks in a collective wait for the rank(s) that feed them, and those wait for input
+    from outside the group: parked in a read or poll of a socket or pipe, or an event loop (SGLang at
+    TP > 1 between requests: TP0 in its request poll, the others in the broadcast of TP0's next
+    requests). With every other process waiting for messages too, the tree waits for work: not a hang.
+    When requests are known to wait for an answer it is not idle (a message lost somewhere); when a
+    process outside the group is stuck in a wait of its own, the group waits for the input it does not
+    send: that process is the culprit. Never closed."""
+    dumped = [v for v in ctx.views if v.outcome is DumpOutcome.OK and v.main is not None]
+    peers = [v for v in dumped if v.peer]
+    following = [v for v in peers if _in_collective(v)]
+    feeding = [v for v in peers if not _in_collective(v)]
+    if not following or not feeding or not all(v.blocked for v in dumped):
+        return None
+    if not all(_receiving(v) for v in feeding) or any(v.outcome in _UNREAD for v in ctx.views):
+        return None
+    group = (
+        f"{_waiting_in(ctx, following)} for {ctx.label(v.pid for v in feeding)}, and "
+        f"{'; '.join(f'{v.label} waits for input in {_where(v)}' for v in feeding[:4])}"
+    )
+    others = [v for v in dumped if not v.peer]
+    stuck = [v for v in others if not _receiving(v)]
+    if stuck:
+        if len(stuck) > 2:
+            return None
+        text = (
+            f"{group}; {'; '.join(f'{_who(v)} is stuck in {_where(v)}' for v in stuck)}: the group waits "
+            "for the input it does not send"
+        )
+        return Diagnosis(Cause.UNKNOWN, tuple(v.pid for v in stuck), text, Confidence.MEDIUM)
+    if ctx.requests_waiting:
+        text = (
+            f"{group}, and every other process waits for messages too, yet "
+            f"{'; '.join(ctx.requests_waiting)}: a request lost between them"
+        )
+        return Diagnosis(Cause.UNKNOWN, (), text, Confidence.LOW, evidence=ctx.requests_waiting)
+    rest = f"; {_waiting_in(ctx, others)} for messages" if others else ""
+    requests = (
+        "no client request waits for an answer"
+        if ctx.connections_read
+        else "the server's connections were not read, so requests in flight would not show"
+    )
+    text = f"idle, waiting for work: {group}{rest}; {requests}"
+    return Diagnosis(Cause.IDLE, (), text, ctx.confidence())
+
+
 def rule_collective_wait(ctx: StackContext) -> Diagnosis | None:
     """``collective-wait``: ranks blocked in a collective or barrier; the culprits are the ranks elsewhere.
 
@@ -564,6 +610,7 @@ RULES: tuple[Rule, ...] = (
     rule_lock_deadlock,
     rule_io_wait,
     rule_cuda_graph_capture,
+    rule_waiting_for_work,
     rule_collective_wait,
     rule_rendezvous_wait,
     rule_compile_stall,

@@ -131,7 +131,8 @@ class ConnectionWatcher:
         return rows
 
     def read(self, ports: Iterable[int], members: Iterable[int] = ()) -> ConnectionSample | None:
-        """``members``: the pids of the tree, whose connections to its own ports are internal."""
+        """``members``: the pids of the tree, whose connections to its own ports are internal (an idle
+        SGLang TP=2: TP1's TCPStore connection to TP0 read as a request unanswered for minutes)."""
         wanted = tuple(sorted(set(ports)))
         if not wanted or self.unavailable is not None:
             return None

@@ -112,6 +112,7 @@ class Prober:
         self.path = urlsplit(url).path or "/"
         self._late: list[ProbeResult] = []  # late answers to requests that had timed out
         self._following: set[socket.socket] = set()
+        self._sends: deque[float] = deque(maxlen=32)  # when each recent probe was sent (its ``t``)
 
     def echo_markers(self) -> tuple[str, ...]:
         """Text by which a log line shows it was caused by our probe: our source ports, our request."""
@@ -125,6 +126,12 @@ class Prober:
 
     def start(self) -> None:
         self._thread.start()
+
+    def sends(self) -> tuple[float, ...]:
+        """When the recent probes were sent, the one still in flight included (it has no result yet):
+        a line the server logs as it starts on a probe comes long before a slow probe's answer."""
+        with self._lock:
+            return tuple(self._sends)
 
     def late_answers(self) -> tuple[ProbeResult, ...]:
         """The answers that came after their probe had timed out, since the last call.
@@ -181,6 +188,8 @@ class Prober:
         while not self._stop.is_set():
             started = time.monotonic()
             t = round(self._clock(), 3)
+            with self._lock:
+                self._sends.append(t)
             outcome = probe_once(
                 self.url, timeout, t, self._remember_port, functools.partial(self._follow, t=t)
             )

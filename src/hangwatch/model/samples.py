@@ -154,6 +154,12 @@ class LogSample:
     # Lines our own probes caused (an access log line for GET /health, a "connection from" line
     # naming our probe's port): the server answering us is not the server making progress.
     echo_lines: int = 0
+    # Lines that arrived right after a probe was sent, judged once that probe's outcome is known
+    # (analyse/echoes.py): not progress yet; the ones that turn out the server's own count later, as
+    # ``released_lines`` of the tick that judged them.
+    held_lines: int = 0
+    released_lines: int = 0
+    undecided_lines: int = 0  # held lines still waiting for their probe's outcome after this tick
     phase_events: tuple[PhaseEvent, ...] = ()
     findings: tuple[LogFinding, ...] = ()
     ready_line: str | None = None
@@ -164,7 +170,7 @@ class LogSample:
 
     @property
     def progress_lines(self) -> int:
-        return self.new_lines - self.waiting_lines - self.echo_lines
+        return self.new_lines - self.waiting_lines - self.echo_lines - self.held_lines + self.released_lines
 
 
 class ProbeOutcome(StrEnum):

@@ -58,4 +58,6 @@ class Cause(StrEnum):
     CUDA_OOM = "cuda-oom"
     EXCEPTION = "exception"
     PORT_IN_USE = "port-in-use"
+    # Not a hang: every process waits for input from outside the tree (a server between requests).
+    IDLE = "idle"
     UNKNOWN = "unknown"

@@ -74,9 +74,16 @@ def make_scanner(
         return (*(prober.echo_markers() if prober is not None else ()), *ours)
 
     late = prober.late_answers if prober is not None else tuple
+    sends = prober.sends if prober is not None else tuple
     latest = own.latest if own is not None else (lambda: None)
     return LogScanner(
-        plan.profile, ready, options.waiting_patterns, echo, late_answers=late, own_request=latest
+        plan.profile,
+        ready,
+        options.waiting_patterns,
+        echo,
+        late_answers=late,
+        probe_sends=sends,
+        own_request=latest,
     )
 
 

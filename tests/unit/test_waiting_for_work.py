@@ -1,0 +1,98 @@
+"""An idle SGLang at TP > 1 waits for work, not in a hung collective (docs/multinode.md: the known false
+positive). From the real stacks of an idle ``--tp 2`` server (tests/unit/data/sglang_tp2_idle_stacks.json):
+TP1 waits in the ``broadcast`` of TP0's next requests, TP0 sleeps in its request poll (``Poller.poll``,
+natively ``zmq_poll > poll``), the launcher in its event loop (``epoll_pwait``), the detokenizer in a zmq
+receive, multiprocessing's resource tracker in a ``read`` of its pipe."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from hangwatch.analyse.stackcontext import stack_context
+from hangwatch.analyse.stackrules import classify
+from hangwatch.analyse.stackwatch import with_native_detail
+from hangwatch.model.samples import ConnectionSample
+from hangwatch.model.samples import ServerConnection
+from hangwatch.model.samples import Tick
+from hangwatch.model.stacks import DumpOutcome
+from hangwatch.model.stacks import Frame
+from hangwatch.model.stacks import ProcessStacks
+from hangwatch.model.stacks import StackSample
+from hangwatch.model.stacks import ThreadStack
+from hangwatch.model.vocabulary import Cause
+
+DATA = Path(__file__).resolve().parent / "data" / "sglang_tp2_idle_stacks.json"
+LAUNCHER, TP0, TP1 = 24334, 24484, 24485
+
+
+def _process(raw: dict[str, Any]) -> ProcessStacks:
+    threads = tuple(
+        ThreadStack(t["tid"], t["name"], t["active"], t["owns_gil"], tuple(Frame(**f) for f in t["frames"]))
+        for t in raw["threads"]
+    )
+    fields = {k: v for k, v in raw.items() if k not in ("threads", "outcome")}
+    return ProcessStacks(**fields, outcome=DumpOutcome(raw["outcome"]), threads=threads)
+
+
+def _samples() -> list[StackSample]:
+    """As ``hangwatch stacks`` analyses them: later rounds borrow the first round's native frames."""
+    rounds = [
+        StackSample(s["t"], tuple(_process(p) for p in s["processes"]), s["elapsed_s"])
+        for s in json.loads(DATA.read_text())["stacks"]
+    ]
+    return [*rounds[:-1], with_native_detail(rounds)]
+
+
+def _replace_main(samples: list[StackSample], pid: int, frames: tuple[Frame, ...]) -> list[StackSample]:
+    def swap(p: ProcessStacks) -> ProcessStacks:
+        if p.pid != pid:
+            return p
+        threads = tuple(replace(t, frames=frames) if t.tid == pid else t for t in p.threads)
+        return replace(p, threads=threads)
+
+    return [replace(s, processes=tuple(swap(p) for p in s.processes)) for s in samples]
+
+
+_BLOCKED = (
+    Frame("Fault.fire", "sitecustomize.py", 196),
+    Frame("Event.wait", "threading.py", 629),
+    Frame("Condition.wait", "threading.py", 327),
+    Frame("lock_PyThread_acquire_lock", "libpython3.11.so.1.0", native=True),
+    Frame("do_futex_wait", "libc.so.6", native=True),
+)
+
+
+def test_an_idle_tp2_server_waits_for_work():
+    samples = _samples()
+    found = classify(stack_context(samples))
+    assert found.cause is Cause.IDLE and found.culprits == (), found.explanation
+    assert "TP1 waiting in broadcast" in found.explanation and "TP0 waits for input" in found.explanation
+    assert found.confidence == "high" and not found.closed
+    # ``hangwatch stacks`` takes one round by default.
+    assert classify(stack_context(samples[:1])).cause is Cause.IDLE
+
+
+def test_requests_waiting_for_an_answer_are_not_idle():
+    """Every process waits for messages, yet a client's request waits: a message lost between them."""
+    waiting = ConnectionSample((30000,), (ServerConnection(30000, 51234, 220, 0, 41.0),))
+    found = classify(stack_context(_samples(), [Tick(10.0, (), connections=waiting)]))
+    assert found.cause is Cause.UNKNOWN and found.culprits == ()
+    assert "1 client connection(s) sent a request and got no answer" in found.explanation
+    quiet = ConnectionSample((30000,), (ServerConnection(30000, 51234, 220, 4100, None),))
+    found = classify(stack_context(_samples(), [Tick(10.0, (), connections=quiet)]))
+    assert found.cause is Cause.IDLE and "no client request waits" in found.explanation
+
+
+def test_a_stuck_launcher_is_what_the_idle_group_waits_for():
+    """The launcher blocked in a handler instead of its event loop: TP0 waits for input it never sends."""
+    found = classify(stack_context(_replace_main(_samples(), LAUNCHER, _BLOCKED)))
+    assert found.cause is Cause.UNKNOWN and found.culprits == (LAUNCHER,), found.explanation
+
+
+def test_the_rank_that_feeds_the_group_blocked_in_a_wait_of_its_own_is_still_the_culprit():
+    """TP0 blocked elsewhere than in a receive (a fault, a hung forward): the others wait for it."""
+    found = classify(stack_context(_replace_main(_samples(), TP0, _BLOCKED)))
+    assert found.cause is Cause.COLLECTIVE_WAIT and found.culprits == (TP0,), found.explanation
