@@ -649,3 +649,32 @@ def test_a_member_stopped_while_serving_holds_requests_up_within_the_short_windo
     assert verdict is not None and verdict.state is State.STALLED and verdict.cause is Cause.STOPPED
     assert verdict.culprits == (detok,)
     assert t - 1.0 <= 30.0 + 10.0 + 1.0  # the short window from the launcher's read, not 30 s
+
+
+def test_the_line_that_ends_a_traceback_is_its_summary_whatever_the_exception_is_called():
+    """vllm-tp2-TP1-serving-raise-run (M2): the verdict quoted "Traceback (most recent call last):" because
+    the exception's class (``sitecustomize.InjectedFault``) ends in neither Error nor Exception."""
+    prefix = "(Worker_TP1 pid=10991) ERROR 12-02 07:11:20 [multiproc_executor.py:1063] "
+    other = "(Worker_TP0 pid=10990) INFO 12-02 07:11:20 [gpu_worker.py:1] "
+    lines = (
+        prefix + "WorkerProc hit an exception.",
+        prefix + "Traceback (most recent call last):",
+        prefix + '  File "/venv/vllm/v1/executor/multiproc_executor.py", line 1055, in _execute_worker_rpc',
+        other + "not part of TP1's traceback",  # interleaved: another writer
+        prefix + "    output = func(*args, **kwargs)",
+        prefix + "             ^^^^^^^^^^^^^^^^^^^^^",
+        prefix + "sitecustomize.InjectedFault: hangwatch-fault: injected exception in execute_model",
+        prefix + "",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in <module>',
+        "KeyboardInterrupt",
+        "an ordinary line after it",
+    )
+    sample = LogScanner(engines.by_name("vllm")).scan(lines, 900, 40.0)
+    said = [f.line for f in sample.findings]
+    assert (
+        prefix + "sitecustomize.InjectedFault: hangwatch-fault: injected exception in execute_model" in said
+    )
+    assert "KeyboardInterrupt" in said
+    assert not any("not part of" in line or "ordinary" in line for line in said)
+    assert {f.pid for f in sample.findings if "InjectedFault" in f.line} == {10991}

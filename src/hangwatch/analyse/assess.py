@@ -581,9 +581,9 @@ class Assessor:
         if not written:
             return None
         first = written[0]
-        said = next(
-            (f for f in written if not f.line.rstrip().endswith("Traceback (most recent call last):")), first
-        )
+        # Its last words in that burst: the line that ends the traceback, rather than its first line.
+        burst = [f for f in written if f.t <= first.t + 2.0 and not f.line.rstrip().endswith("call last):")]
+        said = burst[-1] if burst else first
         explanation = (
             f"{diagnosis.explanation}; it raised an exception at {first.t:.1f} s and lived on, and the"
             f" others wait for it since (its log: {said.line.strip()[:200]})"

@@ -58,6 +58,12 @@ _TIMESTAMP = re.compile(
     r"|\b\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
 )
 _REMEMBERED = 4096
+# What a writer puts before its message: vLLM's ``(Worker_TP1 pid=90) ERROR 12-02 07:11:20 [file.py:1] ``,
+# SGLang's ``[2026-12-02 06:43:29 TP1] ``.
+_LINE_PREFIX = re.compile(
+    r"(?:\(\S+ pid=\d+\) |\[[^\]]{1,80}\] )?"
+    r"(?:(?:ERROR|WARNING|CRITICAL|INFO|DEBUG) \S+ \S+ \[[^\]]{1,80}\] )?"
+)
 # Who wrote a line: vLLM prefixes ``(EngineCore pid=812)`` / ``(Worker_TP1 pid=90)``; SGLang ``[time TP1]``.
 _SOURCE_PID = re.compile(r"\((\w+?) pid=(\d+)\)")
 _SOURCE_RANK = re.compile(r"^\[[^\]]*?\b((?:TP|DP|PP|EP)\d+)\]|\b((?:TP|DP|PP)\d+)\b pid=")
@@ -118,6 +124,7 @@ class LogScanner:
         self._probe_sends = probe_sends  # when each recent probe was sent, the one in flight included
         self._own_request = own_request  # hangwatch's own one-token completion, the latest
         self._echoes = ProbeEchoes()
+        self._in_traceback: set[str] = set()  # writers whose traceback's frames are being printed
         self._said: dict[str, None] = {}  # lines already said (time stamps removed), oldest first
         # Lines right after a probe's send, waiting to learn whether that probe turns out slow: (line, at)
         self._held: list[tuple[str, float]] = []
@@ -165,13 +172,18 @@ class LogScanner:
                 events.append(PhaseEvent(t, phase, redact_text(line), source))
             if ready_line is None and any(p.search(line) for p in self._ready):
                 ready_line = redact_text(line)
+            ends_traceback = self._ends_traceback(line)
             if len(findings) < _MAX_FINDINGS_PER_TICK:
+                at = times[index] if times else t  # when it arrived, where known: deaths are that fine
                 for cause, pattern in _FINDINGS:
                     if pattern.search(line):
                         pid, rank = line_source(line)
-                        at = times[index] if times else t  # when it arrived, where known: deaths are
-                        findings.append(LogFinding(at, cause, redact_text(line), pid, rank))  # that fine
+                        findings.append(LogFinding(at, cause, redact_text(line), pid, rank))
                         break
+                else:
+                    if ends_traceback:
+                        pid, rank = line_source(line)
+                        findings.append(LogFinding(at, Cause.EXCEPTION, redact_text(line), pid, rank))
         return LogSample(
             new_bytes=new_bytes,
             new_lines=len(lines),
@@ -187,6 +199,23 @@ class LogScanner:
             named=tuple(sorted(named.items())),
             tail=tuple(redact_text(line)[:300] for line in lines[-TAIL_LINES:]),
         )
+
+    def _ends_traceback(self, line: str) -> bool:
+        """The line that ends a traceback (``sitecustomize.InjectedFault: ...``), by its place, whatever
+        the exception is called: the first unindented line after a writer's ``Traceback (most recent
+        call last):`` and its indented frames. Per writer (vLLM's pid prefix, SGLang's rank tag), as
+        ranks' tracebacks interleave."""
+        prefix = _LINE_PREFIX.match(line)
+        body = line[prefix.end() :] if prefix is not None else line
+        pid, rank = line_source(line)
+        writer = f"pid:{pid}" if pid is not None else f"rank:{rank}"
+        if body.startswith("Traceback (most recent call last):"):
+            self._in_traceback.add(writer)
+            return False
+        if writer not in self._in_traceback or not body.strip() or body[0].isspace():
+            return False
+        self._in_traceback.discard(writer)
+        return True
 
     def _judge(self, line: str, at: float, now: float, own: OwnRequest | None) -> SendEcho:
         """ECHO: a line our probes or our own request caused; UNDECIDED: right after a probe's send,
