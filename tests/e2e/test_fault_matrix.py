@@ -31,7 +31,11 @@ SUBSET = [
     "vllm-tp2-TP1-weights-spin-run",
     "vllm-tp2-TP1-weights-sigkill-attach",
     "sglang-tp2-TP1-weights-block-run",
-    "sglang-tp2-TP1-weights-sigkill-attach",
+    # Not sglang-tp2-TP1-weights-sigkill-attach: wrong in one run of six (CI, 2026-12-02). TP1's
+    # SIGKILL makes TP0 raise 57 ms later and its launcher tear the tree down; attach stamps a log line
+    # with the tick that read it, and when that tick falls within 0.2 s after the kill the exception reads
+    # as the tear-down's reason (docs/fault-matrix.md, "Known wrong: a kill and its echo within a tick").
+    "sglang-tp2-TP1-weights-spin-attach",
 ]
 # hangwatch's --timeout for a cell: a weights-phase fault fires ~30 s into a vLLM boot, an SGLang boot
 # takes 16-50 s; the verdict must come within the cell's bound (at most 35 s) after that.
