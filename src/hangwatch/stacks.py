@@ -68,15 +68,23 @@ def take_snapshot(options: SnapshotOptions) -> int:
     started = time.monotonic()
     samples: list[StackSample] = []
     ticks: list[Tick] = []
+
+    def census() -> Tick:
+        t = round(time.monotonic() - started, 3)
+        reading = sampler.sample(t)
+        return Tick(t=t, processes=reading.processes, exits=reading.exits)
+
     try:
         for i in range(options.samples):
             if i:
-                time.sleep(options.every_s)
-            t = round(time.monotonic() - started, 3)
-            reading = sampler.sample(t)
-            ticks.append(Tick(t=t, processes=reading.processes, exits=reading.exits))
+                # One more /proc reading halfway between captures: data flowing through a process in
+                # every interval shows its code moving (progress.data_flowing), even over two captures.
+                time.sleep(options.every_s / 2)
+                ticks.append(census())
+                time.sleep(options.every_s / 2)
+            ticks.append(census())
             # Native frames for the first round only; later rounds borrow them where the stack is the same.
-            samples.append(dumper.capture(reading.processes, t, native=options.native and i == 0))
+            samples.append(dumper.capture(ticks[-1].processes, ticks[-1].t, native=options.native and i == 0))
         # Whether requests wait for an answer on the tree's listening ports: a tree where every process
         # waits for messages is idle only when none does (stackrules.rule_waiting_for_work).
         ports = {port for p in ticks[-1].processes for port in p.listening_ports}

@@ -26,7 +26,13 @@ TP2_ENV = {"SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
 
 
 def sglang_server_cmd(
-    python: Path, model: Path, port: int, *, tp: int = 1, extra: tuple[str, ...] = ()
+    python: Path,
+    model: Path,
+    port: int,
+    *,
+    tp: int = 1,
+    extra: tuple[str, ...] = (),
+    sleep_on_idle: bool = True,
 ) -> list[str]:
     """``python -m sglang.launch_server`` on the CPU engine, bound to loopback ``port``."""
     cmd = [
@@ -35,10 +41,11 @@ def sglang_server_cmd(
         "--device", "cpu",
         "--load-format", "dummy",  # random weights: only config.json and the tokenizer are read
         "--max-total-tokens", "4096",  # else the KV cache is sized from free host RAM
-        "--sleep-on-idle",  # else an idle scheduler spins at 100 % of a core
         "--host", "127.0.0.1",
         "--port", str(port),
     ]  # fmt: skip
+    if sleep_on_idle:
+        cmd.append("--sleep-on-idle")  # else an idle scheduler spins at 100 % of a core
     if tp != 1:
         cmd += ["--tp", str(tp)]
     return [*cmd, *extra]

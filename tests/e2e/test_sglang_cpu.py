@@ -339,7 +339,9 @@ def test_scheduler_hung_before_ready_outlives_the_launcher_but_not_hangwatch(
 
 
 @pytest.mark.timeout(600, func_only=True)
+@pytest.mark.parametrize("sleep_on_idle", [True, False], ids=["sleep-on-idle", "spinning-idle"])
 def test_an_idle_tp2_server_is_waiting_for_work_not_in_a_collective_wait(
+    sleep_on_idle: bool,
     sglang_python: Path,
     sglang_tiny_model: Path,
     free_port: int,
@@ -347,10 +349,13 @@ def test_an_idle_tp2_server_is_waiting_for_work_not_in_a_collective_wait(
     tmp_path: Path,
 ) -> None:
     """Between requests TP1 waits in the broadcast of TP0's next requests while TP0 sleeps in its request
-    poll: read as a collective wait with TP0 the culprit until the rule for a group waiting for work."""
+    poll: read as a collective wait with TP0 the culprit until the rule for a group waiting for work.
+
+    Without ``--sleep-on-idle`` both schedulers spin through their event loop at 100 % of a core, TP0
+    broadcasting its (empty) requests to TP1 every turn: the bytes flowing show both moving."""
     env = sglang_server_env(hangwatch_env, tp=2)
     log = (tmp_path / "server.log").open("w")
-    cmd = sglang_server_cmd(sglang_python, sglang_tiny_model, free_port, tp=2)
+    cmd = sglang_server_cmd(sglang_python, sglang_tiny_model, free_port, tp=2, sleep_on_idle=sleep_on_idle)
     report = tmp_path / "stacks.json"
     segments: set[str] = set()
     try:
@@ -371,8 +376,13 @@ def test_an_idle_tp2_server_is_waiting_for_work_not_in_a_collective_wait(
             text = out.stdout + out.stderr
             assert out.returncode == 0, f"stacks exited {out.returncode}\n{text}"
             diagnosis = json.loads(report.read_text())["diagnosis"]
-            assert diagnosis["cause"] == "idle", text
             assert diagnosis["culprits"] == [], text
+            if not sleep_on_idle and diagnosis["cause"] == "unknown":
+                # TP0 caught in the broadcast it feeds, in the last capture, as TP1 is: both in one
+                # collective, which completes turn after turn (TP0 moves): no wait is named.
+                assert "TP0 in broadcast" in diagnosis["explanation"], text
+                return
+            assert diagnosis["cause"] == "idle", text
             assert "TP1 waiting in broadcast" in diagnosis["explanation"], text
             assert "no client request waits for an answer" in diagnosis["explanation"], text
     finally:

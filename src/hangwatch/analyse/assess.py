@@ -176,7 +176,7 @@ class Assessor:
         self._prev = tick
         self._trim_history()
         if self.stacks is not None:
-            self.stacks.observe_gpu(tick.gpu)
+            self.stacks.observe_tick(tick)
         if self._pending_stall is not None:
             # The stacks asked for did not come: the verdict stands as it was reached.
             self._verdict, self._pending_stall = self._pending_stall, None

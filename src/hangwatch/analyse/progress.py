@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -82,7 +83,7 @@ def progress_signals(
     if tick.log.progress_lines > 0:
         signals.append(ProgressSignal(SignalKind.LOG, None, f"{tick.log.progress_lines} new log lines"))
     before = {p.pid: p for p in prev.processes}
-    ours = _our_traffic(prev, tick)
+    ours = our_traffic(prev, tick)
     for p in tick.processes:
         old = before.get(p.pid)
         if old is None:
@@ -143,7 +144,7 @@ def _gpu_memory_signals(prev: Tick, tick: Tick, thresholds: Thresholds) -> list[
     return signals
 
 
-def _our_traffic(prev: Tick, tick: Tick) -> dict[int, int]:
+def our_traffic(prev: Tick, tick: Tick) -> dict[int, int]:
     """Bytes exchanged since ``prev`` on hangwatch's own connections to the server, per server port."""
     if tick.connections is None:
         return {}
@@ -160,6 +161,57 @@ def _our_traffic(prev: Tick, tick: Tick) -> dict[int, int]:
             moved -= (was.acked_bytes or 0) + (was.received_bytes or 0)
         traffic[c.port] = traffic.get(c.port, 0) + max(0, moved)
     return traffic
+
+
+# Data flowing through a process in every tick of a span shows its code moving, however the stacks
+# caught it: a span of two intervals at least (one could hold a single background write), at a rate
+# above a heartbeat's. SGLang's schedulers idling with --sleep-on-idle wake once a second and move
+# 50-100 bytes (measured, 2026-12-02); the smallest working loop measured, four gloo ranks doing an
+# all_reduce of 16 floats every 0.25-1 s, writes 640 bytes a step per rank.
+FLOW_TICKS = 2
+FLOW_BYTES_PER_S_MIN = 256
+
+
+def data_moved(prev: Tick, tick: Tick, min_rate: float = FLOW_BYTES_PER_S_MIN) -> frozenset[int]:
+    """The processes that read or wrote ``min_rate`` bytes a second or more between two ticks, hangwatch's
+    own traffic with the server left out.
+
+    Below the I/O threshold this is not progress of its own (a log line is bytes too); it is what
+    ``data_flowing`` is made of. Counts what /proc/PID/io counts: write() and read() of sockets and
+    pipes (gloo's sends are writes), not send()/recv() (gloo's receives, ZeroMQ's traffic).
+    """
+    dt = max(tick.t - prev.t, 1e-3)
+    ours = our_traffic(prev, tick)
+    before = {p.pid for p in prev.processes}
+    return frozenset(
+        p.pid
+        for p in tick.processes
+        if p.pid in before
+        and (p.io_delta_bytes - sum(ours.get(port, 0) for port in p.listening_ports)) / dt >= min_rate
+    )
+
+
+def data_flowing(ticks: Sequence[Tick], start: float, end: float) -> frozenset[int]:
+    """The processes that moved data in every tick interval between ``start`` and ``end``.
+
+    A loop of small steps (a little compute, a collective, a short sleep) can be caught by three stack
+    captures in the same few lines, so on stacks alone it reads like a poll loop; and on a loaded
+    machine its CPU share can fall under the busy threshold. What tells it from a wait is that data
+    goes in and out of it all the time: the peers it exchanges with answer. A wait for a peer that
+    never arrives moves no bytes, whether it sleeps or spins (a collective's flag poll, a blocked
+    recv). Sustained over every interval, because one tick's bytes can be a background thread's
+    single write (a log line, a heartbeat).
+    """
+    inside = [i for i, t in enumerate(ticks) if i > 0 and start < t.t <= end]
+    if len(inside) < FLOW_TICKS:
+        return frozenset()
+    flowing: frozenset[int] | None = None
+    for i in inside:
+        moved = data_moved(ticks[i - 1], ticks[i])
+        flowing = moved if flowing is None else flowing & moved
+        if not flowing:
+            return frozenset()
+    return flowing or frozenset()
 
 
 def _serving_signals(prev: Tick, tick: Tick) -> list[ProgressSignal]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from hangwatch.analyse.causes import ended_unseen
 from hangwatch.analyse.causes import io_waiting_processes
+from hangwatch.analyse.progress import data_flowing
 from hangwatch.analyse.serving import OWN_REQUEST_SLOW_S
 from hangwatch.analyse.stackranks import compact_ranges
 from hangwatch.analyse.stackwaits import CPU_BUSY_CORES
@@ -101,7 +102,8 @@ class StackContext:
 def stack_context(
     samples: Sequence[StackSample], window: Sequence[Tick] = (), exits: Sequence[ExitRecord] = ()
 ) -> StackContext:
-    views = process_views(samples)
+    flowing = data_flowing(window, samples[0].t, samples[-1].t) if samples else frozenset()
+    views = process_views(samples, flowing)
     span = samples[-1].t - samples[0].t if samples else 0.0
     states: dict[int, str] = {}
     cpu: dict[int, float] = {}

@@ -214,7 +214,8 @@ def rule_waiting_for_work(ctx: StackContext) -> Diagnosis | None:
     """``idle``: the ranks in a collective wait for the rank(s) that feed them, and those wait for input
     from outside the group: parked in a read or poll of a socket or pipe, or an event loop (SGLang at
     TP > 1 between requests: TP0 in its request poll, the others in the broadcast of TP0's next
-    requests). With every other process waiting for messages too, the tree waits for work: not a hang.
+    requests; without --sleep-on-idle TP0 turns through that loop at 100 % of a core). With every other
+    process waiting for messages too, the tree waits for work: not a hang.
     When requests are known to wait for an answer it is not idle (a message lost somewhere); when a
     process outside the group is stuck in a wait of its own, the group waits for the input it does not
     send: that process is the culprit. Never closed."""
@@ -222,7 +223,15 @@ def rule_waiting_for_work(ctx: StackContext) -> Diagnosis | None:
     peers = [v for v in dumped if v.peer]
     following = [v for v in peers if _in_collective(v)]
     feeding = [v for v in peers if not _in_collective(v)]
-    if not following or not feeding or not all(v.blocked for v in dumped):
+    # The group may be moving: schedulers that poll their input without sleeping (SGLang without
+    # --sleep-on-idle) turn through their loop at 100 % of a core, TP0 sending its (empty) requests to
+    # the others every turn (40-90 KB/s, measured): TP0 is still waiting for input when caught in its
+    # poll. Everyone outside the group must be blocked, and no request may wait: a group that moves
+    # while requests wait is working on them.
+    moving = any(not v.blocked for v in peers)
+    if not following or not feeding or not all(v.blocked for v in dumped if not v.peer):
+        return None
+    if moving and ctx.requests_waiting:
         return None
     if not all(_receiving(v) for v in feeding) or any(v.outcome in _UNREAD for v in ctx.views):
         return None
@@ -267,6 +276,12 @@ def rule_collective_wait(ctx: StackContext) -> Diagnosis | None:
     peers = [v for v in ctx.peers if v.outcome is DumpOutcome.OK]
     waiting = [v for v in peers if _in_collective(v)]
     if not waiting:
+        return None
+    if ctx.over_time and any(not v.blocked for v in waiting):
+        # Caught in the collective, yet moving (data flowing all through the samples, or CPU rising
+        # while the code moves): the collective completes, turn after turn. A loop of short steps is
+        # caught in its all_reduce most of the time; SGLang's idle schedulers without --sleep-on-idle
+        # broadcast every turn. No wait to name, whoever is elsewhere at the moment of the captures.
         return None
     in_collective = {v.pid for v in waiting}
     elsewhere = [v for v in peers if v.pid not in in_collective]

@@ -363,8 +363,15 @@ def thread_in_place(history: tuple[list[ThreadStack], list[ThreadStack]]) -> boo
     return in_place(every, native)
 
 
-def process_views(samples: Sequence[StackSample]) -> tuple[ProcessView, ...]:
-    """A view per process of the latest sample (dumped or not)."""
+def process_views(
+    samples: Sequence[StackSample], flowing: frozenset[int] = frozenset()
+) -> tuple[ProcessView, ...]:
+    """A view per process of the latest sample (dumped or not).
+
+    ``flowing``: processes that moved data all through the samples' span (progress.data_flowing). Their
+    code moves whatever the captures found: a loop of short steps caught three times in its sleep, or
+    in its few lines, is not in place, and its CPU is not a spin.
+    """
     if not samples:
         return ()
     latest = samples[-1]
@@ -388,7 +395,11 @@ def process_views(samples: Sequence[StackSample]) -> tuple[ProcessView, ...]:
         if p.cpu_s is not None and p.pid in first_cpu and latest.t - first_cpu[p.pid][0] > 0.5:
             t0, c0 = first_cpu[p.pid]
             cpu = max(0.0, p.cpu_s - c0) / (latest.t - t0)
-        unchanged = bool(p.threads) and all(placed.get((p.pid, t.tid), False) for t in p.threads)
+        moving = p.pid in flowing
+        burners = not moving and _burners_in_place(p, histories, placed, by_pid.get(p.pid, []))
+        unchanged = (
+            not moving and bool(p.threads) and all(placed.get((p.pid, t.tid), False) for t in p.threads)
+        )
         views.append(
             ProcessView(
                 pid=p.pid,
@@ -403,7 +414,7 @@ def process_views(samples: Sequence[StackSample]) -> tuple[ProcessView, ...]:
                 cpu_cores=cpu,
                 world_size=p.world_size,
                 detail=p.detail,
-                burners_in_place=_burners_in_place(p, histories, placed, by_pid.get(p.pid, [])),
+                burners_in_place=burners,
             )
         )
     return tuple(views)

@@ -18,6 +18,7 @@ capture whose Python stack is identical.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import replace
@@ -25,6 +26,7 @@ from dataclasses import replace
 from hangwatch.analyse.causes import Diagnosis
 from hangwatch.analyse.gpustate import gpu_state
 from hangwatch.analyse.gpustate import gpus_of
+from hangwatch.analyse.progress import data_flowing
 from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackframes import signature
 from hangwatch.analyse.stackrules import classify
@@ -48,6 +50,7 @@ GAP_S = 2.0
 RELAXED_GAP_S = 10.0
 MIN_SPAN_S = 3.5  # a closed verdict needs samples spanning at least this (3 samples, 2 s apart, minus jitter)
 KEEP = 12  # samples kept for the report
+TICKS_KEPT = 64  # ticks kept for data flow: more than the span of a relaxed spell's samples
 _WORK = frozenset({Wait.RUNNING, Wait.COMPILE, Wait.CAPTURE, Wait.IO, Wait.OTHER})
 
 
@@ -79,6 +82,9 @@ class StackHistory:
         self._moved_seen: StackSample | None = None
         self._solid_since = 0.0
         self._moved_at: dict[int, float] = {}  # pid -> the latest capture that found its code moved
+        # The latest ticks, for the data that flows through each process over the samples' span.
+        self._ticks: deque[Tick] = deque(maxlen=TICKS_KEPT)
+        self._flowing: frozenset[int] = frozenset()  # what the cached spin views were judged with
 
     @property
     def spell(self) -> list[StackSample]:
@@ -120,9 +126,17 @@ class StackHistory:
         self.kept = [*self.kept, sample][-KEEP:]
         self._spin_views = None
 
-    def observe_gpu(self, gpu: GpuSample | None) -> None:
-        if gpu is not None:
-            self._gpu = gpu
+    def observe_tick(self, tick: Tick) -> None:
+        if tick.gpu is not None:
+            self._gpu = tick.gpu
+        self._ticks.append(tick)
+        if self._spin_views is not None and self._solid_flowing() != self._flowing:
+            self._spin_views = None
+
+    def _solid_flowing(self) -> frozenset[int]:
+        if len(self._solid) < 2:
+            return frozenset()
+        return data_flowing(self._ticks, self._solid[0].t, self._solid[-1].t)
 
     def samples_for_analysis(self) -> list[StackSample]:
         """The spell's samples, the latest one enriched with native frames of an earlier identical stack.
@@ -171,7 +185,8 @@ class StackHistory:
         if len(self._solid) < self.policy.samples:
             return False
         if self._spin_views is None:
-            self._spin_views = process_views(_enriched(self._solid))
+            self._flowing = self._solid_flowing()
+            self._spin_views = process_views(_enriched(self._solid), self._flowing)
         view = next((v for v in self._spin_views if v.pid == pid), None)
         if view is None or not view.spinning:
             return False
