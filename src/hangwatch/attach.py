@@ -71,14 +71,16 @@ def run_attached(options: AttachOptions) -> int:
     if isinstance(io, procfs.Denied):
         notes.append(f"I/O counters unreadable: {io.reason}. {PTRACE_HELP}")
     log_path = options.log or find_log(options.pid)
-    log = FileLog(log_path) if log_path is not None else None
+    clock = WatchClock()
+    # Followed in a thread, each line stamped as it is written: deaths are stamped the moment they
+    # happen, and a kill and the exception it caused can come within one tick (collect/logtail.py).
+    log = FileLog(log_path, clock=clock) if log_path is not None else None
     if log is None:
         notes.append("no log followed: the server's output is not a file; give --log FILE")
     gpu = NvmlGpuSource()
     if gpu.unavailable:
         notes.append(f"GPU: unavailable: {gpu.unavailable}")
     view = make_view(w.quiet)
-    clock = WatchClock()
     # Never watch ourselves: hangwatch and its helpers are left out of a tree that contains them.
     sampler = TreeSampler([options.pid], plan.profile.role_of, clock=clock, exclude=own_processes)
     oom = OomWitness([procfs.read_cgroup_path(options.pid)])
@@ -96,6 +98,8 @@ def run_attached(options: AttachOptions) -> int:
             verdict: Verdict = watch.run(lambda v: v.state is not State.READY or watch.assessor.window_over)
     finally:
         watch.c.stop_threads()
+        if log is not None:
+            log.close()
         sampler.close()
         kit.close()
         gpu.close()

@@ -378,6 +378,21 @@ def test_an_exception_stamped_just_after_the_first_kill_of_a_tear_down_is_its_re
     assert d.cause is Cause.EXCEPTION, d
 
 
+def test_an_exception_57_ms_after_a_lone_kill_is_its_consequence():
+    """sglang-tp2-TP1-weights-sigkill-attach (2026-12-02): TP1 SIGKILLed, its child 11 ms later, TP0's
+    barrier failed 57 ms after the kill and TP0 raised; its launcher then killed the rest."""
+    deaths = [
+        exit_(31, 14.948, sig=signal.SIGKILL, rank="TP1"),
+        exit_(32, 14.959, sig=signal.SIGKILL),
+        exit_(30, 15.017, sig=signal.SIGKILL, rank="TP0"),
+        exit_(33, 15.030, sig=signal.SIGKILL),
+        exit_(1, 15.043, sig=signal.SIGKILL),
+    ]
+    findings = [exc(15.005, "[TP0] Scheduler hit an exception: Traceback", rank="TP0")]
+    d = causes.diagnose_crash(deaths, findings, root_pids={1})
+    assert d.cause is Cause.DEAD_PEER and d.culprits[:1] == (31,), d
+
+
 def test_repeated_identical_lines_are_heartbeats_not_progress():
     from hangwatch.analyse.logscan import LogScanner
 

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
+from hangwatch.collect.logtail import FileLog
 from hangwatch.collect.logtail import LineSplitter
 from hangwatch.collect.logtail import clean_text
 
@@ -25,3 +29,54 @@ def test_huge_line_is_cut_for_analysis_with_bounded_memory():
 
 def test_binary_junk_and_terminal_escapes_are_neutralised():
     assert clean_text(b"\x00\xff ok \x1b[31mred\x07") == "\ufffd ok [31mred"
+
+
+def test_a_followed_file_stamps_each_line_when_it_was_written(tmp_path: Path):
+    """Attach's log: a line is stamped as it comes, not when the next tick reads it."""
+    path = tmp_path / "server.log"
+    path.write_bytes(b"before attach\n")
+    started = time.monotonic()
+    log = FileLog(path, clock=lambda: time.monotonic() - started)
+    try:
+        with path.open("ab", buffering=0) as f:
+            time.sleep(0.2)
+            f.write(b"first\n")
+            written_first = time.monotonic() - started
+            time.sleep(0.5)
+            f.write(b"second\npartial")
+            written_second = time.monotonic() - started
+            time.sleep(0.3)
+        chunk = log.drain()
+        assert chunk.lines == ("first", "second")
+        assert chunk.new_bytes == len(b"first\nsecond\npartial")
+        first, second = chunk.times
+        # Within the follow period (plus scheduling), far less than the 1 s between a tick and the next.
+        assert written_first <= first <= written_first + 0.15, (written_first, first)
+        assert written_second <= second <= written_second + 0.15, (written_second, second)
+        # The last line without a newline comes once the file has been quiet since the drain before.
+        last = log.drain()
+        assert last.lines == ("partial",) and len(last.times) == 1
+    finally:
+        log.close()
+
+
+def test_a_followed_file_that_is_truncated_is_read_again_from_its_start(tmp_path: Path):
+    path = tmp_path / "server.log"
+    path.write_bytes(b"old line that is long enough\n")
+    log = FileLog(path, clock=time.monotonic)
+    try:
+        path.write_bytes(b"new\n")
+        time.sleep(0.2)
+        assert log.drain().lines == ("new",)
+    finally:
+        log.close()
+
+
+def test_without_a_clock_the_file_is_read_at_each_drain(tmp_path: Path):
+    path = tmp_path / "server.log"
+    path.write_bytes(b"")
+    log = FileLog(path)
+    path.write_bytes(b"a\nb\n")
+    chunk = log.drain()
+    assert chunk.lines == ("a", "b") and chunk.times == ()
+    log.close()

@@ -96,3 +96,32 @@ def test_the_rank_that_feeds_the_group_blocked_in_a_wait_of_its_own_is_still_the
     """TP0 blocked elsewhere than in a receive (a fault, a hung forward): the others wait for it."""
     found = classify(stack_context(_replace_main(_samples(), TP0, _BLOCKED)))
     assert found.cause is Cause.COLLECTIVE_WAIT and found.culprits == (TP0,), found.explanation
+
+
+def _flowing_ticks(pids: tuple[int, ...], connections: ConnectionSample | None = None) -> list[Tick]:
+    """Ticks every 0.5 s over the samples' span in which ``pids`` write 20 KB each (what SGLang's
+    schedulers move when they spin through their idle loop without --sleep-on-idle: 40-90 KB/s)."""
+    from hangwatch.model.samples import ProcessSample
+
+    def proc(pid: int, io: int) -> ProcessSample:
+        return ProcessSample(pid, 1, str(pid), ("x",), "S", 1.0, 0.0, 0, io, io, 1, 1 << 20, (), None, None)
+
+    members = (LAUNCHER, TP0, TP1)
+    times = [i * 0.5 for i in range(11)]
+    ticks = [Tick(t, tuple(proc(pid, 20_000 if pid in pids else 0) for pid in members)) for t in times]
+    return [*ticks[:-1], replace(ticks[-1], connections=connections)]
+
+
+def test_an_idle_group_that_spins_through_its_loop_still_waits_for_work():
+    quiet = ConnectionSample((30000,), ())
+    found = classify(stack_context(_samples(), _flowing_ticks((TP0, TP1), quiet)))
+    assert found.cause is Cause.IDLE and found.culprits == (), found.explanation
+
+
+def test_a_moving_group_with_requests_waiting_is_not_called_idle_nor_lost():
+    """Requests wait and the group moves data all the time: it is working on them, not idle, and no
+    message is lost."""
+    waiting = ConnectionSample((30000,), (ServerConnection(30000, 51234, 220, 0, 41.0),))
+    found = classify(stack_context(_samples(), _flowing_ticks((TP0, TP1), waiting)))
+    assert found.cause is not Cause.IDLE, found.explanation
+    assert "lost" not in found.explanation, found.explanation

@@ -169,9 +169,11 @@ def diagnose_stall(window: Sequence[Tick], findings: Sequence[LogFinding]) -> Di
 SIMULTANEOUS_S = 0.02
 # Deaths by a signal this close together are one tear-down, not one fault and its consequences.
 TEAR_DOWN_S = 1.0
-# An exception logged this close after the first kill of a tear-down was its reason (the two are
-# stamped by two threads); vLLM's "Engine core initialization failed" after a lone kill comes later.
-AROUND_S = 0.2
+# An exception logged this close after the first kill of a tear-down was its reason: the line and the
+# deaths are stamped by two threads, and a followed log file is read every 25 ms (logtail.FOLLOW_EVERY_S).
+# No wider: SGLang's TP0 raised 57 ms after TP1 was SIGKILLed (its barrier failed), and that exception
+# is the kill's consequence; vLLM's "Engine core initialization failed" after a lone kill comes later.
+AROUND_S = 0.045
 # A member that ended with its status unread this long before the first failure may be where it began.
 UNSEEN_BEFORE_S = 5.0
 # A rank's peers take longer to give up on it: vLLM's engine core waits 5 s for a dead worker to exit,

@@ -189,34 +189,95 @@ class PipeLog:
         self._file.close()
 
 
-class FileLog:
-    """Follows a log file someone else writes, from its end at the moment we attach."""
+# How often a followed log file is read between ticks: a line is stamped within this of its writing
+# (causes.AROUND_S is set from it). 40 stat() calls a second: unmeasurable next to a tick's /proc reads.
+FOLLOW_EVERY_S = 0.025
 
-    def __init__(self, path: Path, from_start: bool = False) -> None:
+
+class FileLog:
+    """Follows a log file someone else writes, from its end at the moment we attach.
+
+    With a ``clock``, a thread reads it every ``FOLLOW_EVERY_S`` and stamps each line as it comes, as
+    PipeLog does for a launched tree: a line's time is then when it was written (within 25 ms), not
+    when the next tick read it. Attach ordered a SIGKILL after the exception it caused when both fell
+    within one tick (SGLang's TP0 raised 57 ms after TP1 was killed: the exception was read at the
+    tick, 0.2 s after the death, and taken for the tear-down's reason). A stat() every 25 ms costs
+    nothing measurable; the read happens only when the file grew.
+    """
+
+    def __init__(
+        self, path: Path, from_start: bool = False, clock: Callable[[], float] | None = None
+    ) -> None:
         self.path = path
         self._splitter = LineSplitter()
         self._offset = 0 if from_start else path.stat().st_size
+        self._clock = clock
+        self._lock = threading.Lock()  # the splitter and the buffers are shared with the thread
+        self._lines: list[str] = []
+        self._times: list[float] = []
+        self._bytes = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if clock is not None:
+            self._thread = threading.Thread(target=self._follow, name="hangwatch-logfile", daemon=True)
+            self._thread.start()
 
-    def drain(self) -> LogChunk:
+    def _follow(self) -> None:
+        assert self._clock is not None
+        while not self._stop.wait(FOLLOW_EVERY_S):
+            with self._lock:
+                lines, total = self._read()
+                self._bytes += total
+                if lines:
+                    now = round(self._clock(), 3)
+                    self._lines.extend(lines)
+                    self._times.extend(now for _ in lines)
+
+    def _read(self) -> tuple[list[str], int]:
+        """The complete lines written since the last read, and how many bytes came."""
         try:
             size = self.path.stat().st_size
         except OSError:
-            return LogChunk((), 0)
+            return [], 0
         if size < self._offset:  # truncated or rotated: start over
             self._offset = 0
+        if size == self._offset:
+            return [], 0
         lines: list[str] = []
         total = 0
-        with self.path.open("rb") as f:
-            f.seek(self._offset)
-            while total < 16 * _READ_CHUNK * 16:  # bounded per tick; the rest comes next tick
-                data = f.read(_READ_CHUNK)
-                if not data:
-                    break
-                total += len(data)
-                lines.extend(self._splitter.feed(data))
-        self._offset += total
-        lines.extend(self._splitter.flush_if_quiet())
-        return LogChunk(tuple(lines), total)
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self._offset)
+                while total < 16 * _READ_CHUNK * 16:  # bounded per read; the rest comes next time
+                    data = f.read(_READ_CHUNK)
+                    if not data:
+                        break
+                    total += len(data)
+                    lines.extend(self._splitter.feed(data))
+        except OSError:
+            return lines, total
+        finally:
+            self._offset += total
+        return lines, total
+
+    def drain(self) -> LogChunk:
+        with self._lock:
+            lines, total = self._read()
+            lines = self._lines + lines
+            total += self._bytes
+            times = [*self._times]
+            if self._clock is not None:
+                now = round(self._clock(), 3)
+                times.extend(now for _ in range(len(lines) - len(times)))
+            # A last line without its newline is emitted once the file has been quiet for a tick.
+            quiet = self._splitter.flush_if_quiet()
+            if quiet and self._clock is not None:
+                times.extend(round(self._clock(), 3) for _ in quiet)
+            lines.extend(quiet)
+            self._lines, self._times, self._bytes = [], [], 0
+        return LogChunk(tuple(lines), total, tuple(times) if self._clock is not None else ())
 
     def close(self) -> None:
-        return None
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
