@@ -391,6 +391,29 @@ def test_an_exception_57_ms_after_a_lone_kill_is_its_consequence():
     findings = [exc(15.005, "[TP0] Scheduler hit an exception: Traceback", rank="TP0")]
     d = causes.diagnose_crash(deaths, findings, root_pids={1})
     assert d.cause is Cause.DEAD_PEER and d.culprits[:1] == (31,), d
+    # The same run where TP1's exit took long: its death noticed 8 ms *after* TP0's exception.
+    late = [
+        replace(deaths[0], t=49.861),
+        replace(deaths[1], t=49.861),
+        *(replace(e, t=e.t + 35.0) for e in deaths[2:]),
+    ]
+    d = causes.diagnose_crash(late, [replace(findings[0], t=49.853)], root_pids={1})
+    assert d.cause is Cause.DEAD_PEER and d.culprits[:1] == (31,), d
+
+
+def test_a_launcher_tear_down_after_a_ranks_exception_starts_with_a_helper_not_a_rank():
+    """sglang-tp2-TP1-weights-raise-run: TP1 raised, its launcher killed the tree: the resource tracker
+    died 19 ms after the exception, the ranks 0.4 s later. The exception is the cause."""
+    deaths = [
+        exit_(36, 64.621, sig=signal.SIGKILL),
+        exit_(39, 64.974, sig=signal.SIGKILL, name="sglang::detokenizer"),
+        exit_(37, 65.017, sig=signal.SIGKILL, rank="TP0"),
+        exit_(38, 65.024, sig=signal.SIGKILL, rank="TP1"),
+        exit_(1, 65.029, sig=signal.SIGKILL),
+    ]
+    findings = [exc(64.602, "[TP1] Scheduler hit an exception: Traceback", rank="TP1")]
+    d = causes.diagnose_crash(deaths, findings, root_pids={1})
+    assert d.cause is Cause.EXCEPTION and d.culprits == (38,), d
 
 
 def test_repeated_identical_lines_are_heartbeats_not_progress():

@@ -174,6 +174,8 @@ TEAR_DOWN_S = 1.0
 # No wider: SGLang's TP0 raised 57 ms after TP1 was SIGKILLed (its barrier failed), and that exception
 # is the kill's consequence; vLLM's "Engine core initialization failed" after a lone kill comes later.
 AROUND_S = 0.045
+# A rank that died this long before every other rank was killed on its own, not by a tear-down.
+LONE_RANK_S = 0.1
 # A member that ended with its status unread this long before the first failure may be where it began.
 UNSEEN_BEFORE_S = 5.0
 # A rank's peers take longer to give up on it: vLLM's engine core waits 5 s for a dead worker to exit,
@@ -226,7 +228,13 @@ def diagnose_crash(
         return Diagnosis(Cause.PORT_IN_USE, culprits, f"{_death(first)}: {line}")
     exceptions = sorted((f for f in findings if f.cause is Cause.EXCEPTION), key=lambda f: f.t)
     raised_first = bool(exceptions) and exceptions[0].t < first.t - SIMULTANEOUS_S
-    if not raised_first and exceptions and _torn_down(ordered) and exceptions[0].t <= first.t + AROUND_S:
+    if (
+        not raised_first
+        and exceptions
+        and _torn_down(ordered)
+        and exceptions[0].t <= first.t + AROUND_S
+        and not _rank_died_alone(first, ordered, exceptions)
+    ):
         # Several processes killed at once, an exception logged around the first kill: a launcher tearing
         # its tree down because of it (SGLang's, on a scheduler's SIGQUIT). Two threads stamp the line
         # and the deaths; the tear-down says which came first.
@@ -286,6 +294,27 @@ def _without_traceback(first: ExitRecord, culprits: tuple[int, ...], last_lines:
         "ended.",
     )
     return Diagnosis(Cause.UNKNOWN, culprits, text, steps=steps)
+
+
+def _rank_died_alone(
+    first: ExitRecord, ordered: Sequence[ExitRecord], exceptions: Sequence[LogFinding]
+) -> bool:
+    """The first death is a rank's, the other ranks died ``LONE_RANK_S`` or more after it, and the
+    exception is not its own: it was killed on its own, before any tear-down.
+
+    Why the order of deaths says more than the exception's stamp: a process killed with a large memory
+    map takes tens to hundreds of milliseconds to exit, and its sockets close only near the end, so
+    its peers' exceptions ("Rank 1 failed to pass monitoredBarrier") come within milliseconds of its
+    death notice, either side (8 ms before it in sglang-tp2-TP1-weights-sigkill-attach). A launcher's
+    tear-down kills everything at once: its first death is a small helper (multiprocessing's resource
+    tracker, 15-20 ms after the exception), the ranks 200-400 ms later.
+    """
+    if first.rank is None or first.signal is None:
+        return False
+    if any(f.rank == first.rank or (f.pid is not None and f.pid == first.pid) for f in exceptions[:1]):
+        return False
+    others = [e.t for e in ordered if e.rank is not None and e.rank != first.rank and e.pid != first.pid]
+    return bool(others) and min(others) - first.t >= LONE_RANK_S
 
 
 def _torn_down(ordered: Sequence[ExitRecord]) -> bool:
