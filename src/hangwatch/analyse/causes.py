@@ -170,7 +170,7 @@ SIMULTANEOUS_S = 0.02
 # Deaths by a signal this close together are one tear-down, not one fault and its consequences.
 TEAR_DOWN_S = 1.0
 # An exception logged this close after the first kill of a tear-down was its reason: the line and the
-# deaths are stamped by two threads, and a followed log file is read every 25 ms (logtail.FOLLOW_EVERY_S).
+# deaths are stamped by two threads (a followed log file is read when inotify says it was written).
 # No wider: SGLang's TP0 raised 57 ms after TP1 was SIGKILLed (its barrier failed), and that exception
 # is the kill's consequence; vLLM's "Engine core initialization failed" after a lone kill comes later.
 AROUND_S = 0.045
