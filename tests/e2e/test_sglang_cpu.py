@@ -378,9 +378,9 @@ def test_an_idle_tp2_server_is_waiting_for_work_not_in_a_collective_wait(
             diagnosis = json.loads(report.read_text())["diagnosis"]
             assert diagnosis["culprits"] == [], text
             if not sleep_on_idle and diagnosis["cause"] == "unknown":
-                # TP0 caught in the broadcast it feeds, in the last capture, as TP1 is: both in one
-                # collective, which completes turn after turn (TP0 moves): no wait is named.
-                assert "TP0 in broadcast" in diagnosis["explanation"], text
+                # Both schedulers turn through their loop, moving data: where TP0 was not caught in its
+                # request poll (inside the broadcast it feeds, or in the loop's body), no wait is named.
+                assert "no rule matched" in diagnosis["explanation"], text
                 return
             assert diagnosis["cause"] == "idle", text
             assert "TP1 waiting in broadcast" in diagnosis["explanation"], text
