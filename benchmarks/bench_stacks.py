@@ -7,6 +7,9 @@
    (target: under 50 ms in blocking mode). The same targets' gaps outside dumps are the noise floor.
 3. Merge and classify 10,000 rank stacks built from the real captured fixtures (each rank's py-spy JSON
    goes through the real parser; 1 % of ranks are elsewhere): target under 1 s.
+4. The watch's per-tick cost of data flow (the spin veto's) with 10,000 processes in every tick and a
+   spell of samples spanning 4 ticks: ``StackHistory.observe_tick``, which computes each interval's
+   movers once, against recomputing ``data_flowing`` over the span on every tick.
 
     /tmp/probe-venv/bin/python benchmarks/bench_stacks.py [--rounds 5] [--json out.json]
 """
@@ -29,15 +32,19 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
 from fixtures.stacks import loader  # noqa: E402
+from hangwatch.analyse.progress import data_flowing  # noqa: E402
 from hangwatch.analyse.stackcontext import stack_context  # noqa: E402
 from hangwatch.analyse.stackrules import classify  # noqa: E402
 from hangwatch.analyse.stacktree import build_tree  # noqa: E402
+from hangwatch.analyse.stackwatch import StackHistory  # noqa: E402
 from hangwatch.collect import procfs  # noqa: E402
 from hangwatch.collect.stacks import DumpRun  # noqa: E402
 from hangwatch.collect.stacks import StackDumper  # noqa: E402
 from hangwatch.collect.stacks import parse_dump  # noqa: E402
 from hangwatch.collect.stacks import run_dumper  # noqa: E402
 from hangwatch.model.samples import ProcessSample  # noqa: E402
+from hangwatch.model.samples import ProcState  # noqa: E402
+from hangwatch.model.samples import Tick  # noqa: E402
 from hangwatch.model.stacks import ProcessStacks  # noqa: E402
 from hangwatch.model.stacks import StackSample  # noqa: E402
 
@@ -205,6 +212,37 @@ def merge_figures(ranks: int, rounds: int) -> dict[str, object]:
     }
 
 
+def tick_figures(processes: int, ticks: int = 40) -> dict[str, object]:
+    """Ticks 1 s apart of ``processes`` members, a third of them moving 1 KB a tick; samples at 3, 5, 7 s."""
+
+    def member(pid: int, t: int) -> ProcessSample:
+        io = 1024 if pid % 3 == 0 else 0
+        state = ProcState.SLEEPING
+        return ProcessSample(pid, 1, "rank", (), state, float(t), 0.5, 0, io, io, 4, 1 << 20, (), None, None)
+
+    window = [Tick(float(t), tuple(member(pid, t) for pid in range(2, processes + 2))) for t in range(ticks)]
+    history = StackHistory()
+    for t in (3.0, 5.0, 7.0):
+        history.add(StackSample(t, (), 0.0))
+    per_tick = []
+    for tick in window:
+        started = time.perf_counter()
+        history.observe_tick(tick)
+        history.spinning(2)  # caches the spin views, as the watch's veto does once per tick
+        per_tick.append(time.perf_counter() - started)
+    recompute = []
+    for i in range(8, ticks):
+        started = time.perf_counter()
+        data_flowing(window[max(0, i - 64) : i + 1], 3.0, 7.0)
+        recompute.append(time.perf_counter() - started)
+    return {
+        "processes": processes,
+        "observe_tick_ms_median_after_span": round(statistics.median(per_tick[8:]) * 1000, 3),
+        "observe_tick_ms_max_inside_span": round(max(per_tick[:8]) * 1000, 3),
+        "recompute_span_ms_median": round(statistics.median(recompute) * 1000, 3),
+    }
+
+
 def _ok():  # type: ignore[no-untyped-def]
     from hangwatch.model.stacks import DumpOutcome
 
@@ -246,9 +284,17 @@ def main() -> int:
         f"median {merge['merge_classify_s_median']} s, max {merge['merge_classify_s_max']} s [{verdict}]; "
         f"parsing their py-spy JSON took {merge['parse_s_both_samples']} s"
     )
+    flow = tick_figures(args.ranks)
+    print(
+        f"  data flow per tick, {flow['processes']} processes: observe_tick median "
+        f"{flow['observe_tick_ms_median_after_span']} ms after the span "
+        f"(max {flow['observe_tick_ms_max_inside_span']} ms inside it); recomputing the span every tick "
+        f"{flow['recompute_span_ms_median']} ms"
+    )
     if args.json is not None:
         args.json.write_text(
-            json.dumps({"machine": machine, "capture": capture, "merge": merge}, indent=1) + "\n"
+            json.dumps({"machine": machine, "capture": capture, "merge": merge, "flow": flow}, indent=1)
+            + "\n"
         )
     return 0
 

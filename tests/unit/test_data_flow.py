@@ -176,3 +176,18 @@ def test_the_spin_veto_is_lifted_when_data_starts_to_show_after_the_samples():
     for t in ticks(dict.fromkeys(RANKS, 640))[4:]:
         history.observe_tick(t)
     assert not history.spinning(10)
+
+
+def test_data_that_flows_only_after_the_samples_span_does_not_lift_the_spin_veto():
+    # The span is the samples' (3-7 s): bytes that start moving at 8 s say nothing of what the code did
+    # while the samples found it in place, so the veto they judged stays until a new sample comes.
+    history = StackHistory()
+    for s in samples(0.2):
+        history.add(s)
+    quiet = ticks({})
+    moving = ticks(dict.fromkeys(RANKS, 640), until=12.0)
+    for t in [*quiet[:8], *moving[8:]]:
+        history.observe_tick(t)
+    assert history.spinning(10)
+    history.restart()
+    assert not history.spinning(10)  # no samples, no veto

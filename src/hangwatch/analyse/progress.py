@@ -10,6 +10,8 @@ veto it; and small increments (a background thread's 1 s in 90 s) are noise.
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -202,16 +204,30 @@ def data_flowing(ticks: Sequence[Tick], start: float, end: float) -> frozenset[i
     recv). Sustained over every interval, because one tick's bytes can be a background thread's
     single write (a log line, a heartbeat).
     """
-    inside = [i for i, t in enumerate(ticks) if i > 0 and start < t.t <= end]
+    inside = [i for i in range(1, len(ticks)) if start < ticks[i].t <= end]
     if len(inside) < FLOW_TICKS:
         return frozenset()
-    flowing: frozenset[int] | None = None
-    for i in inside:
-        moved = data_moved(ticks[i - 1], ticks[i])
-        flowing = moved if flowing is None else flowing & moved
+    return _in_every(data_moved(ticks[i - 1], ticks[i]) for i in inside)
+
+
+def flowing_over(
+    intervals: Iterable[tuple[float, frozenset[int]]], start: float, end: float
+) -> frozenset[int]:
+    """``data_flowing`` from each interval's ``data_moved`` kept beside its end time (StackHistory
+    computes it once per tick, not once per tick of the span on every tick)."""
+    inside = [moved for t, moved in intervals if start < t <= end]
+    if len(inside) < FLOW_TICKS:
+        return frozenset()
+    return _in_every(iter(inside))
+
+
+def _in_every(sets: Iterator[frozenset[int]]) -> frozenset[int]:
+    flowing = next(sets, frozenset())
+    for moved in sets:
         if not flowing:
-            return frozenset()
-    return flowing or frozenset()
+            break
+        flowing &= moved
+    return flowing
 
 
 def _serving_signals(prev: Tick, tick: Tick) -> list[ProgressSignal]:

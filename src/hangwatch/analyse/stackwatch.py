@@ -26,7 +26,8 @@ from dataclasses import replace
 from hangwatch.analyse.causes import Diagnosis
 from hangwatch.analyse.gpustate import gpu_state
 from hangwatch.analyse.gpustate import gpus_of
-from hangwatch.analyse.progress import data_flowing
+from hangwatch.analyse.progress import data_moved
+from hangwatch.analyse.progress import flowing_over
 from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackframes import signature
 from hangwatch.analyse.stackrules import classify
@@ -82,8 +83,10 @@ class StackHistory:
         self._moved_seen: StackSample | None = None
         self._solid_since = 0.0
         self._moved_at: dict[int, float] = {}  # pid -> the latest capture that found its code moved
-        # The latest ticks, for the data that flows through each process over the samples' span.
-        self._ticks: deque[Tick] = deque(maxlen=TICKS_KEPT)
+        # What moved data in each of the latest tick intervals (end time, pids), for the data that
+        # flows through each process over the samples' span; computed once per tick.
+        self._last_tick: Tick | None = None
+        self._moved_by_tick: deque[tuple[float, frozenset[int]]] = deque(maxlen=TICKS_KEPT)
         self._flowing: frozenset[int] = frozenset()  # what the cached spin views were judged with
 
     @property
@@ -113,6 +116,7 @@ class StackHistory:
         self._solid = []
         self._spin_views = None
         self._moved_at = {}
+        self._moved_by_tick.clear()
 
     def wants_native(self) -> bool:
         """Native frames for the first two captures of a burst only (they cost symbol loading every time)."""
@@ -129,14 +133,19 @@ class StackHistory:
     def observe_tick(self, tick: Tick) -> None:
         if tick.gpu is not None:
             self._gpu = tick.gpu
-        self._ticks.append(tick)
-        if self._spin_views is not None and self._solid_flowing() != self._flowing:
+        # Intervals before the spell's first sample are never inside its span: a healthy boot pays nothing.
+        if self._last_tick is not None and self._solid:
+            self._moved_by_tick.append((tick.t, data_moved(self._last_tick, tick)))
+        self._last_tick = tick
+        # Only an interval ending inside the samples' span can change what flowed through it.
+        inside = bool(self._solid) and tick.t <= self._solid[-1].t
+        if self._spin_views is not None and inside and self._solid_flowing() != self._flowing:
             self._spin_views = None
 
     def _solid_flowing(self) -> frozenset[int]:
         if len(self._solid) < 2:
             return frozenset()
-        return data_flowing(self._ticks, self._solid[0].t, self._solid[-1].t)
+        return flowing_over(self._moved_by_tick, self._solid[0].t, self._solid[-1].t)
 
     def samples_for_analysis(self) -> list[StackSample]:
         """The spell's samples, the latest one enriched with native frames of an earlier identical stack.
