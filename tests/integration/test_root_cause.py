@@ -69,6 +69,25 @@ def test_raise_then_teardown_blames_the_raiser_not_the_killed(hw, tmp_path):
     assert_all_gone(out.report)
 
 
+def test_an_untagged_exception_is_blamed_on_who_wrote_it_not_the_first_killed(hw, tmp_path):
+    # As SGLang's TP=1 scheduler fails: its traceback names no rank, and its launcher kills a helper of its
+    # own first, then the ranks, the raiser last. The bytes each member wrote before its end say who wrote
+    # the traceback; the order of the deaths would blame the helper.
+    out = hw(
+        "run", "--quiet", "--engine", "sglang", "--stall-after", "30", "--",
+        *program(
+            "first_death", "--mode", "raise-untagged-then-teardown", "--ranks", "2",
+            "--title", "sglang::scheduler_TP", "--ready-file", str(tmp_path / "r"),
+        ),
+    )  # fmt: skip
+    v = out.verdict
+    assert (v["state"], v["cause"]) == ("crashed", "exception"), v
+    raiser = _rank_pids(tmp_path / "run" / "output.log")["rank1"]
+    assert v["culprits"] == [raiser], v
+    assert "torn down" in v["summary"], v
+    assert_all_gone(out.report)
+
+
 def test_a_rank_killed_quietly_is_not_said_to_have_peers_failing_after_it(hw, tmp_path):
     out = hw(
         "run", "--quiet", "--stall-after", "30", "--",

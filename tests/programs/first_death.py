@@ -11,6 +11,12 @@ consequence.
 child's SIGQUIT, SIGKILLs every rank and then itself. The root cause is the exception; the deaths by
 signal are the tear-down.
 
+``--mode raise-untagged-then-teardown`` (SGLang's TP=1 scheduler raising): rank ``--victim`` prints a
+traceback with no rank tag ("Scheduler hit an exception"), tells the launcher (SGLang's scheduler sends
+its parent SIGQUIT) and waits; the launcher kills a helper of its own first (SGLang's tear-down kills the
+resource tracker first), then every rank, the raiser last, then itself. No line names the writer and
+the order of deaths points at the helper; only the bytes each wrote show who wrote the traceback.
+
 ``--mode kill-quietly`` (a rank killed while its peers wait on a queue): rank ``--victim`` is SIGKILLed,
 the others go on waiting on a queue, nobody fails after it.
 
@@ -50,6 +56,14 @@ def rank_main(
             print(f'[TP{rank}]   File "model_runner.py", line 42, in load_model', flush=True)
             print(f"[TP{rank}] ValueError: weight shape mismatch in layer 3", flush=True)
             sys.exit(1)
+        if mode == "raise-untagged-then-teardown":
+            print("Scheduler hit an exception: Traceback (most recent call last):", flush=True)
+            for depth in range(8):
+                print(f'  File "scheduler.py", line {100 + depth}, in event_loop_{depth}', flush=True)
+                print(f"    self.step_{depth}(batch, forward_mode, model_runner)", flush=True)
+            print("ValueError: weight shape mismatch in layer 3", flush=True)
+            os.kill(os.getppid(), signal.SIGUSR1)
+            time.sleep(60)  # killed by the launcher's tear-down
         set_title(f"{title}{rank}")  # the title it dies with: no tick sees it alive
         os.kill(os.getpid(), signal.SIGKILL)
     mail.get()  # the others wait for a message that never comes
@@ -58,7 +72,9 @@ def rank_main(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--mode", choices=("kill-then-raise", "raise-then-teardown", "kill-quietly"), required=True
+        "--mode",
+        choices=("kill-then-raise", "raise-then-teardown", "raise-untagged-then-teardown", "kill-quietly"),
+        required=True,
     )
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--victim", type=int, default=1)
@@ -74,6 +90,10 @@ def main() -> None:
     up: Queue[int] = ctx.Queue()
     mail: Queue[str] = ctx.Queue()
     go = ctx.Event()
+    untagged = args.mode == "raise-untagged-then-teardown"
+    helper = ctx.Process(target=time.sleep, args=(120,), name="helper")
+    if untagged:
+        helper.start()
     ranks = [
         ctx.Process(target=rank_main, args=(r, args.victim, args.mode, args.delay, args.title, up, go, mail))
         for r in range(args.ranks)
@@ -83,9 +103,22 @@ def main() -> None:
     for _ in ranks:
         up.get()
     log("launcher: ranks up: " + ", ".join(f"rank{r}={p.pid}" for r, p in enumerate(ranks)))
+    if untagged:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})  # taken by sigtimedwait below
     write_ready(args.ready_file)
     go.set()
     victim = ranks[args.victim]
+    if untagged:
+        signal.sigtimedwait({signal.SIGUSR1}, 60)
+        log("Received sigquit from a child process. It usually means the child failed.")
+        assert helper.pid is not None
+        os.kill(helper.pid, signal.SIGKILL)
+        time.sleep(0.2)
+        for proc in sorted(ranks, key=lambda p: p is victim):  # the raiser last
+            if proc.pid is not None:
+                os.kill(proc.pid, signal.SIGKILL)
+        time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGKILL)
     victim.join()
     if args.mode == "kill-quietly":
         for proc in ranks:

@@ -114,7 +114,8 @@ def test_cpu_of_a_spinning_process_is_discounted_back_to_when_the_spin_began():
 
 def exit_(pid: int, t: float, *, sig: int | None = None, code: int | None = None, **kw: object) -> ExitRecord:
     how = kw.pop("how", ExitHow.ZOMBIE_STAT)
-    return ExitRecord(t, pid, kw.pop("name", f"p{pid}"), None, kw.pop("rank", None), how, code, sig, 30.0)  # type: ignore[arg-type]
+    name, rank, wchar = kw.pop("name", f"p{pid}"), kw.pop("rank", None), kw.pop("wchar_at_end", None)
+    return ExitRecord(t, pid, name, None, rank, how, code, sig, 30.0, wchar_at_end=wchar)  # type: ignore[arg-type]
 
 
 def exc(t: float, line: str, pid: int | None = None, rank: str | None = None) -> LogFinding:
@@ -376,6 +377,40 @@ def test_an_exception_stamped_just_after_the_first_kill_of_a_tear_down_is_its_re
         kills, findings, root_pids={1}, exits=[exit_(23, 7.29, how=ExitHow.VANISHED, rank="TP1")]
     )
     assert d.cause is Cause.EXCEPTION, d
+
+
+def test_an_untagged_exception_is_its_writers_whatever_order_the_tear_down_kills_in():
+    """sglang-tp1-sched-weights-raise-run (2026-12-02): "Scheduler hit an exception" names no one; the
+    launcher killed its resource tracker 15 ms later, the scheduler last. The zombies' wchar against the
+    tick before the line says the scheduler wrote it."""
+    kill = signal.SIGKILL
+    deaths = [
+        exit_(18476, 42.263, sig=kill, name="python", wchar_at_end=10_000),
+        exit_(18427, 42.476, sig=kill, name="python", wchar_at_end=50_090),
+        exit_(18478, 42.516, sig=kill, name="sglang::detokenizer", wchar_at_end=7_000),
+        exit_(18477, 42.531, sig=kill, name="sglang::scheduler", wchar_at_end=904_100),
+    ]
+    before = {18476: 10_000, 18427: 50_000, 18478: 7_000, 18477: 900_000}
+
+    def member(pid: int, wchar: int) -> ProcessSample:
+        return ProcessSample(
+            pid, 1, "p", (), ProcState.SLEEPING, 1.0, 0.0, 0, wchar, 0, 4, 1 << 20, (), None, None
+        )
+
+    window = [Tick(41.9, tuple(member(pid, w) for pid, w in before.items()))]
+    findings = [
+        exc(42.248, "[2026-12-02 13:43:46] Scheduler hit an exception: Traceback (most recent call last):")
+    ]
+    d = causes.diagnose_crash(deaths, findings, root_pids={18427}, exits=deaths, window=window)
+    assert d.cause is Cause.EXCEPTION and d.culprits == (18477,), d
+    # Without the bytes (the zombies reaped before they could be read), the first killed is not named.
+    blind = [replace(e, wchar_at_end=None) for e in deaths]
+    d = causes.diagnose_crash(blind, findings, root_pids={18427}, exits=blind, window=window)
+    assert d.cause is Cause.EXCEPTION and d.culprits == (), d
+    # Two members writing as much say nothing either: no one is named rather than a guess.
+    even = [replace(e, wchar_at_end=before[e.pid] + 4100) for e in deaths]
+    d = causes.diagnose_crash(even, findings, root_pids={18427}, exits=even, window=window)
+    assert d.culprits == (), d
 
 
 def test_an_exception_57_ms_after_a_lone_kill_is_its_consequence():

@@ -529,7 +529,13 @@ class Assessor:
         ended = {e.pid for e in self.exits}
         survivors = sum(1 for p in tick.processes if p.pid not in ended)
         diagnosis = causes.diagnose_crash(
-            self.failures, self.findings, self._root_pids, self.exits, tuple(self._tail), survivors=survivors
+            self.failures,
+            self.findings,
+            self._root_pids,
+            self.exits,
+            tuple(self._tail),
+            survivors=survivors,
+            window=tuple(self._history),  # from before the first exception: who wrote it
         )
         evidence = [
             f"{e.name} [{e.pid}] {e.status_text} at {e.t:.1f} s ({e.how.value})" for e in self.failures

@@ -192,11 +192,13 @@ def diagnose_crash(
     last_lines: Sequence[str] = (),
     *,
     survivors: int = 0,
+    window: Sequence[Tick] = (),
 ) -> Diagnosis:
     """Name the cause of a crash: the first fault in time, with what came after it as consequences.
 
     ``survivors``: processes of the tree still running at the verdict (a launcher killed leaves its
-    engine's processes behind it: they lost the one they served).
+    engine's processes behind it: they lost the one they served). ``window``: the latest ticks, whose
+    byte counts say who wrote an exception no line names.
 
     Deaths (stamped the moment a pidfd says a process ended) and log findings (stamped when the line
     arrived) of the whole tree are ordered in time. The first failure decides:
@@ -242,8 +244,9 @@ def diagnose_crash(
     if (first.signal is not None or first.how is ExitHow.VANISHED) and not raised_first:
         return _signal_death_first(first, ordered, exceptions, first.pid in root_pids, survivors=survivors)
     if exceptions:
-        raiser = _raiser(exceptions, ordered, exits)
-        pids = (raiser,) if raiser is not None else culprits
+        raiser = _raiser(exceptions, ordered, exits, window)
+        # Nobody is named when nothing says who wrote it: every process that died is not the writer.
+        pids = (raiser,) if raiser is not None else ()
         who = _describe_pid(raiser, ordered, exits) if raiser is not None else "a process of the tree"
         text = f"{who} raised an exception first: {_exception_summary(findings)}"
         signalled = [f for f in ordered if f.signal is not None]
@@ -387,9 +390,13 @@ def _signal_death_first(
 
 
 def _raiser(
-    exceptions: Sequence[LogFinding], ordered: Sequence[ExitRecord], exits: Sequence[ExitRecord]
+    exceptions: Sequence[LogFinding],
+    ordered: Sequence[ExitRecord],
+    exits: Sequence[ExitRecord],
+    window: Sequence[Tick] = (),
 ) -> int | None:
-    """The process that logged the first exception, where its line says who it is."""
+    """The process that logged the first exception: where its line says who it is, else the member
+    whose own written bytes show it wrote the traceback, else the member that ended of its own first."""
     first = min(exceptions, key=lambda f: f.t)
     # The lines of the first traceback (a second apart at most) name who wrote it.
     named = [f for f in exceptions if f.t <= first.t + 1.0 and (f.pid is not None or f.rank)]
@@ -399,15 +406,23 @@ def _raiser(
         for e in (*ordered, *exits):
             if f.rank and e.rank == f.rank:
                 return e.pid
-    # No line names it: the member that ended first after the exception, before the first failure (a
-    # launcher's tear-down), whatever its status, is the one its exception ended (SGLang's TP=1 scheduler
-    # logs an untagged "Scheduler hit an exception", exits 0 and its launcher SIGKILLs the rest 5 s later).
+    # No line names it (SGLang's TP=1 scheduler logs an untagged "Scheduler hit an exception"). Its
+    # launcher may then kill the whole tree at once, the writer among the last (a helper first), so
+    # the order of deaths in that burst says nothing of who wrote it; the bytes each wrote do.
     until = min((e.t for e in ordered), default=first.t)
+    burst = [e for e in exits if first.t - SIMULTANEOUS_S <= e.t <= until + TEAR_DOWN_S]
+    writer = _writer(first, burst, window)
+    if writer is not None:
+        return writer
+    # Bytes unknown: a member that ended of its own accord after the exception and before the first
+    # failure is the one its exception ended (that scheduler exits 0 and its launcher SIGKILLs the rest
+    # 5 s later). One killed in a tear-down is not: the launcher picks its victims' order.
     ended = sorted(
         (
             e
-            for e in exits
-            if first.t - SIMULTANEOUS_S <= e.t <= until
+            for e in burst
+            if e.signal is None
+            and e.t <= until
             and (e.role is not None or e.rank is not None or (e.lifetime_s or 0.0) >= SHORT_LIVED_S)
         ),
         key=lambda e: e.t,
@@ -416,6 +431,38 @@ def _raiser(
         return ended[0].pid
     failed_first = [e for e in ordered if e.signal is None]
     return failed_first[0].pid if failed_first else None
+
+
+# A line is stamped this long after it was written at most (a followed file is read when inotify says
+# so, a pipe at once): a tick older than the stamp by this much saw its writer before it wrote.
+LINE_LAG_S = 0.1
+
+
+def _writer(first: LogFinding, ended: Sequence[ExitRecord], window: Sequence[Tick]) -> int | None:
+    """The ended member that wrote the most bytes from the last tick before ``first`` was stamped to
+    its end (its zombie's wchar), if that is at least the line itself: who wrote the traceback.
+
+    The others of a tree killed after an exception write little or nothing in that second (a helper
+    nothing, a launcher one line); the raiser wrote its whole traceback. A member whose bytes are
+    unknown (its zombie reaped before we read it, /proc/PID/io denied) could be the writer: then no one
+    is named."""
+    before: dict[int, int] = {}
+    for tick in window:
+        if tick.t >= first.t - LINE_LAG_S:
+            break
+        for p in tick.processes:
+            if p.wchar is not None:
+                before[p.pid] = p.wchar
+    wrote: dict[int, int] = {}
+    for e in ended:
+        if e.wchar_at_end is None or e.pid not in before:
+            return None
+        wrote[e.pid] = e.wchar_at_end - before[e.pid]
+    if not wrote:
+        return None
+    top = max(wrote, key=lambda pid: wrote[pid])
+    rest = sorted(wrote.values())[-2] if len(wrote) > 1 else 0
+    return top if wrote[top] >= len(first.line.encode()) and wrote[top] > rest else None
 
 
 def _describe_pid(pid: int, ordered: Sequence[ExitRecord], exits: Sequence[ExitRecord]) -> str:

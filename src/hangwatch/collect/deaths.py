@@ -21,14 +21,16 @@ from hangwatch.model.samples import ProcessId
 
 class DeathWatcher:
     """Records, for watched processes as they exit, their waitpid status, the moment they ended (on the
-    watch's clock, to order deaths and log lines finer than a tick) and their name at the end (a title
-    set just before dying is in the zombie's comm, when no tick saw it)."""
+    watch's clock, to order deaths and log lines finer than a tick), their name at the end (a title
+    set just before dying is in the zombie's comm, when no tick saw it) and the bytes they had written
+    by then (a zombie's /proc/PID/io still counts them: who wrote a traceback no line names)."""
 
     def __init__(self, root: Path = procfs.PROC, clock: Callable[[], float] | None = None) -> None:
         self._root = root
         self._clock = clock
         self._times: dict[ProcessId, float] = {}
         self._comms: dict[ProcessId, str] = {}
+        self._wchars: dict[ProcessId, int] = {}
         self._lock = threading.Lock()
         self._fds: dict[int, ProcessId] = {}  # fd -> identity
         self._watched: set[ProcessId] = set()
@@ -75,6 +77,11 @@ class DeathWatcher:
         with self._lock:
             return self._comms.get(identity)
 
+    def written_at_end(self, identity: ProcessId) -> int | None:
+        """Its wchar (every byte it wrote, to its log or pipe included) when it ended."""
+        with self._lock:
+            return self._wchars.get(identity)
+
     def close(self) -> None:
         self._stop = True
         if self.supported:
@@ -105,11 +112,14 @@ class DeathWatcher:
             return
         ended = round(self._clock(), 3) if self._clock is not None else None
         stat = procfs.read_stat(identity.pid, self._root)
+        io = procfs.read_io(identity.pid, self._root)
         with self._lock:
             if ended is not None:
                 self._times[identity] = ended
             if stat is None or stat.starttime_ticks != identity[1]:
                 return
             self._comms[identity] = stat.comm
+            if isinstance(io, tuple):
+                self._wchars[identity] = io[1]
             if stat.exit_code is not None:
                 self._statuses[identity] = stat.exit_code

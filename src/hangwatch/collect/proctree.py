@@ -355,6 +355,7 @@ class TreeSampler:
         name, role, rank = known.name, known.role, known.rank
         ended = self._deaths.ended_at(known.identity) if self._deaths is not None else None
         last_name = self._deaths.name_at_end(known.identity) if self._deaths is not None else None
+        written = self._deaths.written_at_end(known.identity) if self._deaths is not None else None
         hint = self._hints.get(known.identity.pid)
         if hint is not None and (name in (known.first_comm, "") or (hint != name and hint.startswith(name))):
             last_name, name = hint, known.first_comm  # named by its log lines, alive or at its death
@@ -374,6 +375,7 @@ class TreeSampler:
             exit_code=code,
             signal=sig,
             lifetime_s=t - known.first_seen,
+            wchar_at_end=written,
         )
 
 

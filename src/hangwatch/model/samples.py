@@ -96,6 +96,8 @@ class ExitRecord:
     signal: int | None = None  # for a death by signal
     lifetime_s: float | None = None
     oom_evidence: str | None = None  # kernel or cgroup lines that name this death an OOM kill
+    # Its wchar when it ended (every byte it wrote: log, pipes, files), read from its zombie; None unknown.
+    wchar_at_end: int | None = None
 
     @property
     def failed(self) -> bool:
