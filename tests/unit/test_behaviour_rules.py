@@ -413,6 +413,39 @@ def test_an_untagged_exception_is_its_writers_whatever_order_the_tear_down_kills
     assert d.culprits == (), d
 
 
+def test_children_killed_together_by_the_process_that_then_logs_the_exception_are_its_tear_down():
+    """vllm-tp2-core-weights-raise-run (2026-12-02): the engine core raised, SIGTERMed both its workers
+    (12 ms apart) and logged the traceback 67 ms after the first death."""
+    term = signal.SIGTERM
+    deaths = [exit_(27241, 38.475, sig=term), exit_(27240, 38.487, sig=term)]
+    core_exit = exit_(27211, 42.143, code=1, name="VLLM::EngineCore")
+    findings = [
+        exc(
+            38.554,
+            "(EngineCore pid=27211) ERROR [core.py:1510] Traceback (most recent call last):",
+            pid=27211,
+        )
+    ]
+
+    def member(pid: int, ppid: int) -> ProcessSample:
+        return ProcessSample(
+            pid, ppid, "p", (), ProcState.SLEEPING, 1.0, 0.0, 0, 0, 0, 4, 1 << 20, (), None, None
+        )
+
+    window = [
+        Tick(38.0, (member(27172, 1), member(27211, 27172), member(27240, 27211), member(27241, 27211)))
+    ]
+    d = causes.diagnose_crash([*deaths, core_exit], findings, root_pids={27172}, window=window)
+    assert d.cause is Cause.EXCEPTION and d.culprits == (27211,), d
+    # One worker killed alone, its parent logging the consequence: still the death's fault.
+    alone = causes.diagnose_crash([deaths[0], core_exit], findings, root_pids={27172}, window=window)
+    assert alone.cause is Cause.DEAD_PEER and alone.culprits == (27241,), alone
+    # Killed together, but the writer is a peer, not their parent: it saw the deaths, it did not cause them.
+    peer = [exc(38.554, "(Worker pid=27300) ERROR Traceback (most recent call last):", pid=27300)]
+    d = causes.diagnose_crash([*deaths, core_exit], peer, root_pids={27172}, window=window)
+    assert d.cause is Cause.DEAD_PEER, d
+
+
 def test_an_exception_57_ms_after_a_lone_kill_is_its_consequence():
     """sglang-tp2-TP1-weights-sigkill-attach (2026-12-02): TP1 SIGKILLed, its child 11 ms later, TP0's
     barrier failed 57 ms after the kill and TP0 raised; its launcher then killed the rest."""

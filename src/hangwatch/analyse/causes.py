@@ -176,6 +176,8 @@ TEAR_DOWN_S = 1.0
 AROUND_S = 0.045
 # A rank that died this long before every other rank was killed on its own, not by a tear-down.
 LONE_RANK_S = 0.1
+# Deaths this close together were one act (one process killing its children in a loop: 12 ms for two).
+TOGETHER_S = 0.05
 # A member that ended with its status unread this long before the first failure may be where it began.
 UNSEEN_BEFORE_S = 5.0
 # A rank's peers take longer to give up on it: vLLM's engine core waits 5 s for a dead worker to exit,
@@ -240,6 +242,8 @@ def diagnose_crash(
         # Several processes killed at once, an exception logged around the first kill: a launcher tearing
         # its tree down because of it (SGLang's, on a scheduler's SIGQUIT). Two threads stamp the line
         # and the deaths; the tear-down says which came first.
+        raised_first = True
+    if not raised_first and exceptions and _killed_by_writer(first, ordered, exceptions, window):
         raised_first = True
     if (first.signal is not None or first.how is ExitHow.VANISHED) and not raised_first:
         return _signal_death_first(first, ordered, exceptions, first.pid in root_pids, survivors=survivors)
@@ -318,6 +322,25 @@ def _rank_died_alone(
         return False
     others = [e.t for e in ordered if e.rank is not None and e.rank != first.rank and e.pid != first.pid]
     return bool(others) and min(others) - first.t >= LONE_RANK_S
+
+
+def _killed_by_writer(
+    first: ExitRecord, ordered: Sequence[ExitRecord], exceptions: Sequence[LogFinding], window: Sequence[Tick]
+) -> bool:
+    """The first deaths are two or more children of one process, killed together, and that process then
+    logs the exception: it caught its own error and killed its children before logging it.
+
+    vLLM's engine core raising in ``wait_for_ready`` (vllm-tp2-core-weights-raise-run, 2026-12-02)
+    SIGTERMed both workers within 12 ms and logged its traceback 67 ms after the first, later than any
+    stamp can be trusted to order. Timing cannot tell it from a lone kill and its echo (a peer's
+    exception 57 ms after a rank's SIGKILL); the structure does: a kill from outside takes one process,
+    and the peer that notices is not the parent of what died."""
+    writer = next((f.pid for f in exceptions if f.pid is not None and f.t <= exceptions[0].t + 1.0), None)
+    if writer is None or exceptions[0].t - first.t > TEAR_DOWN_S:
+        return False
+    parents = {p.pid: p.ppid for tick in window for p in tick.processes}
+    burst = [e for e in ordered if e.signal is not None and e.t - first.t <= TOGETHER_S]
+    return len(burst) >= 2 and all(parents.get(e.pid) == writer for e in burst)
 
 
 def _torn_down(ordered: Sequence[ExitRecord]) -> bool:
