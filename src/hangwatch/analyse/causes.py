@@ -67,6 +67,12 @@ NEXT_STEPS: dict[Cause, tuple[str, ...]] = {
         "locks in one global order, or use a timeout on acquire to break the cycle.",
         "`py-spy dump --pid PID --locals` shows which lock objects each thread holds.",
     ),
+    Cause.WAIT_CYCLE: (
+        "Each process named waits for a message or an exit that only another of them can give: read "
+        "the stacks for the receive each one is in and the send that should have come first; send before "
+        "you receive on one side, or give the receive a timeout, to break the cycle.",
+        "`ls -l /proc/PID/fd` and `cat /proc/PID/task/*/syscall` show which pipe or socket each one reads.",
+    ),
     Cause.CUDA_GRAPH_CAPTURE: (
         "A rank hangs inside CUDA graph capture: confirm with `--disable-cuda-graph` (SGLang) or "
         "`--enforce-eager` (vLLM); if that boots, shrink the captured batch sizes "

@@ -15,6 +15,8 @@ from hangwatch.analyse.stackranks import compact_ranges
 from hangwatch.analyse.stackwaits import CPU_BUSY_CORES
 from hangwatch.analyse.stackwaits import ProcessView
 from hangwatch.analyse.stackwaits import process_views
+from hangwatch.analyse.waitgraph import WaitGraph
+from hangwatch.analyse.waitgraph import wait_graph
 from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import ProcState
@@ -47,6 +49,8 @@ class StackContext:
     # in words; and whether the connections were read at all (without them nobody knows).
     requests_waiting: tuple[str, ...] = ()
     connections_read: bool = False
+    # Who waits for whom in the kernel, where every member's waits could be read (analyse/waitgraph.py).
+    waits: WaitGraph | None = None
 
     @property
     def peers(self) -> tuple[ProcessView, ...]:
@@ -136,6 +140,7 @@ def stack_context(
         parents=parents,
         requests_waiting=waiting,
         connections_read=read,
+        waits=wait_graph(samples, dict(parents)),
     )
 
 

@@ -155,6 +155,33 @@ def _lock_cycle_across_processes(ctx: StackContext) -> Diagnosis | None:
     )
 
 
+def rule_wait_cycle(ctx: StackContext) -> Diagnosis | None:
+    """``wait-cycle``: the kernel's wait-for graph closes on itself (analyse/waitgraph.py): every member
+    of the tree is blocked, unchanged over two captures, each until another of them acts, and nothing
+    from outside or a timeout can end any wait. Whatever the frames are called. The culprits are the
+    cycle the others' waits lead to, or the one process that waits only on its own threads."""
+    graph = ctx.waits
+    if graph is None or not graph.closed or not graph.culprits:
+        return None
+    culprits = graph.culprits
+    lines = [
+        f"{ctx.label([pid])}: {graph.describe(pid) or 'a wait of its own threads'}"
+        + (f", which only {ctx.label(graph.wakers(pid))} can end" if graph.wakers(pid) else "")
+        for pid in culprits
+    ]
+    others = sorted(set(dict(graph.waits_for)) - set(culprits))
+    if len(culprits) > 1:
+        text = f"{ctx.label(culprits)} each wait for another of them ({'; '.join(lines)})"
+    else:
+        text = f"{lines[0]}, and no other thread or process can end it"
+    if others:
+        text += f"; {ctx.label(others)} wait{'s' if len(others) == 1 else ''} on them"
+    text += ": nothing inside or outside the tree can end these waits (no timeout, no other waker)"
+    return Diagnosis(
+        Cause.WAIT_CYCLE, culprits, text, ctx.confidence(*culprits), closed=True, evidence=tuple(lines)
+    )
+
+
 def rule_io_wait(ctx: StackContext) -> Diagnosis | None:
     """``io-wait``: processes in uninterruptible sleep (D) for most of the window, with where they read."""
     if not ctx.d_state:
@@ -557,6 +584,7 @@ def _stuck_driver(ctx: StackContext, peers: Sequence[ProcessView]) -> Diagnosis 
         or driver.main is None
         or not driver.blocked
         or _receiving(driver)
+        or _joining(ctx, driver)
     ):
         return None
     where = peers[0].main.where if peers[0].main else "?"
@@ -585,6 +613,11 @@ def _receiving(v: ProcessView) -> bool:
     )
 
 
+def _joining(ctx: StackContext, v: ProcessView) -> bool:
+    """Its threads only wait for its children's exit (or for each other): it waits for them."""
+    return ctx.waits is not None and v.pid in ctx.waits.joiners
+
+
 def rule_stuck_worker(ctx: StackContext) -> Diagnosis | None:
     """Everyone waits; all but a few wait for messages (a zmq or pipe receive, an event loop) and those
     few are stuck in a wait of their own, outside any receive: the others wait for them (an engine's
@@ -593,7 +626,8 @@ def rule_stuck_worker(ctx: StackContext) -> Diagnosis | None:
     if len(dumped) < 2 or not ctx.over_time or not all(v.blocked for v in dumped):
         return None
 
-    stuck = [v for v in dumped if not _receiving(v)]
+    # A parent blocked in wait4 waits for its children (the kernel says so, whatever joins them).
+    stuck = [v for v in dumped if not _receiving(v) and not _joining(ctx, v)]
     if not stuck or len(stuck) == len(dumped) or len(stuck) > 2:
         return None
     waiting = [v for v in dumped if _receiving(v)]
@@ -623,6 +657,7 @@ RULES: tuple[Rule, ...] = (
     rule_stopped,
     rule_dead_peer,
     rule_lock_deadlock,
+    rule_wait_cycle,
     rule_io_wait,
     rule_cuda_graph_capture,
     rule_waiting_for_work,

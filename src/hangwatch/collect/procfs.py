@@ -221,6 +221,74 @@ def fd_target(pid: int, fd: int, root: Path = PROC) -> str | None:
         return None
 
 
+def thread_ids(pid: int, root: Path = PROC) -> list[int]:
+    """The process's threads (tids), main thread included; empty when it is gone."""
+    try:
+        return sorted(int(name) for name in os.listdir(f"{root}/{pid}/task") if name.isdigit())
+    except OSError:
+        return []
+
+
+def parse_syscall(text: str) -> tuple[int, tuple[int, ...]] | None:
+    """/proc/PID/task/TID/syscall: (number, six arguments) of the system call the thread is blocked
+    in; None when it runs (``running``) or is blocked outside a system call (``-1 ...``)."""
+    fields = text.split()
+    if not fields or not fields[0].lstrip("-").isdigit() or int(fields[0]) < 0:
+        return None
+    try:
+        return int(fields[0]), tuple(int(a, 16) for a in fields[1:7])
+    except ValueError:
+        return None
+
+
+def read_syscall(pid: int, tid: int, root: Path = PROC) -> tuple[int, tuple[int, ...]] | Denied | None:
+    """Where a thread waits in the kernel (needs ptrace access to the process, as py-spy does)."""
+    try:
+        return parse_syscall(_read(f"{root}/{pid}/task/{tid}/syscall").decode())
+    except PermissionError:
+        return Denied(f"/proc/{pid}/task/{tid}/syscall is not readable by uid {os.geteuid()}")
+    except OSError:
+        return None
+
+
+def fd_links(pid: int, root: Path = PROC) -> dict[int, str]:
+    """fd -> what it points to (``pipe:[12]``, ``socket:[34]``, ``anon_inode:[eventpoll]``, a path)."""
+    fd_dir = f"{root}/{pid}/fd"
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return {}
+    links = {}
+    for name in names:
+        try:
+            links[int(name)] = os.readlink(f"{fd_dir}/{name}")
+        except (OSError, ValueError):
+            continue
+    return links
+
+
+def parse_fdinfo(text: str) -> tuple[int | None, tuple[int, ...]]:
+    """/proc/PID/fdinfo/FD: (its open flags, the fds an epoll instance watches: its ``tfd:`` lines)."""
+    flags = None
+    watched = []
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key == "flags" and value.strip():
+            flags = int(value.strip(), 8)
+        elif key == "tfd":
+            first = value.split()
+            if first and first[0].isdigit():
+                watched.append(int(first[0]))
+    return flags, tuple(watched)
+
+
+def read_fdinfo(pid: int, fd: int, root: Path = PROC) -> tuple[int | None, tuple[int, ...]] | None:
+    try:
+        return parse_fdinfo(_read(f"{root}/{pid}/fdinfo/{fd}").decode())
+    except OSError:
+        return None
+
+
 def read_cgroup_path(pid: int, root: Path = PROC) -> str | None:
     """The cgroup v2 path of a process (the ``0::/path`` line)."""
     try:

@@ -1,4 +1,6 @@
-"""Listening TCP sockets from the kernel's sock_diag netlink interface.
+"""Sockets from the kernel's sock_diag netlink interface: listening TCP sockets, TCP connections with
+their tcp_info, and which Unix socket is connected to which (the peer of a socketpair or an accepted
+Unix connection: who can wake a process blocked reading one).
 
 /proc/net/tcp makes the kernel walk every socket hash bucket: 4 ms per read on a quiet machine
 here, which alone would be a third of the supervisor's budget at one tick a second. sock_diag
@@ -62,14 +64,19 @@ def inet_diag(
     each inet_diag_msg with its attributes (``ext`` asks for them: 1 << (INET_DIAG_INFO - 1) for
     tcp_info). ``ports``: only sockets with one of them at either end (port_filter). One netlink
     request; the kernel answers in tens of microseconds."""
+    body = _REQUEST.pack(family, socket.IPPROTO_TCP, ext, states, b"\0" * 48)
+    if ports is not None:
+        program = port_filter(ports)
+        if not program:
+            return []
+        body += _RTA.pack(_RTA.size + len(program), _INET_DIAG_REQ_BYTECODE) + program
+    return _dump_request(body)
+
+
+def _dump_request(body: bytes) -> list[tuple[bytes, int, int]]:
+    """Send one SOCK_DIAG_BY_FAMILY dump request; (buffer, start, end) of every message answered."""
     out: list[tuple[bytes, int, int]] = []
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG) as sock:
-        body = _REQUEST.pack(family, socket.IPPROTO_TCP, ext, states, b"\0" * 48)
-        if ports is not None:
-            program = port_filter(ports)
-            if not program:
-                return out
-            body += _RTA.pack(_RTA.size + len(program), _INET_DIAG_REQ_BYTECODE) + program
         header = _NLMSG_HEADER.pack(
             _NLMSG_HEADER.size + len(body), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST | _NLM_F_DUMP, 1, 0
         )
@@ -87,6 +94,39 @@ def inet_diag(
                     raise OSError("sock_diag returned an error")
                 out.append((data, offset + _NLMSG_HEADER.size, offset + length))
                 offset += (length + 3) & ~3
+
+
+# unix_diag_req: family, protocol, pad, states, ino, show, cookie[2]; unix_diag_msg: family, type,
+# state, pad, ino, cookie[2]; then attributes, UNIX_DIAG_PEER (2) being the peer's inode.
+_UNIX_REQUEST = struct.Struct("=BBHIIIII")
+_UNIX_MSG = struct.Struct("=BBBxIII")
+_UDIAG_SHOW_PEER = 0x4
+_UNIX_DIAG_PEER = 2
+_NO_COOKIE = 0xFFFFFFFF
+
+
+def unix_peers() -> dict[int, int]:
+    """socket inode -> the inode of the Unix socket it is connected to, for every connected Unix socket
+    of our network namespace. Empty where netlink is refused (then no Unix wait has a known waker)."""
+    body = _UNIX_REQUEST.pack(socket.AF_UNIX, 0, 0, 0xFFFFFFFF, 0, _UDIAG_SHOW_PEER, _NO_COOKIE, _NO_COOKIE)
+    try:
+        messages = _dump_request(body)
+    except OSError:
+        return {}
+    peers: dict[int, int] = {}
+    for data, start, end in messages:
+        inode = _UNIX_MSG.unpack_from(data, start)[3]
+        offset = start + _UNIX_MSG.size
+        while offset + _RTA.size <= end:
+            length, kind = _RTA.unpack_from(data, offset)
+            if length < _RTA.size:
+                break
+            if kind == _UNIX_DIAG_PEER and length >= _RTA.size + 4:
+                peer = struct.unpack_from("=I", data, offset + _RTA.size)[0]
+                if peer:
+                    peers[inode] = peer
+            offset += (length + 3) & ~3
+    return peers
 
 
 def _dump(family: int) -> dict[int, int]:

@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from hangwatch.collect import procfs
+from hangwatch.collect.kernelwaits import read_waits
+from hangwatch.collect.sockdiag import unix_peers
 from hangwatch.errors import PTRACE_HELP
 from hangwatch.model.samples import ENDED_STATES
 from hangwatch.model.samples import STOPPED_STATES
@@ -160,7 +162,13 @@ class StackDumper:
         parallel = MAX_PARALLEL if not want_native else max(1, os.cpu_count() or 1)
         with ThreadPoolExecutor(max_workers=min(len(processes), parallel)) as pool:
             results = list(pool.map(lambda p: self.dump(p, want_native), processes))
-        return StackSample(t, tuple(results), round(time.monotonic() - started, 4))
+        # Only the tree's own sockets: the host's every Unix connection would swell each report.
+        held = {inode for r in results if r.kernel is not None for inode in r.kernel.sockets}
+        peers = unix_peers() if self._root == procfs.PROC and held else {}
+        peers = {inode: peer for inode, peer in peers.items() if inode in held}
+        return StackSample(
+            t, tuple(results), round(time.monotonic() - started, 4), unix_peers=tuple(sorted(peers.items()))
+        )
 
     def dump(self, p: ProcessSample, native: bool) -> ProcessStacks:
         """One process: skip it when stopped, dump it, and make sure it is not left stopped."""
@@ -177,8 +185,16 @@ class StackDumper:
                 detail=f"stopped (state {before.state}): not dumped; a stopped process is evidence, "
                 "not an error",
             )
+        # Before the dump: py-spy interrupts the threads' system calls while it reads them.
+        kernel = read_waits(p.pid, self._root)
         if self.path is None:
-            return replace(base, outcome=DumpOutcome.NO_DUMPER, state=before.state, detail=self.unavailable)
+            return replace(
+                base,
+                outcome=DumpOutcome.NO_DUMPER,
+                state=before.state,
+                detail=self.unavailable,
+                kernel=kernel,
+            )
         env = procfs.read_environ(p.pid, frozenset({"WORLD_SIZE"}), self._root)
         world = int(env["WORLD_SIZE"]) if env.get("WORLD_SIZE", "").isdigit() else None
         use_native = native and before.identity not in self._python_only
@@ -200,7 +216,9 @@ class StackDumper:
             self._resume(p.pid)
             resumed = True
         cpu = after.cpu_s if after is not None else before.cpu_s
-        return replace(result, state=before.state, cpu_s=cpu, world_size=world, resumed=resumed)
+        return replace(
+            result, state=before.state, cpu_s=cpu, world_size=world, resumed=resumed, kernel=kernel
+        )
 
     def _dump_once(self, base: ProcessStacks, native: bool) -> ProcessStacks:
         assert self.path is not None

@@ -17,6 +17,8 @@ from enum import StrEnum
 from typing import Any
 from typing import TypeVar
 
+from hangwatch.model.kernelwaits import ProcessWaits
+
 
 class DumpOutcome(StrEnum):
     OK = "ok"
@@ -151,6 +153,7 @@ class ProcessStacks:
     elapsed_s: float = 0.0  # how long the dumper ran for this process
     detail: str | None = None  # why it failed, and how to fix it
     resumed: bool = False  # the dump left it stopped, and hangwatch sent SIGCONT
+    kernel: ProcessWaits | None = None  # where each thread waits in the kernel, read just before the dump
 
     @property
     def main_thread(self) -> ThreadStack | None:
@@ -192,6 +195,8 @@ class StackSample:
     elapsed_s: float  # wall time of the whole round
     gpus: tuple[GpuActivity, ...] = ()
     gpm_unavailable: str | None = None
+    # socket inode -> the Unix socket it is connected to (sock_diag), for who can wake a reader of one
+    unix_peers: tuple[tuple[int, int], ...] = ()
 
     def process(self, pid: int) -> ProcessStacks | None:
         for p in self.processes:

@@ -51,6 +51,9 @@ class Cause(StrEnum):
     CUDA_GRAPH_CAPTURE = "cuda-graph-capture"
     COMPILE_STALL = "compile-stall"
     LOCK_DEADLOCK = "lock-deadlock"
+    # Processes each blocked until another of them acts (a pipe only the other writes, a child's exit),
+    # none able to: the kernel's wait-for graph closes on itself (analyse/waitgraph.py).
+    WAIT_CYCLE = "wait-cycle"
     GPU_SPIN = "gpu-spin"
     IO_WAIT = "io-wait"
     STOPPED = "stopped"

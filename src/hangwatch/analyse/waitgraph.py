@@ -1,0 +1,200 @@
+"""Who waits for whom, from the kernel: the wait-for graph of the tree, and the waits nothing can end.
+
+Each process blocked in the kernel waits for someone: a reader of a pipe for the processes holding its
+write end, a reader of a connected Unix socket for the holders of its peer, a parent in ``wait4`` for its
+children, a thread in a private futex for another thread of its own process. A process whose every
+thread waits like that, the same way in two captures with no CPU spent between them, is *stuck*; the
+tree is *closed* when every live member is stuck and each waits only for members that are stuck too:
+nothing inside the tree can end the wait, and nothing outside can either (no socket to the outside, no
+timeout, no shared futex, no fd the kernel does not show us). Frame names play no part.
+
+Who is to blame inside a closed tree: a parent that only waits for its children waits for them, not the
+other way round, so it is left out; of the rest, the processes in a cycle the others' waits lead to (a
+bottom strongly connected component: A reads what only B writes, B what only A writes), or a process
+that waits only for its own threads (a lock or Event no thread of it will release) with the others
+waiting on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hangwatch.model.kernelwaits import ProcessWaits
+from hangwatch.model.kernelwaits import Waker
+from hangwatch.model.stacks import StackSample
+
+OUTSIDE = -1  # a waker the kernel does not name, or one outside the tree
+STILL_CPU_S = 0.05  # CPU seconds a blocked process may show between two captures (accounting noise)
+
+
+@dataclass(frozen=True)
+class WaitGraph:
+    """The tree's wait-for graph at the latest capture, where every member's waits could be read."""
+
+    waits_for: tuple[tuple[int, frozenset[int]], ...]  # pid -> the pids that could end its wait
+    stuck: frozenset[int]  # blocked untimed, unchanged over two captures
+    closed: bool  # every live member stuck, each waiting only on stuck members
+    culprits: tuple[int, ...]  # inside a closed tree: the cycle, or the process waiting on itself
+    joiners: frozenset[int]  # stuck processes that only wait for their children
+    detail: tuple[tuple[int, str], ...] = ()  # pid -> what it waits on, in words
+
+    def wakers(self, pid: int) -> frozenset[int]:
+        return dict(self.waits_for).get(pid, frozenset({OUTSIDE}))
+
+    def describe(self, pid: int) -> str:
+        return dict(self.detail).get(pid, "")
+
+
+def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> WaitGraph | None:
+    """The graph from the last two captures; None unless every process in them has readable waits."""
+    if len(samples) < 2:
+        return None
+    before, last = samples[-2], samples[-1]
+    live = [p for p in last.processes if p.state not in ("Z", "X", "gone", "")]
+    if not live or any(p.kernel is None for p in live):
+        return None
+    waits = {p.pid: p.kernel for p in live if p.kernel is not None}
+    earlier = {p.pid: p for p in before.processes}
+    peers = dict(last.unix_peers)
+    pipe_writers: dict[str, set[int]] = {}
+    socket_holders: dict[int, set[int]] = {}
+    for pid, w in waits.items():
+        for pipe in w.writes:
+            pipe_writers.setdefault(pipe, set()).add(pid)
+        for inode in w.sockets:
+            socket_holders.setdefault(inode, set()).add(pid)
+    children: dict[int, set[int]] = {}
+    for child, parent in parents.items():
+        if child in waits:
+            children.setdefault(parent, set()).add(child)
+
+    stuck: set[int] = set()
+    waits_for: dict[int, frozenset[int]] = {}
+    detail: dict[int, str] = {}
+    joiners: set[int] = set()
+    for p in live:
+        w = waits[p.pid]
+        old = earlier.get(p.pid)
+        same = (
+            old is not None
+            and old.kernel is not None
+            and old.kernel.key() == w.key()
+            and p.cpu_s is not None
+            and old.cpu_s is not None
+            and p.cpu_s - old.cpu_s <= STILL_CPU_S
+        )
+        if same and w.untimed():
+            stuck.add(p.pid)
+        wakers, words = _wakers(w, pipe_writers, socket_holders, peers, children)
+        waits_for[p.pid] = frozenset(wakers)
+        detail[p.pid] = words
+        calls = {t.waker for t in w.threads}
+        if Waker.CHILDREN in calls and calls <= {Waker.CHILDREN, Waker.ITSELF}:
+            joiners.add(p.pid)
+
+    members = {p.pid for p in live}
+    closed = stuck == members and all(waits_for[pid] <= members for pid in members)
+    culprits = _culprits(waits_for, members - joiners) if closed else ()
+    return WaitGraph(
+        tuple(sorted(waits_for.items())),
+        frozenset(stuck),
+        closed,
+        culprits,
+        frozenset(joiners & stuck),
+        tuple(sorted(detail.items())),
+    )
+
+
+def _wakers(
+    w: ProcessWaits,
+    pipe_writers: Mapping[str, set[int]],
+    socket_holders: Mapping[int, set[int]],
+    peers: Mapping[int, int],
+    children: Mapping[int, set[int]],
+) -> tuple[set[int], str]:
+    """Who could end any of its threads' waits (OUTSIDE for anyone we cannot name), and in words."""
+    wakers: set[int] = set()
+    words: list[str] = []
+    for t in w.threads:
+        if t.waker is Waker.OBJECTS:
+            for obj in t.on:
+                if obj.startswith("pipe:"):
+                    holders = pipe_writers.get(obj, set()) - {w.pid}
+                    words.append(f"{t.call} of {obj}")
+                else:
+                    inode = int(obj[8:-1])
+                    peer = peers.get(inode)
+                    holders = (socket_holders.get(peer, set()) if peer is not None else set()) - {w.pid}
+                    if peer is not None and w.pid in socket_holders.get(peer, set()) and not holders:
+                        continue  # its own socketpair: one of its threads would write it
+                    words.append(f"{t.call} of a Unix socket" if peer is not None else f"{t.call} of {obj}")
+                wakers |= holders or {OUTSIDE}
+        elif t.waker is Waker.CHILDREN:
+            mine = children.get(w.pid, set()) if t.child in (None, -1) else {t.child}
+            wakers |= mine or {OUTSIDE}
+            words.append("wait4 for its children" if t.child in (None, -1) else f"wait4 for child {t.child}")
+        elif t.waker is Waker.ANYONE:
+            wakers.add(OUTSIDE)
+            words.append(t.call)
+    return wakers, ", ".join(dict.fromkeys(words))
+
+
+def _culprits(waits_for: Mapping[int, frozenset[int]], candidates: set[int]) -> tuple[int, ...]:
+    """The bottom strongly connected components of the graph among ``candidates``: the waits every
+    other wait leads to. A single process there waits on nothing but its own threads."""
+    graph = {pid: {q for q in waits_for.get(pid, frozenset()) if q in candidates} for pid in candidates}
+    components = _components(graph)
+    index = {pid: i for i, comp in enumerate(components) for pid in comp}
+    bottom = [
+        comp for i, comp in enumerate(components) if all(index[q] == i for pid in comp for q in graph[pid])
+    ]
+    return tuple(sorted(pid for comp in bottom for pid in comp))
+
+
+def _components(graph: Mapping[int, set[int]]) -> list[set[int]]:
+    """Tarjan's strongly connected components, iteratively (a tree of thousands of ranks is no stack)."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on_stack: set[int] = set()
+    stack: list[int] = []
+    out: list[set[int]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            advanced = False
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    advanced = True
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp: set[int] = set()
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    comp.add(top)
+                    if top == node:
+                        break
+                out.append(comp)
+    return out

@@ -1,0 +1,63 @@
+"""Waits nothing can end, found from the kernel's wait-for graph whatever the frames are called
+(tests/programs/wait_cycle.py): a pipe cycle and a socketpair cycle between two workers, a worker waiting
+on its own Event, all with a parent joining them; and a timed poll loop, which is never proven closed."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from hwrun import assert_all_gone
+from hwrun import program
+from proc_helpers import spawn
+from proc_helpers import wait_for_file
+
+pytestmark = pytest.mark.timeout(150)
+
+
+def _culprit_names(out) -> list[str]:  # type: ignore[no-untyped-def]
+    names = {p["pid"]: p["name"] for p in out.report["processes"]}
+    return sorted(names.get(pid, "?") for pid in out.verdict["culprits"])
+
+
+@pytest.mark.parametrize("mode", ["pipe", "socketpair"])
+def test_two_workers_each_reading_what_only_the_other_writes_are_a_closed_wait_cycle(hw, tmp_path, mode):
+    out = hw(
+        "run", "--quiet", "--stall-after", "90", "--",
+        *program("wait_cycle", "--mode", mode, "--ready-file", str(tmp_path / "r")),
+    )  # fmt: skip
+    v = out.verdict
+    assert (v["state"], v["cause"]) == ("stalled", "wait-cycle"), v
+    # The two workers, not their parent joining them (its wait is for their exit).
+    assert _culprit_names(out) == ["waiter-A", "waiter-B"], v
+    assert "not waiting out" in v["summary"], v
+    assert out.report["duration_s"] <= 25, v["summary"]
+    assert_all_gone(out.report)
+
+
+def test_a_worker_waiting_on_its_own_event_is_the_one_its_parent_waits_for(hw, tmp_path):
+    ready = tmp_path / "ready"
+    with spawn(
+        program("wait_cycle", "--mode", "self", "--ready-file", str(ready)), stdout=subprocess.DEVNULL
+    ) as p:
+        wait_for_file(ready, 30, p)
+        out = hw("attach", "--pid", str(p.pid), "--window", "90", "--quiet")
+    v = out.verdict
+    assert (v["state"], v["cause"]) == ("stalled", "wait-cycle"), v
+    assert _culprit_names(out) == ["waiter-A"], v
+    assert out.report["duration_s"] <= 25, v["summary"]
+
+
+def test_a_poll_loop_with_a_timeout_is_not_proven_closed_and_its_joining_parent_is_not_blamed(hw, tmp_path):
+    out = hw(
+        "run", "--quiet", "--stall-after", "20", "--",
+        *program("wait_cycle", "--mode", "timed", "--ready-file", str(tmp_path / "r")),
+    )  # fmt: skip
+    v = out.verdict
+    assert v["state"] == "stalled" and v["cause"] != "wait-cycle", v
+    assert "not waiting out" not in v["summary"], v
+    launcher = [p["pid"] for p in out.report["processes"] if p["role"] == "main"]
+    assert launcher and not set(launcher) & set(v["culprits"]), v
+    assert out.report["duration_s"] >= 20, v["summary"]
+    assert_all_gone(out.report)

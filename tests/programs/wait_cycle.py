@@ -1,0 +1,80 @@
+"""Processes that wait for each other in the kernel, with frames that name no lock and no collective.
+
+``--mode pipe``: workers ``waiter-A`` and ``waiter-B`` each ``recv()`` first on a one-way pipe that only
+the other writes (``multiprocessing.Pipe(duplex=False)``: ``os.pipe``), then would send: both block in
+``read`` forever. ``--mode socketpair``: the same over a duplex pipe (a Unix socketpair), each with an
+extra thread parked on an Event of its own. ``--mode self``: one worker waits on a ``threading.Event``
+nobody sets (a private futex: only its own threads could wake it). ``--mode timed``: one worker polls
+its pipe with a 0.5 s timeout in a loop, for a message that never comes: a wait that ends by itself
+every half second, which nothing proves closed.
+
+The launcher ``join()``s its workers (``wait4``) and writes ``--ready-file`` once each has said it is
+about to wait.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import threading
+from multiprocessing.connection import Connection
+
+from _util import add_ready_file_arg
+from _util import die_with_parent
+from _util import log
+from _util import set_title
+from _util import write_ready
+
+
+def worker(name: str, mode: str, inbox: Connection | None, outbox: Connection | None, up: Connection) -> None:
+    set_title(f"waiter-{name}")
+    die_with_parent()
+    if mode == "socketpair":
+        threading.Thread(target=threading.Event().wait, name="idle", daemon=True).start()
+    up.send(name)
+    up.close()
+    if mode == "self":
+        threading.Event().wait()
+    elif mode == "timed":
+        assert inbox is not None
+        while not inbox.poll(0.5):
+            pass
+    else:
+        assert inbox is not None and outbox is not None
+        inbox.recv()  # the other one sends only after its own recv: never
+        outbox.send("done")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mode", choices=("pipe", "socketpair", "self", "timed"), required=True)
+    add_ready_file_arg(parser)
+    args = parser.parse_args()
+    ctx = mp.get_context("spawn")
+    up_r, up_w = ctx.Pipe(duplex=False)
+    if args.mode == "pipe":
+        a_in, b_out = ctx.Pipe(duplex=False)
+        b_in, a_out = ctx.Pipe(duplex=False)
+        plans = [("A", a_in, a_out), ("B", b_in, b_out)]
+    elif args.mode == "socketpair":
+        a, b = ctx.Pipe(duplex=True)
+        plans = [("A", a, a), ("B", b, b)]
+    else:
+        never, _keep = ctx.Pipe(duplex=False)
+        plans = [("A", never, None)]
+    procs = [
+        ctx.Process(target=worker, args=(n, args.mode, i, o, up_w), name=f"waiter-{n}") for n, i, o in plans
+    ]
+    for proc in procs:
+        proc.start()
+    up_w.close()
+    names = [up_r.recv() for _ in procs]
+    up_r.close()
+    log(f"launcher: {', '.join(names)} waiting ({args.mode})")
+    write_ready(args.ready_file)
+    for proc in procs:
+        proc.join()
+
+
+if __name__ == "__main__":
+    main()
