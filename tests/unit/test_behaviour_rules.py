@@ -286,6 +286,29 @@ def test_with_no_majority_the_rank_whose_log_stopped_earlier_is_the_odd_one_out(
     assert d.culprits == (11,) and "odd one out" in d.explanation
 
 
+def test_with_no_majority_a_rank_spinning_in_place_while_its_peer_waits_for_messages_is_the_culprit():
+    """vllm-tp2-TP1-kv_alloc-spin-run (2026-12-02): TP1 busy in a loop of its own, TP0 done with its KV
+    cache and polling its ZeroMQ sockets for the next command. The spinner is not waiting for the poller."""
+    spin = thread(
+        py("initialize_kv_cache", 40, "cpu_model_runner.py"), py("fire", 90, "faults.py"), active=True
+    )
+    poll = thread(
+        py("worker_busy_loop", 5, "multiproc_executor.py"),
+        py("poll", 106, "zmq/sugar/poll.py"),
+        native("poll"),
+        active=False,
+    )
+    samples = [_sample(t, (10, "W_TP0", poll, 5.0), (11, "W_TP1", spin, 5.0 + t)) for t in (3.0, 5.0, 7.0)]
+    d = classify(stack_context(samples))
+    assert d.culprits == (11,) and "spins in place" in d.explanation, d
+    # The same spinner against a peer stuck outside any receive (a Python Event): the spinner spin-waits
+    # for it, as rank 0 does in a collective its peer never joins.
+    stuck = thread(py("load_weights", 80, "loader.py"), py("Event.wait", 600, "threading.py"), active=False)
+    samples = [_sample(t, (10, "W_TP0", stuck, 5.0), (11, "W_TP1", spin, 5.0 + t)) for t in (3.0, 5.0, 7.0)]
+    d = classify(stack_context(samples))
+    assert d.culprits == (10,) and "odd one out" in d.explanation, d
+
+
 def test_ranks_waiting_alike_for_their_stuck_driver_name_the_driver():
     rank = thread(py("worker_busy_loop", 5, "executor.py"), py("acquire_read", 40, "mq.py"), active=False)
     core = thread(

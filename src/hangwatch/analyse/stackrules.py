@@ -553,10 +553,25 @@ def rule_odd_one_out(ctx: StackContext) -> Diagnosis | None:
         odd = [v for v in peers if v.pid in behind]
         waiting = [v for v in peers if v.pid not in behind]
     else:
-        waiting = [v for v in peers if v.spinning]
-        odd = [v for v in peers if not v.spinning]
-        if not waiting or not odd:
+        spinners = [v for v in peers if v.spinning]
+        sleepers = [v for v in peers if not v.spinning]
+        if not spinners or not sleepers:
             return None
+        if all(_receiving(v) or (ctx.waits is not None and v.pid in ctx.waits.receivers) for v in sleepers):
+            # The sleepers wait for a message (a receive, a poll of their sockets): they wait for the
+            # spinners, which are stuck in a loop of their own (vllm-tp2-TP1-kv_alloc-spin-run: TP1
+            # busy in place, TP0 done and polling its ZeroMQ sockets for the next command). Not a
+            # collective: nothing says the spinners wait for anyone.
+            where = "; ".join(f"{v.label} in {_where(v)}" for v in spinners[:4])
+            cores = sum(v.cpu_cores or 0 for v in spinners)
+            text = (
+                f"{ctx.label(v.pid for v in spinners)} spin{'s' if len(spinners) == 1 else ''} in place "
+                f"at {cores:.0%} of a core, code unchanged over {ctx.span_s:.0f} s ({where}), while "
+                f"{_waiting_in(ctx, sleepers)} for messages: they wait for it"
+            )
+            return Diagnosis(Cause.UNKNOWN, tuple(v.pid for v in spinners), text, Confidence.MEDIUM)
+        # A sleeper stuck elsewhere (a lock, an Event, a native call): the spinners spin-wait for it.
+        waiting, odd = spinners, sleepers
     spin = [v for v in waiting if v.spinning]
     how = f"spin in place at {sum(v.cpu_cores or 0 for v in spin):.0%} of a core" if spin else "wait"
     where = "; ".join(f"{v.label} in {_where(v)}" for v in odd[:4])

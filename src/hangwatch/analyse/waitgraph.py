@@ -26,7 +26,22 @@ from hangwatch.model.kernelwaits import Waker
 from hangwatch.model.stacks import StackSample
 
 OUTSIDE = -1  # a waker the kernel does not name, or one outside the tree
-STILL_CPU_S = 0.05  # CPU seconds a blocked process may show between two captures (accounting noise)
+STILL_CPU_S = 0.05
+_RECEIVES = frozenset(
+    {
+        "read",
+        "readv",
+        "recvfrom",
+        "recvmsg",
+        "poll",
+        "ppoll",
+        "select",
+        "pselect6",
+        "epoll_wait",
+        "epoll_pwait",
+    }
+    | {"epoll_pwait2"}
+)  # CPU seconds a blocked process may show between two captures (accounting noise)
 
 
 @dataclass(frozen=True)
@@ -39,6 +54,9 @@ class WaitGraph:
     culprits: tuple[int, ...]  # inside a closed tree: the cycle, or the process waiting on itself
     joiners: frozenset[int]  # stuck processes that only wait for their children
     detail: tuple[tuple[int, str], ...] = ()  # pid -> what it waits on, in words
+    # Processes whose main thread is blocked waiting for input on fds (a read, a receive, a poll): they
+    # wait for a message, whoever is to send it.
+    receivers: frozenset[int] = frozenset()
 
     def wakers(self, pid: int) -> frozenset[int]:
         return dict(self.waits_for).get(pid, frozenset({OUTSIDE}))
@@ -74,6 +92,7 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
     waits_for: dict[int, frozenset[int]] = {}
     detail: dict[int, str] = {}
     joiners: set[int] = set()
+    receivers: set[int] = set()
     for p in live:
         w = waits[p.pid]
         old = earlier.get(p.pid)
@@ -90,6 +109,9 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
         wakers, words = _wakers(w, pipe_writers, socket_holders, peers, children)
         waits_for[p.pid] = frozenset(wakers)
         detail[p.pid] = words
+        main = next((t for t in w.threads if t.tid == p.pid), None)
+        if main is not None and main.call in _RECEIVES:
+            receivers.add(p.pid)
         calls = {t.waker for t in w.threads}
         if Waker.CHILDREN in calls and calls <= {Waker.CHILDREN, Waker.ITSELF}:
             joiners.add(p.pid)
@@ -104,6 +126,7 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
         culprits,
         frozenset(joiners & stuck),
         tuple(sorted(detail.items())),
+        frozenset(receivers),
     )
 
 
