@@ -311,7 +311,19 @@ def rule_collective_wait(ctx: StackContext) -> Diagnosis | None:
         # broadcast every turn. No wait to name, whoever is elsewhere at the moment of the captures.
         return None
     in_collective = {v.pid for v in waiting}
-    elsewhere = [v for v in peers if v.pid not in in_collective]
+    launchers = _ancestors(ctx, in_collective)
+    ranked = any(v.peer for v in ctx.views)
+    elsewhere = [
+        v
+        for v in peers
+        if v.pid not in in_collective
+        # The process that started the ranks is their launcher, not a rank that never came; and where
+        # nothing names the ranks (every process counts), a helper waiting for messages (a resource
+        # tracker reading its pipe) is not one either (a p2p deadlock under torch.multiprocessing.spawn
+        # blamed its launcher and tracker, 2026-12-02).
+        and v.pid not in launchers
+        and (ranked or not (_receiving(v) or (ctx.waits is not None and v.pid in ctx.waits.receivers)))
+    ]
     unread = [v for v in ctx.peers if v.outcome in _UNREAD]
     if unread and not elsewhere:
         # The ranks we could not read are the only candidates for "elsewhere".
@@ -349,6 +361,19 @@ def rule_collective_wait(ctx: StackContext) -> Diagnosis | None:
         )
     closed = not outside and ctx.all_blocked()
     return Diagnosis(Cause.COLLECTIVE_WAIT, culprits, text, ctx.confidence(*culprits), closed=closed)
+
+
+def _ancestors(ctx: StackContext, pids: set[int]) -> set[int]:
+    parent_of = dict(ctx.parents)
+    out: set[int] = set()
+    for pid in pids:
+        seen = 0
+        parent = parent_of.get(pid)
+        while parent is not None and parent not in out and seen < 64:
+            out.add(parent)
+            parent = parent_of.get(parent)
+            seen += 1
+    return out - pids
 
 
 def rule_rendezvous_wait(ctx: StackContext) -> Diagnosis | None:
