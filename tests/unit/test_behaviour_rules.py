@@ -469,6 +469,31 @@ def test_children_killed_together_by_the_process_that_then_logs_the_exception_ar
     assert d.cause is Cause.DEAD_PEER, d
 
 
+def test_a_peers_exception_just_before_a_lone_ranks_death_notice_is_the_peer_noticing_it():
+    """vllm-tp2-TP0-serving-sigkill-run (2026-12-02): TP1 logged "Connection reset by peer" 78 ms before
+    TP0's end was noticed (its parent reaped it: vanished); TP1 lived 5 s more, then the tree ended."""
+    tp0 = exit_(8380, 90.756, how=ExitHow.VANISHED, rank="TP0")
+    tp1 = exit_(8381, 95.911, sig=signal.SIGTERM, rank="TP1")
+    findings = [
+        exc(
+            90.678,
+            "(Worker_TP1 pid=8381) ERROR RuntimeError: ... Connection reset by peer.",
+            pid=8381,
+            rank="TP1",
+        )
+    ]
+    d = causes.diagnose_crash([tp0, tp1], findings, root_pids={1})
+    assert d.cause is Cause.DEAD_PEER and d.culprits[:1] == (8380,), d
+    # The same exception 0.5 s before: it came first, whoever died after it.
+    early = [replace(findings[0], t=90.2)]
+    d = causes.diagnose_crash([tp0, tp1], early, root_pids={1})
+    assert d.cause is Cause.EXCEPTION and d.culprits == (8381,), d
+    # The writer dying with the first (a tear-down of both): the exception is the fault.
+    both = [tp0, replace(tp1, t=90.80)]
+    d = causes.diagnose_crash(both, findings, root_pids={1})
+    assert d.cause is Cause.EXCEPTION, d
+
+
 def test_an_exception_57_ms_after_a_lone_kill_is_its_consequence():
     """sglang-tp2-TP1-weights-sigkill-attach (2026-12-02): TP1 SIGKILLed, its child 11 ms later, TP0's
     barrier failed 57 ms after the kill and TP0 raised; its launcher then killed the rest."""
@@ -642,3 +667,40 @@ def test_a_connection_from_a_process_of_the_tree_is_not_a_client_waiting():
     assert outside is not None and len(outside.unanswered) == 1  # a client's request, for all we knew
     assert inside is not None and inside.unanswered == () and inside.theirs == ()
     assert [c.internal for c in inside.connections] == [True]
+
+
+def _ranked(pid: int, rank: str | None, cpu: float = 0.5) -> ProcessSample:
+    return replace(proc(pid, cpu), rank=rank, role="Worker" if rank else None)
+
+
+def _run_after_a_rank_dies(replacement: bool) -> tuple[object, float]:
+    """TP0 SIGKILLed at 5 s; TP1 compiles on, a compiler helper starting every tick, log lines flowing
+    (vllm-tp2-TP0-compile-sigkill-run); with ``replacement`` a new TP0 appears at 7 s."""
+    from hangwatch.model.samples import LogSample
+
+    a = Assessor(engines.by_name("vllm"), Policy(stall_after=30.0), root_pids={1})
+    alive = [proc(1), _ranked(10, "TP0"), _ranked(11, "TP1")]
+    for t in range(5):
+        assert a.observe(Tick(float(t), tuple(alive), log=LogSample(new_lines=2))) is None
+    death = (exit_(10, 5.0, sig=signal.SIGKILL, rank="TP0"),)
+    verdict = None
+    t = 5.0
+    while verdict is None and t < 25:
+        now = [proc(1), _ranked(11, "TP1"), _ranked(100 + int(t), None)]  # a new g++ each tick
+        if replacement and t >= 7:
+            now.append(_ranked(50, "TP0"))
+        verdict = a.observe(Tick(t, tuple(now), exits=death if t == 5.0 else (), log=LogSample(new_lines=2)))
+        t += 1.0
+    return verdict, t
+
+
+def test_a_dead_rank_stays_the_cause_while_the_others_work_on_and_helpers_start():
+    verdict, t = _run_after_a_rank_dies(replacement=False)
+    assert verdict is not None and verdict.state is State.CRASHED, verdict
+    assert verdict.cause is Cause.DEAD_PEER and verdict.culprits == (10,), verdict
+    assert t <= 5.0 + 7.0, t  # the grace after the death, not the engine's reaction seconds later
+
+
+def test_a_dead_rank_replaced_by_a_new_process_of_its_rank_is_carried_on_from():
+    verdict, _ = _run_after_a_rank_dies(replacement=True)
+    assert verdict is None, verdict

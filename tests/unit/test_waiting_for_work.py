@@ -125,3 +125,15 @@ def test_a_moving_group_with_requests_waiting_is_not_called_idle_nor_lost():
     found = classify(stack_context(_samples(), _flowing_ticks((TP0, TP1), waiting)))
     assert found.cause is not Cause.IDLE, found.explanation
     assert "lost" not in found.explanation, found.explanation
+
+
+def test_before_the_server_was_ever_ready_the_group_waiting_for_input_waits_for_its_feeder():
+    # vllm-tp2-TP1-compile-raise-run (2026-12-02): the same shape during start-up, TP1 back in its poll
+    # after an exception: no input is due to a server that never was ready, so it is no idleness.
+    samples = _samples()
+    idle = classify(stack_context(samples))
+    booting = classify(replace(stack_context(samples), before_ready=True))
+    assert idle.cause is Cause.IDLE
+    assert booting.cause is Cause.UNKNOWN and booting.culprits and "never ready" in booting.explanation
+    labels = {v.pid: v.label for v in stack_context(samples).views}
+    assert [labels[pid] for pid in booting.culprits] == ["TP0"], booting  # TP0 feeds; TP1 waits in it

@@ -101,6 +101,8 @@ class Assessor:
         self._last_waiting_line: str | None = None
         self.findings: list[LogFinding] = []
         self.failures: list[ExitRecord] = []
+        # When each process with a role or rank was first seen, and as what: who could replace a dead one.
+        self._born: dict[int, tuple[float, str | None, str | None]] = {}
         self.exits: list[ExitRecord] = []
         self.ready_at: float | None = None
         self.now = 0.0
@@ -160,6 +162,9 @@ class Assessor:
         if self.serving:
             self.serving_watch.observe(tick)
         self.exits.extend(tick.exits)
+        for p in tick.processes:
+            if p.pid not in self._born and (p.rank is not None or p.role is not None):
+                self._born[p.pid] = (tick.t, p.role, p.rank)
         for e in tick.exits:
             # While serving, a rank that ends is never normal, even when its status could not be read.
             unseen_rank = (
@@ -376,7 +381,11 @@ class Assessor:
             return self._crashed(tick)
         if self.failures and self.last_progress_t() > self.failures[-1].t + DEAD_PEER_GRACE_S:
             # The tree carried on after that death (a helper, or the engine restarted it): note it only.
-            self.failures.clear()
+            # Not a rank's death: its peers need it, and the others' work since (a compile going on, its
+            # helpers starting) does not bring it back; only a process in its place does
+            # (vllm-tp2-TP0-compile-sigkill-run: TP0 killed, TP1's torch.compile carried on 9 s, and the
+            # engine core's exception was then taken for the cause).
+            self.failures = [f for f in self.failures if f.rank is not None and not self._replaced(f)]
         if not self.serving and not settled:
             ready = self._readiness(tick)
             if ready is not None:
@@ -450,7 +459,21 @@ class Assessor:
         first = min(f.t for f in decisive)
         if now - first < DEAD_PEER_GRACE_S:
             return False
+        ranks = [f for f in decisive if f.rank is not None]
+        if ranks:
+            # A dead rank is replaced by a process of its rank, not by any process that starts (a
+            # compiler, a compile worker of another rank).
+            return not all(self._replaced(f) for f in ranks)
         return self.clock.last_of(SignalKind.PROCESS) <= first
+
+    def _replaced(self, dead: ExitRecord) -> bool:
+        """A process of the same rank (or, for one without a rank, the same role) appeared after it ended."""
+        return any(
+            t > dead.t
+            and pid != dead.pid
+            and ((dead.rank is not None and rank == dead.rank) or (dead.rank is None and role == dead.role))
+            for pid, (t, role, rank) in self._born.items()
+        )
 
     def _readiness(self, tick: Tick) -> str | None:
         for probe in tick.probes:
@@ -498,10 +521,16 @@ class Assessor:
         window = self.window()
         diagnosis = closed
         if diagnosis is None and self.stacks is not None:
-            diagnosis = self.stacks.diagnose(window, self.laggards(tick))
+            # Before the server was ever ready no input is due: a group waiting for it is stuck, not idle.
+            before_ready = self.policy.has_readiness and self.ready_at is None
+            diagnosis = self.stacks.diagnose(window, self.laggards(tick), before_ready=before_ready)
         if diagnosis is None or diagnosis.cause is Cause.UNKNOWN:
             basic = causes.diagnose_stall(window, self.findings)
-            if diagnosis is None or basic.cause is not Cause.UNKNOWN:
+            # The process state or the log's word, unless the stacks named whom the others wait for and
+            # the log names no one (the culprit's own exception is then found below).
+            if diagnosis is None or (
+                basic.cause is not Cause.UNKNOWN and (basic.culprits or not diagnosis.culprits)
+            ):
                 diagnosis = basic
         raised = self._culprit_raised(tick, diagnosis)
         if raised is not None:

@@ -182,6 +182,9 @@ TEAR_DOWN_S = 1.0
 AROUND_S = 0.045
 # A rank that died this long before every other rank was killed on its own, not by a tear-down.
 LONE_RANK_S = 0.1
+# A killed process's sockets close before its exit is noticed: a peer's exception this long before a
+# rank's death notice can be the peer noticing it (78 ms in vllm-tp2-TP0-serving-sigkill-run).
+NOTICE_LAG_S = 0.3
 # Deaths this close together were one act (one process killing its children in a loop: 12 ms for two).
 TOGETHER_S = 0.05
 # A member that ended with its status unread this long before the first failure may be where it began.
@@ -237,7 +240,11 @@ def diagnose_crash(
         line = by_cause[Cause.PORT_IN_USE].line[:200]
         return Diagnosis(Cause.PORT_IN_USE, culprits, f"{_death(first)}: {line}")
     exceptions = sorted((f for f in findings if f.cause is Cause.EXCEPTION), key=lambda f: f.t)
-    raised_first = bool(exceptions) and exceptions[0].t < first.t - SIMULTANEOUS_S
+    raised_first = (
+        bool(exceptions)
+        and exceptions[0].t < first.t - SIMULTANEOUS_S
+        and not _noticed_before_its_end(first, ordered, exceptions)
+    )
     if (
         not raised_first
         and exceptions
@@ -328,6 +335,27 @@ def _rank_died_alone(
         return False
     others = [e.t for e in ordered if e.rank is not None and e.rank != first.rank and e.pid != first.pid]
     return bool(others) and min(others) - first.t >= LONE_RANK_S
+
+
+def _noticed_before_its_end(
+    first: ExitRecord, ordered: Sequence[ExitRecord], exceptions: Sequence[LogFinding]
+) -> bool:
+    """A rank ended alone without a word, and the exception just before its death notice is a peer's
+    that lives on: the peer saw its sockets close, which happens before a killed process's exit ends.
+
+    vllm-tp2-TP0-serving-sigkill-run (2026-12-02): TP1 logged "Connection reset by peer" 78 ms before
+    TP0's end was noticed; TP1 lived 5 s more. A raiser's tear-down kills the raiser with the rest, or
+    the raiser is the one that ends."""
+    if first.rank is None or not (first.signal is not None or first.how is ExitHow.VANISHED):
+        return False
+    lead = [f for f in exceptions if first.t - NOTICE_LAG_S <= f.t < first.t]
+    if not lead or len(lead) != len([f for f in exceptions if f.t < first.t]):
+        return False  # an exception long before the death: it came first
+    writers = {f.rank or (str(f.pid) if f.pid is not None else None) for f in lead}
+    if None in writers or first.rank in writers or str(first.pid) in writers:
+        return False
+    others = [e.t for e in ordered if e.pid != first.pid]
+    return all(t - first.t >= LONE_RANK_S for t in others)
 
 
 def _killed_by_writer(

@@ -51,6 +51,9 @@ class StackContext:
     connections_read: bool = False
     # Who waits for whom in the kernel, where every member's waits could be read (analyse/waitgraph.py).
     waits: WaitGraph | None = None
+    # A server that was never ready: nothing outside is due to send it input, so waiting for some is
+    # no idleness (the assessor knows; `hangwatch stacks` does not, and says idle).
+    before_ready: bool = False
 
     @property
     def peers(self) -> tuple[ProcessView, ...]:

@@ -283,6 +283,12 @@ def rule_waiting_for_work(ctx: StackContext) -> Diagnosis | None:
         )
         return Diagnosis(Cause.UNKNOWN, (), text, Confidence.LOW, evidence=ctx.requests_waiting)
     rest = f"; {_waiting_in(ctx, others)} for messages" if others else ""
+    if ctx.before_ready:
+        # vllm-tp2-TP1-compile-raise-run (2026-12-02): TP1 raised in its compile RPC, logged it and went
+        # back to polling for the next; TP0 waited in the collective TP1 left. No input is due before
+        # the server is ready: the ranks waiting for input are the ones the others wait for.
+        text = f"{group}{rest}; the server was never ready, so no input is due: the group waits for them"
+        return Diagnosis(Cause.UNKNOWN, tuple(v.pid for v in feeding), text, Confidence.MEDIUM)
     requests = (
         "no client request waits for an answer"
         if ctx.connections_read

@@ -216,16 +216,20 @@ class StackHistory:
         """
         return max(self._solid_since, self._moved_at.get(pid, self._solid_since))
 
-    def diagnose(self, window: Sequence[Tick], laggards: tuple[int, ...] = ()) -> Diagnosis | None:
+    def diagnose(
+        self, window: Sequence[Tick], laggards: tuple[int, ...] = (), *, before_ready: bool = False
+    ) -> Diagnosis | None:
         """The stack rules over the spell's samples (None when no stack was taken in this spell).
 
-        ``laggards``: ranks whose own log lines stopped at an earlier phase than their peers'.
+        ``laggards``: ranks whose own log lines stopped at an earlier phase than their peers';
+        ``before_ready``: a server that was never ready yet (no input is due to it).
         """
         samples = self.samples_for_analysis()
         if not samples or not any(p.threads for p in samples[-1].processes):
             return None
         exits = tuple(e for t in window for e in t.exits)
-        return classify(replace(stack_context(samples, window, exits), laggards=laggards))
+        context = replace(stack_context(samples, window, exits), laggards=laggards, before_ready=before_ready)
+        return classify(context)
 
     def closed_wait(self, window: Sequence[Tick]) -> Diagnosis | None:
         """A diagnosis the assessor may act on early: closed, over enough samples and time."""
