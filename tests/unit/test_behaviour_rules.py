@@ -704,3 +704,20 @@ def test_a_dead_rank_stays_the_cause_while_the_others_work_on_and_helpers_start(
 def test_a_dead_rank_replaced_by_a_new_process_of_its_rank_is_carried_on_from():
     verdict, _ = _run_after_a_rank_dies(replacement=True)
     assert verdict is None, verdict
+
+
+def test_a_helper_carrying_its_ranks_rank_killed_while_the_tree_works_on_is_carried_on_from():
+    # An Inductor compile worker inherits its rank's RANK; one ended by a signal while its rank compiles
+    # on is the helper's end, not a rank's: the tree's progress since clears it, as any helper's.
+    from hangwatch.model.samples import LogSample
+
+    a = Assessor(engines.by_name("vllm"), Policy(stall_after=30.0), root_pids={1})
+    helper = replace(_ranked(20, "TP0"), ppid=10)
+    alive = [proc(1), _ranked(10, "TP0"), _ranked(11, "TP1"), helper]
+    for t in range(5):
+        assert a.observe(Tick(float(t), tuple(alive), log=LogSample(new_lines=2))) is None
+    death = (exit_(20, 5.0, sig=signal.SIGTERM, rank="TP0"),)
+    for t in range(5, 25):
+        now = (proc(1), _ranked(10, "TP0"), _ranked(11, "TP1"), _ranked(100 + t, None))
+        verdict = a.observe(Tick(float(t), now, exits=death if t == 5 else (), log=LogSample(new_lines=2)))
+        assert verdict is None, verdict

@@ -102,7 +102,7 @@ class Assessor:
         self.findings: list[LogFinding] = []
         self.failures: list[ExitRecord] = []
         # When each process with a role or rank was first seen, and as what: who could replace a dead one.
-        self._born: dict[int, tuple[float, str | None, str | None]] = {}
+        self._born: dict[int, tuple[float, str | None, str | None, int]] = {}
         self.exits: list[ExitRecord] = []
         self.ready_at: float | None = None
         self.now = 0.0
@@ -164,7 +164,7 @@ class Assessor:
         self.exits.extend(tick.exits)
         for p in tick.processes:
             if p.pid not in self._born and (p.rank is not None or p.role is not None):
-                self._born[p.pid] = (tick.t, p.role, p.rank)
+                self._born[p.pid] = (tick.t, p.role, p.rank, p.ppid)
         for e in tick.exits:
             # While serving, a rank that ends is never normal, even when its status could not be read.
             unseen_rank = (
@@ -385,7 +385,7 @@ class Assessor:
             # helpers starting) does not bring it back; only a process in its place does
             # (vllm-tp2-TP0-compile-sigkill-run: TP0 killed, TP1's torch.compile carried on 9 s, and the
             # engine core's exception was then taken for the cause).
-            self.failures = [f for f in self.failures if f.rank is not None and not self._replaced(f)]
+            self.failures = [f for f in self.failures if self._a_rank(f) and not self._replaced(f)]
         if not self.serving and not settled:
             ready = self._readiness(tick)
             if ready is not None:
@@ -459,12 +459,21 @@ class Assessor:
         first = min(f.t for f in decisive)
         if now - first < DEAD_PEER_GRACE_S:
             return False
-        ranks = [f for f in decisive if f.rank is not None]
+        ranks = [f for f in decisive if self._a_rank(f)]
         if ranks:
             # A dead rank is replaced by a process of its rank, not by any process that starts (a
             # compiler, a compile worker of another rank).
             return not all(self._replaced(f) for f in ranks)
         return self.clock.last_of(SignalKind.PROCESS) <= first
+
+    def _a_rank(self, dead: ExitRecord) -> bool:
+        """A rank itself, not a helper that inherited its rank from its parent (an Inductor compile
+        worker carries its rank's RANK in its environment)."""
+        if dead.rank is None:
+            return False
+        born = self._born.get(dead.pid)
+        parent = self._born.get(born[3]) if born is not None else None
+        return parent is None or parent[2] != dead.rank
 
     def _replaced(self, dead: ExitRecord) -> bool:
         """A process of the same rank (or, for one without a rank, the same role) appeared after it ended."""
@@ -472,7 +481,7 @@ class Assessor:
             t > dead.t
             and pid != dead.pid
             and ((dead.rank is not None and rank == dead.rank) or (dead.rank is None and role == dead.role))
-            for pid, (t, role, rank) in self._born.items()
+            for pid, (t, role, rank, _) in self._born.items()
         )
 
     def _readiness(self, tick: Tick) -> str | None:
