@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from hangwatch.model.kernelwaits import ProcessWaits
 from hangwatch.model.kernelwaits import Waker
+from hangwatch.model.samples import ENDED_STATES
 from hangwatch.model.stacks import StackSample
 
 OUTSIDE = -1  # a waker the kernel does not name, or one outside the tree
@@ -70,7 +71,7 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
     if len(samples) < 2:
         return None
     before, last = samples[-2], samples[-1]
-    live = [p for p in last.processes if p.state not in ("Z", "X", "gone", "")]
+    live = [p for p in last.processes if p.state and p.state != "gone" and p.state not in ENDED_STATES]
     if not live or any(p.kernel is None for p in live):
         return None
     waits = {p.pid: p.kernel for p in live if p.kernel is not None}

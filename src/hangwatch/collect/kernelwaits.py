@@ -70,9 +70,7 @@ def read_waits(pid: int, root: Path = procfs.PROC, machine: str | None = None) -
     writes = tuple(
         sorted({t for fd, t in links.items() if t.startswith("pipe:") and _writable(pid, fd, root)})
     )
-    sockets = tuple(
-        sorted({int(t[8:-1]) for t in links.values() if t.startswith("socket:[") and t[8:-1].isdigit()})
-    )
+    sockets = tuple(sorted(procfs.sockets_among(links.values())))
     return ProcessWaits(pid, tuple(threads), writes, sockets)
 
 

@@ -8,6 +8,7 @@ parsers can be tested against captured /proc text.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -198,20 +199,12 @@ def read_listening(root: Path = PROC) -> dict[int, int]:
 
 def socket_inodes(pid: int, root: Path = PROC) -> set[int]:
     """Inodes of the sockets a process holds open (needs the same permission as /proc/PID/io)."""
-    fd_dir = root / str(pid) / "fd"
-    inodes: set[int] = set()
-    try:
-        names = os.listdir(fd_dir)
-    except OSError:
-        return inodes
-    for name in names:
-        try:
-            target = os.readlink(fd_dir / name)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(int(target[8:-1]))
-    return inodes
+    return sockets_among(fd_links(pid, root).values())
+
+
+def sockets_among(targets: Iterable[str]) -> set[int]:
+    """The socket inodes among fd targets (``socket:[123]``)."""
+    return {int(t[8:-1]) for t in targets if t.startswith("socket:[") and t[8:-1].isdigit()}
 
 
 def fd_target(pid: int, fd: int, root: Path = PROC) -> str | None:
