@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,18 +191,18 @@ def test_attach_ray_through_the_cli_reports_rays_ranks_and_the_dead_node(
 ) -> None:
     report = tmp_path / "r.json"
     cmd = [
-        sys.executable, "-m", "hangwatch", "attach", "--ray", dashboard.url, "--window", "20",
+        sys.executable, "-m", "hangwatch", "attach", "--ray", dashboard.url, "--window", "3600",
         "--stall-after", "4", "--interval", "1", "--remote-hangwatch", f"{sys.executable} -m hangwatch",
         "--report-json", str(report), "--quiet",
     ]  # fmt: skip
-    started = time.monotonic()
-    out = subprocess.run(cmd, env=_env(fake_ssh_dir), capture_output=True, text=True, timeout=90, check=False)
-    elapsed = time.monotonic() - started
+    # The stall ends the watch: waiting out the hour's window would raise TimeoutExpired.
+    out = subprocess.run(
+        cmd, env=_env(fake_ssh_dir), capture_output=True, text=True, timeout=300, check=False
+    )
     data = json.loads(report.read_text())
     assert data["selector"].startswith(f"--ray {dashboard.url}"), data["selector"]
     # Two sleeping actors do nothing: a stall, judged over the live node's readings.
     assert data["verdict"]["state"] == "stalled", out.stdout + out.stderr
-    assert elapsed < 20, elapsed  # well before the end of --window
     nodes = {n["host"]: n for n in data["nodes"]}
     assert nodes[LIVE_IP]["rounds_failed"] == 0 and nodes[LIVE_IP]["processes"] == 2
     assert nodes[DEAD_IP]["rounds_answered"] == 0 and nodes[DEAD_IP]["last_outcome"] == "unreachable"
@@ -219,15 +218,15 @@ def test_when_no_node_has_sshd_the_watch_says_so_at_once(
 ) -> None:
     report = tmp_path / "r.json"
     cmd = [
-        sys.executable, "-m", "hangwatch", "attach", "--ray", dashboard.url, "--window", "60",
+        sys.executable, "-m", "hangwatch", "attach", "--ray", dashboard.url, "--window", "3600",
         "--remote-hangwatch", f"{sys.executable} -m hangwatch", "--report-json", str(report), "--quiet",
     ]  # fmt: skip
-    started = time.monotonic()
+    # The watch ends by itself once no node can be read: waiting out the hour's window would raise
+    # TimeoutExpired. No bound on how fast, which a loaded machine would break.
     out = subprocess.run(
-        cmd, env=_env(fake_ssh_dir, HW_FAKE_SSH_REFUSE="all"), capture_output=True, text=True, timeout=60,
+        cmd, env=_env(fake_ssh_dir, HW_FAKE_SSH_REFUSE="all"), capture_output=True, text=True, timeout=300,
         check=False,
     )  # fmt: skip
-    assert time.monotonic() - started < 15  # not the 60 s window
     assert out.returncode == 130, out.stdout + out.stderr
     verdict = json.loads(report.read_text())["verdict"]
     assert (

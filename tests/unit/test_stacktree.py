@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 import pytest
@@ -128,8 +127,8 @@ def test_highlight_names_the_rule_culprits_unless_everyone_is_one():
     assert not any(n.minority for n in _nodes(build_tree(samples, highlight=everyone).roots))
 
 
-def test_ten_thousand_rank_stacks_merge_fast():
-    """The benchmark's figure, as a loose guard: 10,000 ranks from real stacks merge well under 1 s."""
+def test_ten_thousand_rank_stacks_merge_into_one_odd_class():
+    """10,000 ranks from real stacks merge, the odd ones in one class (its speed: benchmarks/, not here)."""
     sample = loader.samples("missing_collective")[0]
     ranks = [p for p in sample.dumped if p.name.startswith("gloo_rank")]
     processes = []
@@ -137,13 +136,10 @@ def test_ten_thousand_rank_stacks_merge_fast():
         src = ranks[2] if i % 97 == 5 else ranks[i % 2]
         processes.append(replace(src, pid=100_000 + i, name=f"gloo_rank{i}"))
     big = StackSample(0.0, tuple(processes), 0.0)
-    started = time.perf_counter()
     tree = build_tree([big, big])
-    elapsed = time.perf_counter() - started
     assert tree.processes == 10_000
     odd = [c for c in tree.classes if c.minority]
     assert len(odd) == 1 and len(odd[0].pids) == 104
-    assert elapsed < 3.0  # the benchmark measures ~0.2 s; this only catches a quadratic regression
 
 
 def _nodes(nodes: tuple[StackNode, ...]) -> list[StackNode]:
