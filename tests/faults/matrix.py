@@ -186,7 +186,14 @@ def expect_by_rule(cell: Cell) -> Expect:
         return Expect("crashed", ("exception",), CRASH_BOUND_S)
     if cell.kind == "sigstop":
         return Expect("stalled", ("stopped",), CLOSED_WAIT_BOUND_S)
-    # block / spin: the others wait for it (or idle); no cause can be proven beyond "a wait"
+    if cell.kind == "segv":
+        # A death by a signal of its own making: the dead process is the cause, whatever follows.
+        return Expect("crashed", ("dead-peer", "exception"), CRASH_BOUND_S)
+    if cell.kind == "lock":
+        # Its holder is the waiter itself: a deadlock any rule may prove, or a wait like any other.
+        bound = SERVING_BOUND_S if cell.serving else STALL_BOUND_S
+        return Expect("stalled", ("lock-deadlock", "wait-cycle", "collective-wait", "unknown"), bound)
+    # block / spin / sleep / pause: the others wait for it (or idle); no cause can be proven beyond "a wait"
     bound = SERVING_BOUND_S if cell.serving else STALL_BOUND_S
     return Expect("stalled", ("collective-wait", "unknown"), bound)
 
@@ -245,6 +252,26 @@ def _cells() -> list[Cell]:
         ("serving", "block"),
     ):
         cells.append(Cell("sglang", 2, "TP1", phase, kind, mode="attach"))
+    # Kinds no rule was written for (a timed-sleep poll, a bare kernel read, a self-deadlock, a
+    # segfault), across processes, phases and modes: the rules must hold on shapes beyond the five.
+    for engine, tp, proc, phase, kind, mode in (
+        ("vllm", 2, "TP1", "weights", "pause", "run"),
+        ("vllm", 2, "TP1", "serving", "sleep", "run"),
+        ("vllm", 2, "TP1", "compile", "lock", "run"),
+        ("vllm", 2, "TP1", "kv_alloc", "segv", "run"),
+        ("vllm", 2, "core", "serving", "sleep", "run"),
+        ("vllm", 2, "core", "profile", "lock", "run"),
+        ("vllm", 2, "api", "serving", "pause", "run"),
+        ("vllm", 2, "TP1", "serving", "sleep", "attach"),
+        ("sglang", 2, "TP1", "weights", "sleep", "run"),
+        ("sglang", 2, "TP1", "serving", "pause", "run"),
+        ("sglang", 2, "TP1", "kv_alloc", "segv", "run"),
+        ("sglang", 1, "sched", "serving", "lock", "run"),
+        ("sglang", 1, "sched", "weights", "segv", "run"),
+        ("sglang", 1, "detok", "serving", "sleep", "run"),
+        ("sglang", 2, "TP1", "weights", "pause", "attach"),
+    ):
+        cells.append(Cell(engine, tp, proc, phase, kind, mode=mode))
     return cells
 
 

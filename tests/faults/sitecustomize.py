@@ -16,6 +16,11 @@ Fields (``;``-separated ``key=value``; several faults separated by ``||``):
 * ``kind``: ``block`` (``threading.Event().wait()`` forever), ``spin`` (a busy Python loop forever),
   ``sigkill``, ``sigstop`` (signal to itself), ``raise`` (``RuntimeError``), ``exit`` (``os._exit(3)``),
   ``trace`` (no fault: log the Nth call in each selected process; to check that a target runs there).
+  Kinds no rule was written for, to try the rules on shapes beyond the five: ``sleep`` (a loop of
+  0.2 s sleeps forever: a poll for a condition that never comes, every wait timed), ``pause`` (blocked
+  in the kernel with no Python wait at all: ``read`` of a pipe whose write end this process holds),
+  ``lock`` (the thread takes a ``threading.Lock`` it already holds: a self-deadlock), ``segv`` (a
+  segmentation fault in native code: a read of address 0 through ctypes).
 * ``target``: ``module:qualname`` (``pkg.mod:func`` or ``pkg.mod:Class.method``; staticmethods,
   classmethods and ``async def`` are kept as they are).
 * ``who``: which processes, checked at call time (titles are set late, by setproctitle):
@@ -61,7 +66,7 @@ from typing import Any
 ENV = "HANGWATCH_FAULT"
 SERVER_ARGV_ENV = "HANGWATCH_FAULT_SERVER_ARGV"
 EXTRA_ENV = "HANGWATCH_EXTRA_SITECUSTOMIZE"
-KINDS = ("block", "spin", "sigkill", "sigstop", "raise", "exit", "trace")
+KINDS = ("block", "spin", "sigkill", "sigstop", "raise", "exit", "trace", "sleep", "pause", "lock", "segv")
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -206,6 +211,20 @@ class Fault:
             raise InjectedFault(f"hangwatch-fault: injected exception in {self.module}:{self.qualname}")
         elif self.kind == "exit":
             os._exit(3)
+        elif self.kind == "sleep":
+            while True:
+                time.sleep(0.2)
+        elif self.kind == "pause":
+            read_end, _write_end = os.pipe()  # the write end stays open here: the read never ends
+            os.read(read_end, 1)
+        elif self.kind == "lock":
+            lock = threading.Lock()
+            lock.acquire()
+            lock.acquire()
+        elif self.kind == "segv":
+            import ctypes
+
+            ctypes.string_at(0)
 
     def wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
         fault = self
