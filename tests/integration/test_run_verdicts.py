@@ -101,6 +101,24 @@ def test_port_already_in_use(hw):
     assert out.verdict["cause"] == "port-in-use"
 
 
+def test_a_bind_error_logged_then_a_hang_is_port_in_use_with_the_stuck_process_named(hw):
+    """As SGLang's launcher: uvicorn logs the bind error, and its shutdown joins a thread forever. The
+    log says why, the stacks who is stuck: the verdict gives both."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = hw(
+            "run", "--quiet", "--stall-after", "15", "--",
+            *program("port_in_use", "--port", str(port), "--then-hang"),
+        )  # fmt: skip
+    v = out.verdict
+    assert (v["state"], v["cause"]) == ("stalled", "port-in-use"), v
+    root = out.report["processes"][0]["pid"]
+    assert v["culprits"] == [root], (v, out.report["processes"])
+    assert "address already in use" in v["summary"] and "Thread.join" in v["summary"], v
+
+
 def test_rank_sigkilled_while_peer_waits_on_queue(hw, tmp_path):
     out = hw(
         "run",

@@ -157,3 +157,23 @@ def test_attach_sees_clients_waiting_and_sends_nothing_of_its_own(hw, tmp_path):
     assert any("3 client connections" in e for e in v["evidence"]), v["evidence"]
     assert not any("of its own" in n for n in data["notes"]), data["notes"]
     assert sys.executable  # the CLI ran under this interpreter
+
+
+@pytest.mark.parametrize("how", ["pipe", "event", "spin"])
+def test_a_server_whose_loop_is_blocked_is_named_by_the_requests_it_leaves_unread(hw, tmp_path, how):
+    """The handler of hangwatch's own request blocks the loop: in a bare read of a pipe (its frames look
+    like a receive), an Event, or a spin. The probes and requests that follow sit unread in the kernel's
+    queues, which names the server as the one not reading, whatever it is parked in."""
+    port = free_port()
+    out = hw(
+        "run", "--quiet", "--engine", "vllm", "--stall-after", str(STALL),
+        "--ready-url", f"http://127.0.0.1:{port}/health", "--",
+        *_stub(port, "--block-loop-after", "0", "--block-how", how),
+    )  # fmt: skip
+    v = out.verdict
+    assert out.rc == 3, v
+    assert v["state"] == "stalled" and v["summary"].startswith("stalled while serving"), v
+    pids = [p["pid"] for p in out.report["processes"]]
+    assert len(pids) == 1 and v["culprits"] == pids, (v, out.report["processes"])  # the stub, alone
+    assert "unread in the kernel" in v["summary"], v
+    assert_all_gone(out.report)

@@ -6,6 +6,10 @@ port, which the caller has already bound and put in LISTEN; Linux answers EADDRI
 If the port happens to be free the program listens and prints ``listening`` instead, and runs until
 killed, so a mistake in the test setup shows up as a hang, not as a false crash.
 
+``--then-hang`` (SGLang's launcher under uvicorn): the error is logged, not raised, and the shutdown
+that follows joins a thread that never ends, while a helper process waits for messages from it: no
+exit, a tree that just stops, with the log's line as the only word of why.
+
 Example::
 
     python tests/programs/port_in_use.py --port 8000
@@ -14,7 +18,11 @@ Example::
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
+import selectors
 import socket
+import threading
+from multiprocessing.connection import Connection
 
 from _util import add_ready_file_arg
 from _util import block_forever
@@ -30,14 +38,47 @@ def bind_http_socket(port: int) -> socket.socket:
     return sock
 
 
+def _helper(conn: Connection) -> None:
+    """Waits for its parent's messages, polling with a timeout (as an engine's helper does)."""
+    sel = selectors.DefaultSelector()
+    sel.register(conn.fileno(), selectors.EVENT_READ)
+    while True:
+        sel.select(timeout=1.0)
+
+
+def _hang_after_the_error(port: int) -> None:
+    ours, theirs = mp.Pipe()
+    helper = mp.get_context("spawn").Process(target=_helper, args=(theirs,), daemon=True)
+    helper.start()
+    try:
+        sock = bind_http_socket(port)
+    except OSError as exc:
+        log(
+            f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address ('127.0.0.1', {port}): {exc.strerror.lower()}"
+        )
+        log("INFO:     Waiting for application shutdown.")
+        worker = threading.Thread(target=threading.Event().wait, name="never-ends")
+        worker.start()
+        worker.join()  # shutdown waits for a thread that never ends
+    else:
+        log("listening")
+        block_forever()
+        sock.close()
+    ours.close()
+
+
 def main() -> None:
     """Parse arguments and try to take the port."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, required=True, help="the port to (fail to) bind")
+    parser.add_argument("--then-hang", action="store_true", help="log the error and hang in shutdown")
     add_ready_file_arg(parser)
     args = parser.parse_args()
 
     log(f"Starting server on 127.0.0.1:{args.port}")
+    if args.then_hang:
+        _hang_after_the_error(args.port)
+        return
     sock = bind_http_socket(args.port)
     log("listening")
     write_ready(args.ready_file)

@@ -22,6 +22,9 @@ closes the connection; ``error-status`` answers completions with HTTP 400. ``--n
 ``--wedge-after N``: completion requests after the first N get no answer at all (no header, no token),
 while /health stays 200 and the /metrics gauges stay where they were: vLLM's worker blocked in its
 first ``execute_model`` after it turned ready (the engine publishes its gauges only after a step).
+``--block-loop-after N --block-how pipe|event|spin``: the handler of the completion request after the
+first N never returns to the event loop (a read of a pipe only this process holds, an Event, a busy
+loop): nothing is read on any connection again, as an API server whose handler wedged.
 
 Prints ``listening on 127.0.0.1:PORT`` and writes the port to ``--ready-file`` once it listens.
 
@@ -37,6 +40,7 @@ import asyncio
 import json
 import os
 import random
+import threading
 import time
 from dataclasses import dataclass
 from dataclasses import field
@@ -177,6 +181,8 @@ class Stub:
         c = self.counters
         engine = c.requests % c.engines
         c.requests += 1
+        if self.args.block_loop_after is not None and c.requests > self.args.block_loop_after:
+            _block_the_loop(self.args.block_how)
         if self.args.wedge_after is not None and c.requests > self.args.wedge_after:
             self.held.append(w)
             await asyncio.Event().wait()  # wedged: the request is read, never answered
@@ -297,6 +303,27 @@ async def serve(args: argparse.Namespace) -> None:
         await server.serve_forever()
 
 
+def _housekeeping() -> None:
+    while True:
+        time.sleep(0.5)
+
+
+def _block_the_loop(how: str) -> None:
+    """A handler that never returns to the loop: nothing on any connection is read again."""
+    print(f"handler blocks the loop ({how})", flush=True)
+    # A real server has threads of its own besides the loop (housekeeping, timed waits): then nothing
+    # says the tree is closed, and only the unread requests point at the loop.
+    threading.Thread(target=_housekeeping, name="housekeeping", daemon=True).start()
+    if how == "pipe":
+        read_end, _write_end = os.pipe()
+        os.read(read_end, 1)
+    elif how == "event":
+        threading.Event().wait()
+    n = 0
+    while True:
+        n += 1
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: pick a free one)")
@@ -329,6 +356,18 @@ def main() -> None:
         "--wedge-after",
         type=int,
         help="never answer completion requests after the first N (health stays 200)",
+    )
+    parser.add_argument(
+        "--block-loop-after",
+        type=int,
+        help="the handler of the completion request after the first N blocks the whole event loop",
+    )
+    parser.add_argument(
+        "--block-how",
+        choices=("pipe", "event", "spin"),
+        default="pipe",
+        help="how the handler blocks: a read of a pipe only it could write (a bare kernel read, no "
+        "Python wait), a threading.Event, or a busy loop",
     )
     parser.add_argument("--boot-seconds", type=float, default=0.0, help="print startup lines this long first")
     parser.add_argument("--boot-hang", action="store_true", help="print a startup line, then never listen")

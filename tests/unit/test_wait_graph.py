@@ -117,3 +117,21 @@ def test_a_unix_socket_is_woken_by_whoever_holds_its_peer():
     # Without the peers (netlink refused, or a TCP socket), nobody inside is known to wake them.
     g = wait_graph([capture(t, waits) for t in (1.0, 3.0)], PARENTS)
     assert g is not None and not g.closed
+
+
+def test_a_read_of_a_pipe_only_its_own_process_writes_waits_for_its_own_threads():
+    # One thread reads a pipe whose write end only its own process holds: no other process can end it,
+    # as with a socketpair of its own. Alone and untimed, the tree is closed on it; with a second thread
+    # in a timed wait, not.
+    alone = [reader(10, "pipe:[7]", writes=("pipe:[7]",))]
+    graph = wait_graph([capture(0.0, alone), capture(2.0, alone)], {})
+    assert graph is not None and graph.waits_for == ((10, frozenset()),)
+    assert graph.closed and graph.culprits == (10,)
+    housekeeping = ThreadWait(11, "clock_nanosleep", Waker.TIMEOUT)
+    busy = [replace(alone[0], threads=(*alone[0].threads, housekeeping))]
+    graph = wait_graph([capture(0.0, busy), capture(2.0, busy)], {})
+    assert graph is not None and not graph.closed
+    # Written by another member, it waits for that member.
+    pair = [reader(10, "pipe:[7]"), ProcessWaits(20, (housekeeping,), ("pipe:[7]",))]
+    graph = wait_graph([capture(0.0, pair), capture(2.0, pair)], {})
+    assert graph is not None and graph.wakers(10) == frozenset({20})

@@ -66,6 +66,10 @@ TAIL_KEPT = 20  # lines of output kept for a crash with nothing else to say
 EXCEPTION_LEAD_S = 5.0
 
 
+# Log causes that name what went wrong but nobody: the stacks' culprit goes with them.
+_LOG_CAUSES_WITH_STACK_CULPRITS = frozenset({Cause.PORT_IN_USE, Cause.CUDA_OOM})
+
+
 @dataclass(frozen=True)
 class Policy:
     stall_after: float = 60.0
@@ -541,6 +545,13 @@ class Assessor:
                 basic.cause is not Cause.UNKNOWN and (basic.culprits or not diagnosis.culprits)
             ):
                 diagnosis = basic
+            elif basic.cause in _LOG_CAUSES_WITH_STACK_CULPRITS:
+                # The log says what went wrong (a bind refused, memory exhausted), the stacks who is left
+                # stuck by it (SGLang's launcher after `address already in use`: its shutdown joins a
+                # thread forever): both are true, and neither alone says it all.
+                diagnosis = replace(
+                    diagnosis, cause=basic.cause, explanation=f"{basic.explanation}; {diagnosis.explanation}"
+                )
         raised = self._culprit_raised(tick, diagnosis)
         if raised is not None:
             diagnosis = raised

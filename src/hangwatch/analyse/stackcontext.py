@@ -17,6 +17,7 @@ from hangwatch.analyse.stackwaits import ProcessView
 from hangwatch.analyse.stackwaits import process_views
 from hangwatch.analyse.waitgraph import WaitGraph
 from hangwatch.analyse.waitgraph import wait_graph
+from hangwatch.model.samples import ENDED_STATES
 from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import ProcState
@@ -54,6 +55,9 @@ class StackContext:
     # A server that was never ready: nothing outside is due to send it input, so waiting for some is
     # no idleness (the assessor knows; `hangwatch stacks` does not, and says idle).
     before_ready: bool = False
+    # (pid, port, seconds): a member listening on a port where a connection's bytes have sat unread in
+    # the kernel this long (or where a connection waits, never accepted): that member is not reading.
+    unread: tuple[tuple[int, int, float], ...] = ()
 
     @property
     def peers(self) -> tuple[ProcessView, ...]:
@@ -144,6 +148,32 @@ def stack_context(
         requests_waiting=waiting,
         connections_read=read,
         waits=wait_graph(samples, dict(parents)),
+        unread=_unread(window),
+    )
+
+
+# A server's event loop reads what arrives within a tick; bytes left unread this long mean nobody reads.
+UNREAD_S = 5.0
+
+
+def _unread(window: Sequence[Tick]) -> tuple[tuple[int, int, float], ...]:
+    """The members listening on ports where bytes wait unread (hangwatch's own probes included: a
+    probe the server never reads is as good a witness as a client's request), from the latest tick."""
+    seen = next((t for t in reversed(window) if t.connections is not None), None)
+    if seen is None or seen.connections is None:
+        return ()
+    oldest: dict[int, float] = {}
+    for c in seen.connections.connections:
+        if c.unread_s is not None and c.unread_s >= UNREAD_S and not c.internal:
+            oldest[c.port] = max(oldest.get(c.port, 0.0), c.unread_s)
+    if not oldest:
+        return ()
+    last = window[-1]
+    return tuple(
+        (p.pid, port, oldest[port])
+        for p in last.processes
+        for port in p.listening_ports
+        if port in oldest and p.state not in ENDED_STATES
     )
 
 

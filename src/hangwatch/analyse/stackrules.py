@@ -228,6 +228,43 @@ def rule_cuda_graph_capture(ctx: StackContext) -> Diagnosis | None:
     return Diagnosis(Cause.CUDA_GRAPH_CAPTURE, pids, text, ctx.confidence(*pids), closed=closed)
 
 
+def rule_requests_unread(ctx: StackContext) -> Diagnosis | None:
+    """The process that serves a port does not read it: bytes sit unread in the kernel's receive queue
+    of its connections (or connections wait in its listening socket's queue, never accepted) for
+    seconds, while it stays in place outside any event-loop wait. A server's loop reads what arrives
+    within a tick; a loop that does not is stuck in a handler, whatever it is parked in (a read of a
+    pipe looks like a receive, yet no message will come). The kernel's queue says so, not the frames.
+
+    Only when nobody else is stuck outside a receive: a front whose threads all wait on a wedged backend
+    leaves its queue unread too, and then the backend is the one to name (the other rules do)."""
+    if not ctx.over_time or not ctx.unread:
+        return None
+    dumped = {v.pid: v for v in ctx.views if v.outcome is DumpOutcome.OK and v.main is not None}
+    fronts = [
+        dumped[pid]
+        for pid in dict.fromkeys(pid for pid, _, _ in ctx.unread)
+        if pid in dumped
+        and dumped[pid].blocked
+        and not any(t.wait is Wait.IDLE_LOOP for t in dumped[pid].threads)
+    ]
+    if not fronts:
+        return None
+    named = {v.pid for v in fronts}
+    others = [v for v in dumped.values() if v.pid not in named]
+    if any(v.blocked and not _receiving(v) and not _joining(ctx, v) for v in others):
+        return None
+    ports: dict[int, float] = {}
+    for pid, port, seconds in ctx.unread:
+        if pid in named:
+            ports[port] = max(ports.get(port, 0.0), seconds)
+    where = ", ".join(f"port {port} for {seconds:.0f} s" for port, seconds in sorted(ports.items()))
+    how = "; ".join(
+        f"{_who(v)} is {'spinning' if v.spinning else 'stuck'} in {_where(v)}" for v in fronts[:3]
+    )
+    text = f"requests sit unread in the kernel ({where}): {how}, outside its event loop, and reads none"
+    return Diagnosis(Cause.UNKNOWN, tuple(v.pid for v in fronts), text, Confidence.MEDIUM)
+
+
 def _in_collective(v: ProcessView) -> bool:
     """In a collective by its frames; or an op call of a compiled forward that stays in place while it
     burns CPU: a compute op moves (or runs in a compute library), so an op that spins in place waits,
@@ -706,6 +743,7 @@ RULES: tuple[Rule, ...] = (
     rule_wait_cycle,
     rule_io_wait,
     rule_cuda_graph_capture,
+    rule_requests_unread,
     rule_waiting_for_work,
     rule_collective_wait,
     rule_rendezvous_wait,

@@ -146,6 +146,8 @@ def _wakers(
             for obj in t.on:
                 if obj.startswith("pipe:"):
                     holders = pipe_writers.get(obj, set()) - {w.pid}
+                    if not holders and w.pid in pipe_writers.get(obj, set()):
+                        continue  # a pipe only it can write: one of its threads would have to
                     words.append(f"{t.call} of {obj}")
                 else:
                     inode = int(obj[8:-1])

@@ -27,6 +27,9 @@ _INET_DIAG_INFO = 2
 _MSG_SIZE = 72  # inet_diag_msg
 _PORTS = struct.Struct(">HH")  # sport, dport at offset 4, network byte order
 _RTA = struct.Struct("=HH")
+# inet_diag_msg after its 4 header bytes, 48 of socket id and 4 of expires: rqueue, wqueue, uid, inode.
+# An established socket's rqueue is what arrived and its process has not read.
+_QUEUES_UID_INODE = struct.Struct("=IIII")
 # struct tcp_info offsets (linux/tcp.h): times in ms since the event; byte counters since connect.
 _LAST_DATA_SENT = 44
 _LAST_DATA_RECV = 52
@@ -35,15 +38,19 @@ _BYTES_RECEIVED = 128
 EMPTY_EVERY = 5  # a family without the tree's connections is dumped on one read in this many
 
 
-def _dump(family: int, ports: tuple[int, ...] | None) -> list[tuple[int, int, int, bytes]]:
-    """(sport, dport, inode, tcp_info) of every established or close-wait TCP socket of the family
-    with one of ``ports`` at either end."""
+Row = tuple[int, int, int, int, bytes]  # sport, dport, inode, bytes unread in its receive queue, tcp_info
+
+
+def _dump(family: int, ports: tuple[int, ...] | None) -> list[Row]:
+    """(sport, dport, inode, rqueue, tcp_info) of every established or close-wait TCP socket of the
+    family with one of ``ports`` at either end. A connection the server has not accepted yet is there
+    too, with inode 0: the kernel completed its handshake and holds it in the listening socket's queue."""
     states = (1 << _TCP_ESTABLISHED) | (1 << _TCP_CLOSE_WAIT)
     out = []
     for data, msg, end in inet_diag(family, states, 1 << (_INET_DIAG_INFO - 1), ports):
         sport, dport = _PORTS.unpack_from(data, msg + 4)
-        inode = struct.unpack_from("=I", data, msg + 4 + 48 + 16)[0]
-        out.append((sport, dport, inode, _info(data, msg + _MSG_SIZE, end)))
+        rqueue, _wqueue, _uid, inode = _QUEUES_UID_INODE.unpack_from(data, msg + 4 + 48 + 4)
+        out.append((sport, dport, inode, rqueue, _info(data, msg + _MSG_SIZE, end)))
     return out
 
 
@@ -68,7 +75,7 @@ def _u64(info: bytes, offset: int) -> int | None:
 
 
 def connection_of(
-    port: int, peer_port: int, info: bytes, ours: bool, internal: bool = False
+    port: int, peer_port: int, info: bytes, ours: bool, internal: bool = False, *, unread: int = 0
 ) -> ServerConnection:
     sent_ms, recv_ms = _u32(info, _LAST_DATA_SENT), _u32(info, _LAST_DATA_RECV)
     acked, received = _u64(info, _BYTES_ACKED), _u64(info, _BYTES_RECEIVED)
@@ -76,7 +83,10 @@ def connection_of(
     # The client spoke last (a request), and the server has not answered since: waiting this long.
     if recv_ms is not None and sent_ms is not None and received and (recv_ms < sent_ms or not acked):
         unanswered = recv_ms / 1000.0
-    return ServerConnection(port, peer_port, received, acked, unanswered, ours, internal)
+    # Bytes still in the receive queue came no later than the client's last data: they have waited
+    # unread at least that long.
+    unread_s = recv_ms / 1000.0 if unread > 0 and recv_ms is not None else None
+    return ServerConnection(port, peer_port, received, acked, unanswered, ours, internal, unread_s)
 
 
 class Owner(enum.Enum):
@@ -117,7 +127,7 @@ class ConnectionWatcher:
             return list(self._empty)
         return sorted(live)
 
-    def _dump_family(self, family: int, wanted: tuple[int, ...]) -> list[tuple[int, int, int, bytes]]:
+    def _dump_family(self, family: int, wanted: tuple[int, ...]) -> list[Row]:
         try:
             rows = _dump(family, wanted if self._filtered else None)
         except OSError:
@@ -142,13 +152,13 @@ class ConnectionWatcher:
         except OSError as exc:
             self.unavailable = f"sock_diag unavailable ({exc}): requests waiting are not seen from outside"
             return ConnectionSample(wanted, error=self.unavailable)
-        client_end = {(sport, dport): inode for sport, dport, inode, _ in rows if dport in wanted}
+        client_end = {(sport, dport): inode for sport, dport, inode, *_ in rows if dport in wanted}
         served = [
-            (sport, dport, info, client_end.get((dport, sport)))
-            for sport, dport, _, info in rows
+            (sport, dport, info, client_end.get((dport, sport)), unread)
+            for sport, dport, _, unread, info in rows
             if sport in wanted
         ]
-        self._classify({inode for *_, inode in served if inode}, members)
+        self._classify({inode for *_, inode, _unread in served if inode}, members)
         found = tuple(
             connection_of(
                 sport,
@@ -156,8 +166,9 @@ class ConnectionWatcher:
                 info,
                 self._owners.get(inode or 0) is Owner.OURS,
                 self._owners.get(inode or 0) is Owner.TREE,
+                unread=unread,
             )
-            for sport, dport, info, inode in served
+            for sport, dport, info, inode, unread in served
         )
         return ConnectionSample(wanted, found)
 

@@ -274,6 +274,9 @@ class ServerConnection:
     # The client end is a process of the watched tree (vLLM's and SGLang's processes talk to each other
     # over TCP on ports of the tree): traffic inside the server, not a request from a client.
     internal: bool = False
+    # Bytes the client sent sit unread in the server's receive queue (or the connection waits in the
+    # listening socket's queue, never accepted), for at least this long: the server is not reading.
+    unread_s: float | None = None
 
 
 @dataclass(frozen=True)
