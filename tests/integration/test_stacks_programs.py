@@ -55,6 +55,16 @@ CASES = {
         "gloo_rank1",
         closed=True,
     ),
+    # Elsewhere in a bare read its frames make look like a receive: not "waiting for input" (idle),
+    # since only its own process holds the pipe's write end.
+    "missing_collective_reading": Case(
+        "gloo_missing_collective",
+        ("--world-size", "2", "--culprit", "1", "--elsewhere", "read-own-pipe"),
+        "stalled",
+        "collective-wait",
+        "gloo_rank1",
+        closed=True,
+    ),
     "graph_capture": Case(
         "gloo_graph_capture",
         ("--world-size", "3", "--culprit", "2"),

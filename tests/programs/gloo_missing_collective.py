@@ -2,7 +2,8 @@
 
 ``--world-size`` ranks (default 2) form a gloo group. Every rank except ``--culprit`` (default the
 last) calls ``dist.all_reduce`` on a small tensor; the culprit instead sleeps forever in a function
-named ``rank_busy_elsewhere``. With the one-hour group timeout nobody errors: the waiters block in
+named ``rank_busy_elsewhere`` (``--elsewhere read-own-pipe``: in a bare read of a pipe only it could
+write, ``rank_reading_its_own_pipe``). With the one-hour group timeout nobody errors: the waiters block in
 gloo (state S, ~0 % CPU), the culprit sleeps in ``time.sleep``. ``--ready-file`` is written once every
 rank has announced the call it enters. Needs torch (exit 2 without it).
 
@@ -13,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import time
 
 from _gloo import RankContext
@@ -26,12 +28,22 @@ def rank_busy_elsewhere() -> None:
         time.sleep(3600)
 
 
+def rank_reading_its_own_pipe() -> None:
+    """Elsewhere with no Python wait at all: a bare read of a pipe whose write end only this process
+    holds. Its innermost frame looks like a receive, yet no message can come."""
+    read_end, _write_end = os.pipe()
+    os.read(read_end, 1)
+
+
 def rank_main(ctx: RankContext) -> None:
     """Join the group, then either enter all_reduce or go elsewhere (the culprit)."""
     dist = ctx.init_process_group()
     import torch
 
     if ctx.rank == ctx.options["culprit"]:
+        if ctx.options["elsewhere"] == "read-own-pipe":
+            ctx.announce("rank_reading_its_own_pipe")
+            rank_reading_its_own_pipe()
         ctx.announce("rank_busy_elsewhere")
         rank_busy_elsewhere()
     ctx.announce("all_reduce")
@@ -44,9 +56,15 @@ def main() -> None:
     """Parse arguments and launch every rank."""
     parser = make_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--culprit", type=int, default=-1, help="rank that skips the collective (-1: last)")
+    parser.add_argument(
+        "--elsewhere",
+        choices=("sleep", "read-own-pipe"),
+        default="sleep",
+        help="where the culprit is instead: a sleep, or a read of a pipe only it could write",
+    )
     args = parser.parse_args()
     culprit = args.culprit % args.world_size
-    launch(args, rank_main, list(range(args.world_size)), {"culprit": culprit})
+    launch(args, rank_main, list(range(args.world_size)), {"culprit": culprit, "elsewhere": args.elsewhere})
 
 
 if __name__ == "__main__":

@@ -135,3 +135,18 @@ def test_a_read_of_a_pipe_only_its_own_process_writes_waits_for_its_own_threads(
     pair = [reader(10, "pipe:[7]"), ProcessWaits(20, (housekeeping,), ("pipe:[7]",))]
     graph = wait_graph([capture(0.0, pair), capture(2.0, pair)], {})
     assert graph is not None and graph.wakers(10) == frozenset({20})
+
+
+def test_a_main_thread_reading_what_only_its_process_writes_is_no_receiver():
+    own = [
+        reader(10, "pipe:[7]", writes=("pipe:[7]",)),
+        ProcessWaits(20, (ThreadWait(20, "clock_nanosleep", Waker.TIMEOUT),)),
+    ]
+    graph = wait_graph([capture(0.0, own), capture(2.0, own)], {})
+    assert graph is not None and graph.self_readers == frozenset({10}) and 10 not in graph.receivers
+    fed = [
+        reader(10, "pipe:[7]"),
+        ProcessWaits(20, (ThreadWait(20, "clock_nanosleep", Waker.TIMEOUT),), ("pipe:[7]",)),
+    ]
+    graph = wait_graph([capture(0.0, fed), capture(2.0, fed)], {})
+    assert graph is not None and graph.self_readers == frozenset() and graph.receivers == frozenset({10})

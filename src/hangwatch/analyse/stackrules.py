@@ -251,7 +251,7 @@ def rule_requests_unread(ctx: StackContext) -> Diagnosis | None:
         return None
     named = {v.pid for v in fronts}
     others = [v for v in dumped.values() if v.pid not in named]
-    if any(v.blocked and not _receiving(v) and not _joining(ctx, v) for v in others):
+    if any(v.blocked and not _receiving(ctx, v) and not _joining(ctx, v) for v in others):
         return None
     ports: dict[int, float] = {}
     for pid, port, seconds in ctx.unread:
@@ -297,14 +297,15 @@ def rule_waiting_for_work(ctx: StackContext) -> Diagnosis | None:
         return None
     if moving and ctx.requests_waiting:
         return None
-    if not all(_receiving(v) for v in feeding) or any(v.outcome in _UNREAD for v in ctx.views):
+    if not all(_receiving(ctx, v) for v in feeding) or any(v.outcome in _UNREAD for v in ctx.views):
         return None
     group = (
         f"{_waiting_in(ctx, following)} for {ctx.label(v.pid for v in feeding)}, and "
         f"{'; '.join(f'{v.label} waits for input in {_where(v)}' for v in feeding[:4])}"
     )
     others = [v for v in dumped if not v.peer]
-    stuck = [v for v in others if not _receiving(v)]
+    # A parent in wait4 waits for its children, which are in the group: not a process stuck elsewhere.
+    stuck = [v for v in others if not _receiving(ctx, v) and not _joining(ctx, v)]
     if stuck:
         if len(stuck) > 2:
             return None
@@ -365,7 +366,7 @@ def rule_collective_wait(ctx: StackContext) -> Diagnosis | None:
         # tracker reading its pipe) is not one either (a p2p deadlock under torch.multiprocessing.spawn
         # blamed its launcher and tracker, 2026-12-02).
         and v.pid not in launchers
-        and (ranked or not (_receiving(v) or (ctx.waits is not None and v.pid in ctx.waits.receivers)))
+        and (ranked or not (_receiving(ctx, v) or (ctx.waits is not None and v.pid in ctx.waits.receivers)))
     ]
     unread = [v for v in ctx.peers if v.outcome in _UNREAD]
     if unread and not elsewhere:
@@ -625,7 +626,9 @@ def rule_odd_one_out(ctx: StackContext) -> Diagnosis | None:
         sleepers = [v for v in peers if not v.spinning]
         if not spinners or not sleepers:
             return None
-        if all(_receiving(v) or (ctx.waits is not None and v.pid in ctx.waits.receivers) for v in sleepers):
+        if all(
+            _receiving(ctx, v) or (ctx.waits is not None and v.pid in ctx.waits.receivers) for v in sleepers
+        ):
             # The sleepers wait for a message (a receive, a poll of their sockets): they wait for the
             # spinners, which are stuck in a loop of their own (vllm-tp2-TP1-kv_alloc-spin-run: TP1
             # busy in place, TP0 done and polling its ZeroMQ sockets for the next command). Not a
@@ -666,7 +669,7 @@ def _stuck_driver(ctx: StackContext, peers: Sequence[ProcessView]) -> Diagnosis 
         or driver.outcome is not DumpOutcome.OK
         or driver.main is None
         or not driver.blocked
-        or _receiving(driver)
+        or _receiving(ctx, driver)
         or _joining(ctx, driver)
     ):
         return None
@@ -683,11 +686,13 @@ _MESSAGES = re.compile(
 )
 
 
-def _receiving(v: ProcessView) -> bool:
+def _receiving(ctx: StackContext, v: ProcessView) -> bool:
     """Its main thread waits for a message: an event loop, a receive, a queue. The names are the fast
     path; a thread parked in a read or poll of a pipe or socket waits for a message whatever its frames
-    are called (multiprocessing's resource tracker reading its pipe in ``main``)."""
-    if v.main is None:
+    are called (multiprocessing's resource tracker reading its pipe in ``main``). Not when the kernel
+    says only the process itself holds the other end (sglang-tp2-TP1-serving-pause-run: a scheduler
+    parked in a read of its own pipe looked like a rank waiting for input): no message will come."""
+    if v.main is None or (ctx.waits is not None and v.pid in ctx.waits.self_readers):
         return False
     return (
         v.main.wait is Wait.IDLE_LOOP
@@ -710,10 +715,10 @@ def rule_stuck_worker(ctx: StackContext) -> Diagnosis | None:
         return None
 
     # A parent blocked in wait4 waits for its children (the kernel says so, whatever joins them).
-    stuck = [v for v in dumped if not _receiving(v) and not _joining(ctx, v)]
+    stuck = [v for v in dumped if not _receiving(ctx, v) and not _joining(ctx, v)]
     if not stuck or len(stuck) == len(dumped) or len(stuck) > 2:
         return None
-    waiting = [v for v in dumped if _receiving(v)]
+    waiting = [v for v in dumped if _receiving(ctx, v)]
     text = (
         f"{'; '.join(f'{_who(v)} is stuck in {_where(v)}' for v in stuck)}, while "
         f"{_waiting_in(ctx, waiting)} for messages: they wait for it"

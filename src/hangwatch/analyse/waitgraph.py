@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hangwatch.model.kernelwaits import ProcessWaits
+from hangwatch.model.kernelwaits import ThreadWait
 from hangwatch.model.kernelwaits import Waker
 from hangwatch.model.samples import ENDED_STATES
 from hangwatch.model.stacks import StackSample
@@ -58,6 +59,10 @@ class WaitGraph:
     # Processes whose main thread is blocked waiting for input on fds (a read, a receive, a poll): they
     # wait for a message, whoever is to send it.
     receivers: frozenset[int] = frozenset()
+    # Processes whose main thread reads a pipe or socket only the process itself can write: no message
+    # will come from anyone else, whatever its frames (a read looks like a receive), so it waits for
+    # its own threads, not for input.
+    self_readers: frozenset[int] = frozenset()
 
     def wakers(self, pid: int) -> frozenset[int]:
         return dict(self.waits_for).get(pid, frozenset({OUTSIDE}))
@@ -94,6 +99,7 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
     detail: dict[int, str] = {}
     joiners: set[int] = set()
     receivers: set[int] = set()
+    self_readers: set[int] = set()
     for p in live:
         w = waits[p.pid]
         old = earlier.get(p.pid)
@@ -111,7 +117,9 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
         waits_for[p.pid] = frozenset(wakers)
         detail[p.pid] = words
         main = next((t for t in w.threads if t.tid == p.pid), None)
-        if main is not None and main.call in _RECEIVES:
+        if main is not None and _reads_only_itself(p.pid, main, pipe_writers, socket_holders, peers):
+            self_readers.add(p.pid)
+        elif main is not None and main.call in _RECEIVES:
             receivers.add(p.pid)
         calls = {t.waker for t in w.threads}
         if Waker.CHILDREN in calls and calls <= {Waker.CHILDREN, Waker.ITSELF}:
@@ -128,7 +136,29 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
         frozenset(joiners & stuck),
         tuple(sorted(detail.items())),
         frozenset(receivers),
+        frozenset(self_readers),
     )
+
+
+def _reads_only_itself(
+    pid: int,
+    t: ThreadWait,
+    pipe_writers: Mapping[str, set[int]],
+    socket_holders: Mapping[int, set[int]],
+    peers: Mapping[int, int],
+) -> bool:
+    """The thread waits on pipes and Unix sockets whose other end only its own process holds."""
+    if t.waker is not Waker.OBJECTS or not t.on:
+        return False
+    for obj in t.on:
+        if obj.startswith("pipe:"):
+            ends = pipe_writers.get(obj, set())
+        else:
+            peer = peers.get(int(obj[8:-1]))
+            ends = socket_holders.get(peer, set()) if peer is not None else set()
+        if ends != {pid}:
+            return False
+    return True
 
 
 def _wakers(

@@ -61,6 +61,10 @@ from hangwatch.words import plural
 MAX_TIMELINE_TICKS = 3600  # older ticks are thinned to every other one beyond this
 
 
+# Before the server is ready, connections are read only once the tree has been quiet this long.
+CONNECTIONS_QUIET_S = 5.0
+
+
 @dataclass
 class Collectors:
     tree: TreeSampler
@@ -211,7 +215,12 @@ class Watch:
                 for e in exits
             )
         connections = None
-        if self.c.connections is not None and self.assessor.serving:
+        # While serving every tick (a client's first request must be seen at once); before that only in
+        # a quiet spell, where requests left unread by a server that never turned ready for us (its
+        # first request's handler wedged the loop before our probe's 200) name who does not read them.
+        if self.c.connections is not None and (
+            self.assessor.serving or self.assessor.quiet_for(t) >= CONNECTIONS_QUIET_S
+        ):
             connections = self.c.connections.read(
                 (p for proc in reading.processes for p in proc.listening_ports),
                 [proc.pid for proc in reading.processes],
