@@ -40,6 +40,7 @@ import asyncio
 import json
 import os
 import random
+import selectors
 import threading
 import time
 from dataclasses import dataclass
@@ -304,8 +305,13 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def _housekeeping() -> None:
+    """Waits with a timeout in a selector of its own, as vLLM's API server watches its engine's
+    liveness: a thread in a selectors wait that is not the loop serving the port."""
+    read_end, _write_end = os.pipe()
+    selector = selectors.DefaultSelector()
+    selector.register(read_end, selectors.EVENT_READ)
     while True:
-        time.sleep(0.5)
+        selector.select(timeout=0.5)
 
 
 def _block_the_loop(how: str) -> None:

@@ -153,19 +153,18 @@ def stack_context(
 
 
 # A server's event loop reads what arrives within a tick; bytes left unread this long mean nobody reads.
-UNREAD_S = 5.0
+UNREAD_S = 3.0
 
 
 def _unread(window: Sequence[Tick]) -> tuple[tuple[int, int, float], ...]:
-    """The members listening on ports where bytes wait unread (hangwatch's own probes included: a
-    probe the server never reads is as good a witness as a client's request), from the latest tick."""
-    seen = next((t for t in reversed(window) if t.connections is not None), None)
-    if seen is None or seen.connections is None:
-        return ()
+    """The members listening on ports where bytes waited unread in the window (hangwatch's own probes
+    included: a probe the server never reads is as good a witness as a client's request, though it
+    gives up and closes after its timeout, so any tick of the window counts, not only the latest)."""
     oldest: dict[int, float] = {}
-    for c in seen.connections.connections:
-        if c.unread_s is not None and c.unread_s >= UNREAD_S and not c.internal:
-            oldest[c.port] = max(oldest.get(c.port, 0.0), c.unread_s)
+    for tick in window:
+        for c in tick.connections.connections if tick.connections is not None else ():
+            if c.unread_s is not None and c.unread_s >= UNREAD_S and not c.internal:
+                oldest[c.port] = max(oldest.get(c.port, 0.0), c.unread_s)
     if not oldest:
         return ()
     last = window[-1]

@@ -231,9 +231,10 @@ def rule_cuda_graph_capture(ctx: StackContext) -> Diagnosis | None:
 def rule_requests_unread(ctx: StackContext) -> Diagnosis | None:
     """The process that serves a port does not read it: bytes sit unread in the kernel's receive queue
     of its connections (or connections wait in its listening socket's queue, never accepted) for
-    seconds, while it stays in place outside any event-loop wait. A server's loop reads what arrives
-    within a tick; a loop that does not is stuck in a handler, whatever it is parked in (a read of a
-    pipe looks like a receive, yet no message will come). The kernel's queue says so, not the frames.
+    seconds, while its main thread stays in place outside its event loop's wait. A server's loop
+    reads what arrives within a tick; a loop that does not is stuck in a handler, whatever it is
+    parked in (a read of a pipe looks like a receive, yet no message will come). The kernel's queue
+    says so, not the frames.
 
     Only when nobody else is stuck outside a receive: a front whose threads all wait on a wedged backend
     leaves its queue unread too, and then the backend is the one to name (the other rules do)."""
@@ -244,8 +245,8 @@ def rule_requests_unread(ctx: StackContext) -> Diagnosis | None:
         dumped[pid]
         for pid in dict.fromkeys(pid for pid, _, _ in ctx.unread)
         if pid in dumped
-        and dumped[pid].blocked
-        and not any(t.wait is Wait.IDLE_LOOP for t in dumped[pid].threads)
+        and (dumped[pid].blocked or dumped[pid].spinning)  # a spin's line may differ between captures
+        and not _in_event_loop(dumped[pid])
     ]
     if not fronts:
         return None
@@ -263,6 +264,13 @@ def rule_requests_unread(ctx: StackContext) -> Diagnosis | None:
     )
     text = f"requests sit unread in the kernel ({where}): {how}, outside its event loop, and reads none"
     return Diagnosis(Cause.UNKNOWN, tuple(v.pid for v in fronts), text, Confidence.MEDIUM)
+
+
+def _in_event_loop(v: ProcessView) -> bool:
+    """Its main thread waits in its event loop's poll. Only the main thread: other threads wait in
+    selectors of their own (vLLM's API server watches its engine's liveness in one) and are no loop
+    that serves the port."""
+    return v.main is not None and v.main.wait is Wait.IDLE_LOOP
 
 
 def _in_collective(v: ProcessView) -> bool:
