@@ -150,15 +150,21 @@ def _reads_only_itself(
     """The thread waits on pipes and Unix sockets whose other end only its own process holds."""
     if t.waker is not Waker.OBJECTS or not t.on:
         return False
-    for obj in t.on:
-        if obj.startswith("pipe:"):
-            ends = pipe_writers.get(obj, set())
-        else:
-            peer = peers.get(int(obj[8:-1]))
-            ends = socket_holders.get(peer, set()) if peer is not None else set()
-        if ends != {pid}:
-            return False
-    return True
+    return all(_other_end(obj, pipe_writers, socket_holders, peers) == {pid} for obj in t.on)
+
+
+def _other_end(
+    obj: str,
+    pipe_writers: Mapping[str, set[int]],
+    socket_holders: Mapping[int, set[int]],
+    peers: Mapping[int, int],
+) -> set[int]:
+    """The members that hold the end a reader of ``obj`` waits on: a pipe's writers, the holders of a
+    Unix socket's peer. Empty where the kernel names no member (outside the tree, or unknown)."""
+    if obj.startswith("pipe:"):
+        return pipe_writers.get(obj, set())
+    peer = peers.get(int(obj[8:-1]))
+    return socket_holders.get(peer, set()) if peer is not None else set()
 
 
 def _wakers(
@@ -174,19 +180,14 @@ def _wakers(
     for t in w.threads:
         if t.waker is Waker.OBJECTS:
             for obj in t.on:
-                if obj.startswith("pipe:"):
-                    holders = pipe_writers.get(obj, set()) - {w.pid}
-                    if not holders and w.pid in pipe_writers.get(obj, set()):
-                        continue  # a pipe only it can write: one of its threads would have to
+                ends = _other_end(obj, pipe_writers, socket_holders, peers)
+                if ends == {w.pid}:
+                    continue  # a pipe only it writes, its own socketpair: one of its threads would have to
+                if obj.startswith("pipe:") or int(obj[8:-1]) not in peers:
                     words.append(f"{t.call} of {obj}")
                 else:
-                    inode = int(obj[8:-1])
-                    peer = peers.get(inode)
-                    holders = (socket_holders.get(peer, set()) if peer is not None else set()) - {w.pid}
-                    if peer is not None and w.pid in socket_holders.get(peer, set()) and not holders:
-                        continue  # its own socketpair: one of its threads would write it
-                    words.append(f"{t.call} of a Unix socket" if peer is not None else f"{t.call} of {obj}")
-                wakers |= holders or {OUTSIDE}
+                    words.append(f"{t.call} of a Unix socket")
+                wakers |= (ends - {w.pid}) or {OUTSIDE}
         elif t.waker is Waker.CHILDREN:
             mine = children.get(w.pid, set()) if t.child in (None, -1) else {t.child}
             wakers |= mine or {OUTSIDE}
