@@ -76,6 +76,33 @@ def test_work_moves_below_the_loop_frame():
     assert not in_place(caught)
 
 
+def _descent(depth: int, *leaf: Frame, fn: str = "build", line: int = 152) -> ThreadStack:
+    """tests/programs/_util.py's compile_like as py-spy caught it: a recursion, every call on one line."""
+    return thread(py("<module>", 1), py("compile_like", 162), *[py(fn, line)] * depth, *leaf)
+
+
+def test_a_recursion_caught_at_other_depths_moves():
+    # Three real captures of compile_like (2026-12-04) that the poll-loop rule took for one place: the
+    # same function below the common path is the descent at another depth (CI: a false stall, 7 s).
+    caught = [
+        _descent(5, py("build", 151), py("Random.randint", 362, "random.py")),
+        _descent(6, py("Random.choice", 374, "random.py")),
+        _descent(5, py("build", 150), py("Random.random", 0, "random.py")),
+    ]
+    assert not in_place(caught)
+
+
+def test_a_recursion_found_twice_at_one_depth_and_once_a_helper_below_is_not_in_place():
+    # The real triple left after the first rule: 12 builds, 12 builds and a helper, 12 builds again.
+    caught = [_descent(12), _descent(12, py("Random.choice", 374, "random.py")), _descent(12)]
+    assert not in_place(caught)
+
+
+def test_a_spin_inside_a_recursion_at_one_depth_is_in_place():
+    caught = [_descent(4, fn="visit", line=30)] * 3
+    assert in_place(caught)
+
+
 def test_the_caller_moving_on_is_not_in_place():
     assert not in_place([thread(py("main", 10), py("step", 5)), thread(py("main", 11), py("step", 5))])
 
