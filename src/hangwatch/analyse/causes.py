@@ -10,6 +10,7 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hangwatch.analyse.stackranks import names_a_rank
 from hangwatch.model.samples import STOPPED_STATES
 from hangwatch.model.samples import ExitHow
 from hangwatch.model.samples import ExitRecord
@@ -122,15 +123,19 @@ def is_significant_failure(exit_: ExitRecord, is_root: bool) -> bool:
         return False
     if is_root or exit_.signal is not None:
         return True
-    return exit_.role is not None or exit_.rank is not None or (exit_.lifetime_s or 0.0) >= SHORT_LIVED_S
+    return _mattered(exit_)
+
+
+def _mattered(e: ExitRecord) -> bool:
+    """A member its peers need: a role, a rank (its profile's or its title's: ``gloo_rank1``), or one
+    that lived long enough not to be a helper."""
+    return e.role is not None or names_a_rank(e.name, e.rank) or (e.lifetime_s or 0.0) >= SHORT_LIVED_S
 
 
 def ended_unseen(e: ExitRecord) -> bool:
     """A member that mattered (a role, a rank, or long-lived) ended, and its parent reaped it before its
     status could be read: as good as dead to the peers that wait for it."""
-    return e.how is ExitHow.VANISHED and (
-        e.role is not None or e.rank is not None or (e.lifetime_s or 0.0) >= SHORT_LIVED_S
-    )
+    return e.how is ExitHow.VANISHED and _mattered(e)
 
 
 def stopped_processes(tick: Tick) -> tuple[int, ...]:
@@ -225,7 +230,10 @@ def diagnose_crash(
     by_cause = {f.cause: f for f in findings}
     first_exception_t = min((f.t for f in findings if f.cause is Cause.EXCEPTION), default=None)
     unseen = _unseen_deaths(failures, exits, root_pids, first_exception_t)
-    ordered = sorted([*failures, *unseen], key=lambda f: (f.t, f.signal is None))
+    left = _left_early(
+        failures, exits, root_pids, first_exception_t=first_exception_t, findings=findings, window=window
+    )
+    ordered = sorted([*failures, *unseen, *left], key=lambda f: (f.t, f.signal is None))
     first = ordered[0]
     culprits = tuple(dict.fromkeys(f.pid for f in ordered))
     if Cause.CUDA_OOM in by_cause:
@@ -244,6 +252,7 @@ def diagnose_crash(
         bool(exceptions)
         and exceptions[0].t < first.t - SIMULTANEOUS_S
         and not _noticed_before_its_end(first, ordered, exceptions)
+        and not (_silent(first, exceptions[0], window) and _noticed(first, ordered, exceptions))
     )
     if (
         not raised_first
@@ -259,7 +268,16 @@ def diagnose_crash(
     if not raised_first and exceptions and _killed_by_writer(first, ordered, exceptions, window):
         raised_first = True
     if (first.signal is not None or first.how is ExitHow.VANISHED) and not raised_first:
-        return _signal_death_first(first, ordered, exceptions, first.pid in root_pids, survivors=survivors)
+        return _death_first(first, ordered, exceptions, first.pid in root_pids, survivors=survivors)
+    if (
+        exceptions
+        and not raised_first
+        and first.pid not in root_pids
+        and _silent(first, exceptions[0], window)
+    ):
+        # It exited of its own (os._exit, a clean exit of one rank) and wrote none of the traceback: the
+        # exception is a peer noticing it gone (gloo's "Connection closed by peer" 1 ms after the exit).
+        return _death_first(first, ordered, exceptions, False, survivors=survivors)
     if exceptions:
         raiser = _raiser(exceptions, ordered, exits, window)
         # Nobody is named when nothing says who wrote it: every process that died is not the writer.
@@ -348,6 +366,10 @@ def _noticed_before_its_end(
     the raiser is the one that ends."""
     if first.rank is None or not (first.signal is not None or first.how is ExitHow.VANISHED):
         return False
+    return _noticed(first, ordered, exceptions)
+
+
+def _noticed(first: ExitRecord, ordered: Sequence[ExitRecord], exceptions: Sequence[LogFinding]) -> bool:
     lead = [f for f in exceptions if first.t - NOTICE_LAG_S <= f.t < first.t]
     if not lead or len(lead) != len([f for f in exceptions if f.t < first.t]):
         return False  # an exception long before the death: it came first
@@ -408,7 +430,58 @@ def _unseen_deaths(
     ]
 
 
-def _signal_death_first(
+def _left_early(
+    failures: Sequence[ExitRecord],
+    exits: Sequence[ExitRecord],
+    root_pids: set[int],
+    *,
+    first_exception_t: float | None,
+    findings: Sequence[LogFinding],
+    window: Sequence[Tick],
+) -> list[ExitRecord]:
+    """A rank that ended cleanly (exit 0) while its peers ran on, before the first sign of trouble, and
+    wrote none of the first traceback: its peers' failures are what its leaving did to them.
+
+    A rank that leaves its group early (``sys.exit(0)`` on a code path it should not take) closes its
+    sockets, and a peer in a collective with it raises within milliseconds ("Connection closed by peer").
+    Only a rank (named by its profile or title) counts, and only when another rank fails after it: a
+    helper pool finishing its work, or every rank ending at the end of a job, is no fault."""
+    starts = [f.t for f in failures]
+    if first_exception_t is not None:
+        starts.append(first_exception_t)
+    if not starts:
+        return []
+    start = min(starts)
+    first_line = min((f for f in findings if f.cause is Cause.EXCEPTION), key=lambda f: f.t, default=None)
+    candidates = [
+        e
+        for e in exits
+        if e.exit_code == 0
+        and e.pid not in root_pids
+        and names_a_rank(e.name, e.rank)
+        and start - UNSEEN_RANK_BEFORE_S <= e.t <= start + NOTICE_LAG_S
+        and (first_line is None or _silent(e, first_line, window))
+    ]
+    failed_ranks = [
+        f for f in (*failures, *exits) if (f.failed or ended_unseen(f)) and names_a_rank(f.name, f.rank)
+    ]
+    return [e for e in candidates if any(f.pid != e.pid and f.t >= e.t for f in failed_ranks)][:1]
+
+
+def _silent(e: ExitRecord, line: LogFinding, window: Sequence[Tick]) -> bool:
+    """``e`` provably wrote less than ``line`` from the last tick before the line to its end: not its
+    writer. Unknown bytes prove nothing."""
+    if line.pid is not None:
+        return line.pid != e.pid
+    if line.rank and e.rank:
+        return line.rank != e.rank
+    before = _wchar_before(line.t, window)
+    if e.wchar_at_end is None or e.pid not in before:
+        return False
+    return e.wchar_at_end - before[e.pid] < len(line.line.encode())
+
+
+def _death_first(
     death: ExitRecord,
     ordered: Sequence[ExitRecord],
     exceptions: Sequence[LogFinding],
@@ -421,6 +494,8 @@ def _signal_death_first(
     if death.how is ExitHow.VANISHED and death.signal is None:
         what = f"{death.name} [{death.pid}] ended (its parent reaped it before its exit status could be read)"
     native = death.signal in _NATIVE_CRASHES
+    if death.exit_code == 0:
+        what += " (left while its peers ran on)"
     if native:
         what += ": a native crash, no Python traceback"
     elif death.signal == signal.SIGKILL:
@@ -475,13 +550,7 @@ def _raiser(
     # failure is the one its exception ended (that scheduler exits 0 and its launcher SIGKILLs the rest
     # 5 s later). One killed in a tear-down is not: the launcher picks its victims' order.
     ended = sorted(
-        (
-            e
-            for e in burst
-            if e.signal is None
-            and e.t <= until
-            and (e.role is not None or e.rank is not None or (e.lifetime_s or 0.0) >= SHORT_LIVED_S)
-        ),
+        (e for e in burst if e.signal is None and e.t <= until and _mattered(e)),
         key=lambda e: e.t,
     )
     if ended:
@@ -503,13 +572,7 @@ def _writer(first: LogFinding, ended: Sequence[ExitRecord], window: Sequence[Tic
     nothing, a launcher one line); the raiser wrote its whole traceback. A member whose bytes are
     unknown (its zombie reaped before we read it, /proc/PID/io denied) could be the writer: then no one
     is named."""
-    before: dict[int, int] = {}
-    for tick in window:
-        if tick.t >= first.t - LINE_LAG_S:
-            break
-        for p in tick.processes:
-            if p.wchar is not None:
-                before[p.pid] = p.wchar
+    before = _wchar_before(first.t, window)
     wrote: dict[int, int] = {}
     for e in ended:
         if e.wchar_at_end is None or e.pid not in before:
@@ -520,6 +583,18 @@ def _writer(first: LogFinding, ended: Sequence[ExitRecord], window: Sequence[Tic
     top = max(wrote, key=lambda pid: wrote[pid])
     rest = sorted(wrote.values())[-2] if len(wrote) > 1 else 0
     return top if wrote[top] >= len(first.line.encode()) and wrote[top] > rest else None
+
+
+def _wchar_before(t: float, window: Sequence[Tick]) -> dict[int, int]:
+    """Each member's wchar at the last tick that surely came before a line stamped at ``t``."""
+    before: dict[int, int] = {}
+    for tick in window:
+        if tick.t >= t - LINE_LAG_S:
+            break
+        for p in tick.processes:
+            if p.wchar is not None:
+                before[p.pid] = p.wchar
+    return before
 
 
 def _describe_pid(pid: int, ordered: Sequence[ExitRecord], exits: Sequence[ExitRecord]) -> str:

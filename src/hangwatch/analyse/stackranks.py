@@ -29,7 +29,13 @@ def rank_label(p: ProcessStacks) -> str:
 
 def is_peer(p: ProcessStacks) -> bool:
     """A rank: one of several processes doing the same job, whose stacks are compared."""
-    return bool(p.rank) or _TITLE_RANK.search(p.name) is not None
+    return names_a_rank(p.name, p.rank)
+
+
+def names_a_rank(name: str, rank: str | None) -> bool:
+    """The profile gave it a rank (``VLLM::Worker_TP1``, ``RANK=3``), or its title ends in one
+    (``gloo_rank3``, ``dead_peer:r3``)."""
+    return bool(rank) or _TITLE_RANK.search(name) is not None
 
 
 def peer_pids(processes: Iterable[ProcessStacks]) -> set[int]:
