@@ -182,6 +182,9 @@ def expect_by_rule(cell: Cell) -> Expect:
         return Expect("crashed", ("dead-peer",), CRASH_BOUND_S)
     if cell.kind == "exit":
         return Expect("crashed", ("dead-peer", "exception"), CRASH_BOUND_S)
+    if cell.kind == "exit0":
+        # It left without a word: what the others raise after it is its consequence.
+        return Expect("crashed", ("dead-peer",), CRASH_BOUND_S)
     if cell.kind == "raise":
         return Expect("crashed", ("exception",), CRASH_BOUND_S)
     if cell.kind == "sigstop":
@@ -193,7 +196,8 @@ def expect_by_rule(cell: Cell) -> Expect:
         # Its holder is the waiter itself: a deadlock any rule may prove, or a wait like any other.
         bound = SERVING_BOUND_S if cell.serving else STALL_BOUND_S
         return Expect("stalled", ("lock-deadlock", "wait-cycle", "collective-wait", "unknown"), bound)
-    # block / spin / sleep / pause: the others wait for it (or idle); no cause can be proven beyond "a wait"
+    # block / spin / sleep / pause / retrylog: the others wait for it (or idle); no cause can be proven
+    # beyond "a wait"
     bound = SERVING_BOUND_S if cell.serving else STALL_BOUND_S
     return Expect("stalled", ("collective-wait", "unknown"), bound)
 
@@ -270,6 +274,15 @@ def _cells() -> list[Cell]:
         ("sglang", 1, "sched", "weights", "segv", "run"),
         ("sglang", 1, "detok", "serving", "sleep", "run"),
         ("sglang", 2, "TP1", "weights", "pause", "attach"),
+        # 2026-12-04: a process that leaves cleanly without a word, and a wait that logs its counts.
+        ("vllm", 2, "TP1", "weights", "exit0", "run"),
+        ("vllm", 2, "TP1", "kv_alloc", "retrylog", "run"),
+        ("vllm", 2, "TP1", "serving", "retrylog", "run"),
+        ("vllm", 2, "core", "profile", "retrylog", "attach"),
+        ("sglang", 2, "TP1", "weights", "exit0", "run"),
+        ("sglang", 2, "TP1", "weights", "retrylog", "run"),
+        ("sglang", 1, "sched", "serving", "retrylog", "run"),
+        ("sglang", 2, "TP1", "kv_alloc", "exit0", "attach"),
     ):
         cells.append(Cell(engine, tp, proc, phase, kind, mode=mode))
     return cells

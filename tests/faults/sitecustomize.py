@@ -20,7 +20,9 @@ Fields (``;``-separated ``key=value``; several faults separated by ``||``):
   0.2 s sleeps forever: a poll for a condition that never comes, every wait timed), ``pause`` (blocked
   in the kernel with no Python wait at all: ``read`` of a pipe whose write end this process holds),
   ``lock`` (the thread takes a ``threading.Lock`` it already holds: a self-deadlock), ``segv`` (a
-  segmentation fault in native code: a read of address 0 through ctypes).
+  segmentation fault in native code: a read of address 0 through ctypes). Added 2026-12-04: ``exit0``
+  (``os._exit(0)``: the process leaves cleanly, without a word) and ``retrylog`` (a retry loop that logs
+  ``still waiting ... (attempt N, waited S s)`` to stderr every 2 s, forever: a wait that logs).
 * ``target``: ``module:qualname`` (``pkg.mod:func`` or ``pkg.mod:Class.method``; staticmethods,
   classmethods and ``async def`` are kept as they are).
 * ``who``: which processes, checked at call time (titles are set late, by setproctitle):
@@ -66,7 +68,10 @@ from typing import Any
 ENV = "HANGWATCH_FAULT"
 SERVER_ARGV_ENV = "HANGWATCH_FAULT_SERVER_ARGV"
 EXTRA_ENV = "HANGWATCH_EXTRA_SITECUSTOMIZE"
-KINDS = ("block", "spin", "sigkill", "sigstop", "raise", "exit", "trace", "sleep", "pause", "lock", "segv")
+KINDS = (
+    "block", "spin", "sigkill", "sigstop", "raise", "exit", "trace", "sleep", "pause", "lock", "segv",
+    "exit0", "retrylog",
+)  # fmt: skip
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -225,6 +230,14 @@ class Fault:
             import ctypes
 
             ctypes.string_at(0)
+        elif self.kind == "exit0":
+            os._exit(0)
+        elif self.kind == "retrylog":
+            attempt = 0
+            while True:
+                attempt += 1
+                _log(f"still waiting for the peer at 127.0.0.1:9 (attempt {attempt}, waited {2 * attempt} s)")
+                time.sleep(2.0)
 
     def wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
         fault = self

@@ -2,8 +2,14 @@
 
 ``--world-size`` ranks (default 2) form a gloo group. Every rank except ``--culprit`` (default the
 last) calls ``dist.all_reduce`` on a small tensor; the culprit instead sleeps forever in a function
-named ``rank_busy_elsewhere`` (``--elsewhere read-own-pipe``: in a bare read of a pipe only it could
-write, ``rank_reading_its_own_pipe``). With the one-hour group timeout nobody errors: the waiters block in
+named ``rank_busy_elsewhere``, or with ``--elsewhere``:
+
+- ``read-own-pipe``: in a bare read of a pipe only it could write (``rank_reading_its_own_pipe``);
+- ``retry-log``: in a retry loop that logs ``still waiting ... (attempt N, waited S s)`` every 2 s;
+- ``exit0`` / ``os-exit``: it leaves 1 s after the handshake, ``sys.exit(0)`` or ``os._exit(3)`` (no
+  traceback): the waiters' gloo then raises "Connection closed by peer" and the launcher exits 1.
+
+With the one-hour group timeout nobody errors: the waiters block in
 gloo (state S, ~0 % CPU), the culprit sleeps in ``time.sleep``. ``--ready-file`` is written once every
 rank has announced the call it enters. Needs torch (exit 2 without it).
 
@@ -15,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from _gloo import RankContext
@@ -35,15 +42,43 @@ def rank_reading_its_own_pipe() -> None:
     os.read(read_end, 1)
 
 
+def rank_retrying(rank: int) -> None:
+    """A wait that logs: the same words every 2 s, only its counts new."""
+    attempt = 0
+    while True:
+        attempt += 1
+        print(
+            f"[rank {rank}] still waiting for 127.0.0.1:9 (attempt {attempt}, waited {2 * attempt} s)",
+            flush=True,
+        )
+        time.sleep(2)
+
+
+def rank_leaving(ctx: RankContext, how: str) -> None:
+    """Leave the group after the handshake, without a word: cleanly or with an error status."""
+    ctx.go.wait()
+    time.sleep(1.0)
+    if how == "exit0":
+        sys.exit(0)
+    os._exit(3)
+
+
 def rank_main(ctx: RankContext) -> None:
     """Join the group, then either enter all_reduce or go elsewhere (the culprit)."""
     dist = ctx.init_process_group()
     import torch
 
     if ctx.rank == ctx.options["culprit"]:
-        if ctx.options["elsewhere"] == "read-own-pipe":
+        elsewhere = ctx.options["elsewhere"]
+        if elsewhere == "read-own-pipe":
             ctx.announce("rank_reading_its_own_pipe")
             rank_reading_its_own_pipe()
+        if elsewhere == "retry-log":
+            ctx.announce("rank_retrying")
+            rank_retrying(ctx.rank)
+        if elsewhere in {"exit0", "os-exit"}:
+            ctx.announce("rank_leaving")
+            rank_leaving(ctx, elsewhere)
         ctx.announce("rank_busy_elsewhere")
         rank_busy_elsewhere()
     ctx.announce("all_reduce")
@@ -58,9 +93,10 @@ def main() -> None:
     parser.add_argument("--culprit", type=int, default=-1, help="rank that skips the collective (-1: last)")
     parser.add_argument(
         "--elsewhere",
-        choices=("sleep", "read-own-pipe"),
+        choices=("sleep", "read-own-pipe", "retry-log", "exit0", "os-exit"),
         default="sleep",
-        help="where the culprit is instead: a sleep, or a read of a pipe only it could write",
+        help="where the culprit is instead: a sleep, a read of a pipe only it could write, a retry loop "
+        "that logs, or gone (exit 0, or os._exit(3))",
     )
     args = parser.parse_args()
     culprit = args.culprit % args.world_size

@@ -559,7 +559,7 @@ def test_a_launcher_tear_down_after_a_ranks_exception_starts_with_a_helper_not_a
     assert d.cause is Cause.EXCEPTION and d.culprits == (38,), d
 
 
-def test_repeated_identical_lines_are_heartbeats_not_progress():
+def test_repeated_identical_lines_are_not_progress_and_new_counts_are_weak_evidence():
     from hangwatch.analyse.logscan import LogScanner
 
     scanner = LogScanner(engines.by_name("vllm"))
@@ -567,7 +567,32 @@ def test_repeated_identical_lines_are_heartbeats_not_progress():
     first = scanner.scan((stats.format(1),), 100, 1.0)
     again = scanner.scan((stats.format(11),), 100, 11.0)
     moved = scanner.scan((stats.format(21).replace("0.0 tokens", "12.5 tokens"),), 100, 21.0)
-    assert first.progress_lines == 1 and again.progress_lines == 0 and moved.progress_lines == 1
+    assert first.progress_lines == 1 and again.progress_lines == 0 and again.heartbeat_lines == 0
+    # The same words with other counts: a heartbeat, weak evidence of the writer the line names.
+    assert moved.progress_lines == 0 and moved.heartbeat_lines == 1 and moved.heartbeat_pids == (9,)
+
+
+def test_a_retry_loops_counts_are_a_heartbeat_and_a_progress_bars_advance_is_progress():
+    from hangwatch.analyse.logscan import LogScanner
+
+    scanner = LogScanner(engines.by_name("generic"))
+    retry = "[rank 1] still waiting for 127.0.0.1:9 (attempt {n}, waited {s} s)"
+    lines = [scanner.scan((retry.format(n=n, s=2 * n),), 60, float(n)) for n in (1, 2, 3)]
+    assert [(x.progress_lines, x.heartbeat_lines) for x in lines] == [(1, 0), (0, 1), (0, 1)]
+    bar = "Loading safetensors checkpoint shards: {p}% Completed | {k}/4 [00:{s:02d}<00:10, 2.0s/it]"
+    shards = [
+        scanner.scan((bar.format(p=25 * k, k=k, s=s),), 80, 10.0 + s)
+        for k, s in ((1, 2), (2, 4), (2, 5), (3, 6))
+    ]
+    # The fraction grows: progress; the same fraction again, a second later (a redraw): a heartbeat.
+    assert [(x.progress_lines, x.heartbeat_lines) for x in shards] == [(1, 0), (1, 0), (0, 1), (1, 0)]
+    # Torch's store barrier says it every 10 s with a new elapsed time.
+    barrier = (
+        "Waiting in store based barrier to initialize process group for rank: 0, key: "
+        "store_based_barrier_key:1 (world_size=2, num_workers_joined=1, timeout=0:30:00, elapsed=0:00:{e}.01)"
+    )
+    beats = [scanner.scan((barrier.format(e=e),), 150, 30.0 + e) for e in (10, 20, 30)]
+    assert [x.heartbeat_lines for x in beats] == [0, 1, 1]
 
 
 def test_resident_memory_growing_is_progress_even_with_the_stack_in_place():

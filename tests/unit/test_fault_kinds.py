@@ -103,3 +103,27 @@ def test_segv_dies_by_the_signal(tmp_path: Path) -> None:
         assert proc.wait(30) == -signal.SIGSEGV
     finally:
         _stop(proc)
+
+
+def test_exit0_leaves_cleanly_without_a_word(tmp_path: Path) -> None:
+    proc = _start(tmp_path, "exit0")
+    try:
+        assert proc.wait(30) == 0
+        assert proc.stderr is not None
+        said = proc.stderr.read().decode()
+        assert "fired kind=exit0" in said and "Traceback" not in said, said
+    finally:
+        _stop(proc)
+
+
+def test_retrylog_logs_the_same_words_with_new_counts_and_lives_on(tmp_path: Path) -> None:
+    proc = _start(tmp_path, "retrylog")
+    try:
+        assert proc.stderr is not None
+        assert "fired kind=retrylog" in proc.stderr.readline().decode()
+        first, second = proc.stderr.readline().decode(), proc.stderr.readline().decode()
+        assert "still waiting" in first and "(attempt 1, waited 2 s)" in first, first
+        assert "(attempt 2, waited 4 s)" in second, second
+        assert proc.poll() is None
+    finally:
+        _stop(proc)

@@ -113,6 +113,7 @@ class Assessor:
         self.serving_clock = ServingClock()
         self.serving_watch = ServingWatch()
         self._discount: dict[int, float] = {}
+        self._parked: dict[int, float] = {}
         self._pending_stall: Verdict | None = None
         # "pid:812" / "rank:TP1" -> the furthest phase that source logged
         self._source_phase: dict[str, int] = {}
@@ -135,10 +136,12 @@ class Assessor:
         """Fold one tick in; a verdict when one is reached (at most one ``ready`` is returned)."""
         self.now = tick.t
         self._discount = self._spin_discount()
+        self._parked = self._parked_since()
         spinning = self._discount.__contains__
         signals = progress_signals(
             self._prev, tick, self.last_probe, self.policy.thresholds, spinning, serving=self.serving
         )
+        signals += self._heartbeats(tick)
         if self.stacks is not None:
             # A thread on CPU whose stack moved between two captures executes code, even when the
             # machine is so loaded that its CPU share stays under the threshold. As weak as CPU time.
@@ -156,7 +159,7 @@ class Assessor:
         if self.profile.name == "generic" and self.engine_hint is None:
             found: list[str] = [e for e in map(engines.recognise_log, tick.log.tail) if e is not None]
             self.engine_hint = found[0] if found else None
-        if tick.log.waiting_lines and tick.log.last_line:
+        if (tick.log.waiting_lines or tick.log.heartbeat_lines) and tick.log.last_line:
             self._last_waiting_line = tick.log.last_line
         self.findings.extend(tick.log.findings)
         if tick.probes:
@@ -207,6 +210,7 @@ class Assessor:
             self._verdict = self._stalled(self._prev, self.quiet_for(self._prev.t))
             return self._verdict
         self._discount = self._spin_discount()
+        self._parked = self._parked_since()
         self._verdict = self._decide(self._prev, settled=True)
         return self._verdict
 
@@ -298,7 +302,29 @@ class Assessor:
     # -- progress ------------------------------------------------------------------------------------
 
     def last_progress_t(self) -> float:
-        return self.clock.last_progress(self._discount)
+        return self.clock.last_progress(self._discount, parked=self._parked)
+
+    def _heartbeats(self, tick: Tick) -> tuple[ProgressSignal, ...]:
+        """Lines said again with other counts, as weak evidence of their writer: the pid the line names,
+        else the one member whose written bytes since the last tick hold them all."""
+        log = tick.log
+        if not log.heartbeat_lines:
+            return ()
+        writers: tuple[int | None, ...] = log.heartbeat_pids
+        if not writers and self._prev is not None:
+            before = {p.pid: p.wchar for p in self._prev.processes}
+            grew = [
+                p.pid
+                for p in tick.processes
+                if p.wchar is not None
+                and before.get(p.pid) is not None
+                and p.wchar - (before[p.pid] or 0) >= log.heartbeat_bytes
+            ]
+            writers = (grew[0],) if len(grew) == 1 else (None,)
+        return tuple(
+            ProgressSignal(SignalKind.HEARTBEAT, pid, f"{log.heartbeat_lines} log lines said again")
+            for pid in writers or (None,)
+        )
 
     def quiet_for(self, now: float) -> float:
         return max(0.0, now - self.last_progress_t())
@@ -354,6 +380,14 @@ class Assessor:
         if h is None or self._prev is None:
             return {}
         return {p.pid: h.spin_since(p.pid) for p in self._prev.processes if h.spinning(p.pid)}
+
+    def _parked_since(self) -> dict[int, float]:
+        """pid -> since when its code has stayed in place, busy or not: its heartbeat lines after that
+        time were a wait that logs."""
+        h = self.stacks
+        if h is None or self._prev is None:
+            return {}
+        return {p.pid: h.spin_since(p.pid) for p in self._prev.processes if h.parked(p.pid)}
 
     def _spin_hint(self, stable: bool = False) -> str | None:
         """The process spinning longest, in words; ``stable``: worded by when it began (for the live

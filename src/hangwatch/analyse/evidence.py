@@ -19,7 +19,9 @@ def window_evidence(
     if not window:
         return []
     out: list[str] = []
-    waiting = sum(t.log.waiting_lines for t in window)
+    # Lines said again with other counts reach a verdict only once the stacks showed their writer in
+    # place: a wait that logs, worded with the engines' own "still waiting" lines.
+    waiting = sum(t.log.waiting_lines + t.log.heartbeat_lines for t in window)
     if waiting and waiting_line:
         out.append(
             f"log: only 'still waiting' lines for {quiet_s:.0f} s "

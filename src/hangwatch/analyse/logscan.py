@@ -58,6 +58,9 @@ _TIMESTAMP = re.compile(
     r"|\b\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
 )
 _REMEMBERED = 4096
+_COUNT = re.compile(r"\d+")
+# Counts that measure advance toward an end: a fraction (``3/8``) or a percentage (``40%``).
+_ADVANCE = re.compile(r"(\d+)\s*/\s*(\d+)|(\d+(?:\.\d+)?)\s*%")
 # What a writer puts before its message: vLLM's ``(Worker_TP1 pid=90) ERROR 12-02 07:11:20 [file.py:1] ``,
 # SGLang's ``[2026-12-02 06:43:29 TP1] ``.
 _LINE_PREFIX = re.compile(
@@ -126,6 +129,9 @@ class LogScanner:
         self._echoes = ProbeEchoes()
         self._in_traceback: set[str] = set()  # writers whose traceback's frames are being printed
         self._said: dict[str, None] = {}  # lines already said (time stamps removed), oldest first
+        # What each writer already said, its counts masked -> the advance marks of its latest such line
+        # (oldest first): a line that says it again with other counts is a heartbeat.
+        self._told: dict[tuple[int | None, str | None, str], tuple[float, ...]] = {}
         # Lines right after a probe's send, waiting to learn whether that probe turns out slow: (line, at)
         self._held: list[tuple[str, float]] = []
 
@@ -138,7 +144,8 @@ class LogScanner:
         probes: tuple[ProbeResult, ...] = (),
     ) -> LogSample:
         """``times``: when each line arrived (empty: unknown); ``probes``: the answers since the last scan."""
-        waiting = echoes = held = 0
+        waiting = echoes = held = beats = beat_bytes = 0
+        beat_pids: dict[int, None] = {}
         named: dict[int, str] = {}
         markers = self._probe_echo() if lines else ()
         own = self._own_request() if lines or self._held else None
@@ -158,13 +165,17 @@ class LogScanner:
             if markers and any(m in line for m in markers):
                 echoes += 1
                 continue
-            if times:
-                judged = self._judge(line, times[index], t, own)
-                if judged is SendEcho.UNDECIDED:
-                    held += 1
-                    self._held.append((line, times[index]))
-                elif judged is SendEcho.ECHO:
-                    echoes += 1  # not progress, but still read for what it names
+            judged = self._judge(line, times[index], t, own) if times else SendEcho.NONE
+            if judged is SendEcho.UNDECIDED:
+                held += 1
+                self._held.append((line, times[index]))
+            elif judged is SendEcho.ECHO:
+                echoes += 1  # not progress, but still read for what it names
+            elif self._heartbeat(line):
+                beats += 1
+                beat_bytes += len(line.encode(errors="replace")) + 1
+                if writer is not None:
+                    beat_pids[int(writer.group(2))] = None
             phase = self._phase_of(line)
             if phase is not None:
                 pid, rank = line_source(line)
@@ -190,6 +201,9 @@ class LogScanner:
             waiting_lines=waiting,
             echo_lines=echoes,
             held_lines=held,
+            heartbeat_lines=beats,
+            heartbeat_bytes=beat_bytes,
+            heartbeat_pids=tuple(beat_pids),
             released_lines=released,
             undecided_lines=len(self._held),
             phase_events=tuple(events),
@@ -251,6 +265,31 @@ class LogScanner:
         if len(self._said) > _REMEMBERED:
             del self._said[next(iter(self._said))]
         return False
+
+    def _heartbeat(self, line: str) -> bool:
+        """The line says again what its writer said before, counts aside, and no count of the kind
+        that measures advance (``3/8``, ``40%``) went up.
+
+        A wait that logs says the same thing with a new count each time (torch's store barrier:
+        ``... num_workers_joined=1, ..., elapsed=0:00:10``; a retry loop's ``attempt 7, waited 14 s``),
+        and so does a loop that works (``step 12``): the words cannot tell them apart, so such a line is
+        weak evidence, which the writer's stacks can discount. A progress bar's fraction or percentage
+        grows, and the first time a writer says a thing is news: both are progress.
+        """
+        said = _TIMESTAMP.sub("", line.strip())
+        pid, rank = line_source(line)
+        key = (pid, rank, _COUNT.sub("#", said))
+        marks = tuple(
+            float(m.group(1)) / float(m.group(2))
+            if m.group(2) and float(m.group(2))
+            else float(m.group(3) or 0)
+            for m in _ADVANCE.finditer(said)
+        )
+        before = self._told.pop(key, None)
+        self._told[key] = marks
+        if len(self._told) > _REMEMBERED:
+            del self._told[next(iter(self._told))]
+        return before is not None and not any(new > old for new, old in zip(marks, before, strict=False))
 
     def _phase_of(self, line: str) -> str | None:
         for index, r in enumerate(self._profile.phases):

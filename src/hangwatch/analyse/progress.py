@@ -52,6 +52,7 @@ class SignalKind(StrEnum):
     PROBE = "probe"
     PROCESS = "process"
     SERVING = "serving"
+    HEARTBEAT = "heartbeat"  # a line said again with other counts (logscan: LogScanner._heartbeat)
 
 
 @dataclass(frozen=True)
@@ -258,7 +259,8 @@ def _serving_signals(prev: Tick, tick: Tick) -> list[ProgressSignal]:
 
 
 # CPU time and a moved stack are weak evidence: a spin burns CPU too, so the stacks can discount them.
-WEAK_KINDS = frozenset({SignalKind.CPU, SignalKind.STACK})
+# So is a line said again with other counts: a wait that logs says it too (``attempt 7``).
+WEAK_KINDS = frozenset({SignalKind.CPU, SignalKind.STACK, SignalKind.HEARTBEAT})
 
 
 class ProgressClock:
@@ -281,10 +283,18 @@ class ProgressClock:
         if signals:
             self.last_signals = signals
 
-    def last_progress(self, discount: Mapping[int, float] | None = None, *, weak: bool = True) -> float:
+    def last_progress(
+        self,
+        discount: Mapping[int, float] | None = None,
+        *,
+        weak: bool = True,
+        parked: Mapping[int, float] | None = None,
+    ) -> float:
         """The latest progress; weak evidence of a pid in ``discount`` counts only up to its time there.
 
-        ``weak=False``: progress other than CPU time and moved stacks only.
+        ``weak=False``: progress other than CPU time, moved stacks and heartbeats only. ``parked``: pids
+        whose code has stayed in place since then, whatever their CPU: the lines they say again with
+        other counts are a wait that logs (CPU is discounted only for a spin: ``discount``).
         """
         latest = self._start
         for (kind, pid), seen in self._last.items():
@@ -292,8 +302,9 @@ class ProgressClock:
             if kind in WEAK_KINDS:
                 if not weak:
                     continue
-                if discount is not None and pid is not None and pid in discount:
-                    counted = min(seen, discount[pid])
+                since = discount if kind is not SignalKind.HEARTBEAT else parked
+                if since is not None and pid is not None and pid in since:
+                    counted = min(seen, since[pid])
             latest = max(latest, counted)
         return latest
 

@@ -185,18 +185,27 @@ class StackHistory:
             if len(every) == 2 and any(t.active for t in every) and not thread_in_place(history):
                 self._moved_at[pid] = after.t
 
+    def parked(self, pid: int) -> bool:
+        """Every thread of it stayed in place over the burst's samples, busy or not (its heartbeat lines
+        are then a wait that logs)."""
+        view = self._solid_view(pid)
+        return view is not None and view.unchanged
+
+    def _solid_view(self, pid: int) -> ProcessView | None:
+        if len(self._solid) < self.policy.samples:
+            return None
+        if self._spin_views is None:
+            self._flowing = self._solid_flowing()
+            self._spin_views = process_views(_enriched(self._solid), self._flowing)
+        return next((v for v in self._spin_views if v.pid == pid), None)
+
     def spinning(self, pid: int) -> bool:
         """CPU rising while the code stays in place, whatever it is called: the progress model's veto.
 
         Over the burst's three samples, not two: two captures of a busy recursive workload can find it
         at the same depth and line by chance; three rarely do.
         """
-        if len(self._solid) < self.policy.samples:
-            return False
-        if self._spin_views is None:
-            self._flowing = self._solid_flowing()
-            self._spin_views = process_views(_enriched(self._solid), self._flowing)
-        view = next((v for v in self._spin_views if v.pid == pid), None)
+        view = self._solid_view(pid)
         if view is None or not view.spinning:
             return False
         # A host thread parked in place while the GPU works hard is waiting for real work (a long

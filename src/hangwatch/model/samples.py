@@ -162,6 +162,12 @@ class LogSample:
     held_lines: int = 0
     released_lines: int = 0
     undecided_lines: int = 0  # held lines still waiting for their probe's outcome after this tick
+    # Lines that say again what their writer said before with other counts (a retry loop's "attempt
+    # 7, waited 14 s", a training loop's "step 12"): weak evidence, like CPU time, which the stacks can
+    # discount when the writer's code stays in place. Their bytes, and the writers the lines name.
+    heartbeat_lines: int = 0
+    heartbeat_bytes: int = 0
+    heartbeat_pids: tuple[int, ...] = ()
     phase_events: tuple[PhaseEvent, ...] = ()
     findings: tuple[LogFinding, ...] = ()
     ready_line: str | None = None
@@ -172,7 +178,14 @@ class LogSample:
 
     @property
     def progress_lines(self) -> int:
-        return self.new_lines - self.waiting_lines - self.echo_lines - self.held_lines + self.released_lines
+        return (
+            self.new_lines
+            - self.waiting_lines
+            - self.echo_lines
+            - self.held_lines
+            - self.heartbeat_lines
+            + self.released_lines
+        )
 
 
 class ProbeOutcome(StrEnum):
