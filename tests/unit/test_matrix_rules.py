@@ -682,3 +682,43 @@ def test_the_line_that_ends_a_traceback_is_its_summary_whatever_the_exception_is
     assert "KeyboardInterrupt" in said
     assert not any("not part of" in line or "ordinary" in line for line in said)
     assert {f.pid for f in sample.findings if "InjectedFault" in f.line} == {10991}
+
+
+def test_a_worker_that_left_cleanly_is_the_cause_even_named_by_its_cut_title():
+    """vllm-tp2-TP1-weights-exit0-run (2026-12-04): TP1 os._exit(0)ed 0.3 s after setting its title, before
+    any tick saw it: its zombie showed comm's 15 bytes, ``VLLM::Worker_TP``, no rank. 9 s later the engine
+    core logged "WorkerProc ..." and SIGKILLed TP0, and TP0's death was taken for the cause."""
+    api, helper, core, tp0, tp1 = 11281, 11343, 11344, 11531, 11532
+    tree = (
+        _proc(api, 1, "VLLM::APIServer", "APIServer", None),
+        _proc(core, api, "VLLM::EngineCore", "EngineCore", None),
+        _proc(tp0, core, "VLLM::Worker_TP0", "Worker", "TP0"),
+    )
+    left = ExitRecord(
+        32.748, tp1, "VLLM::Worker_TP", None, None, ExitHow.ZOMBIE_STAT, 0, None, 30.0, None, 7195
+    )
+    killed = ExitRecord(
+        41.825, tp0, "VLLM::Worker_TP0", "Worker", "TP0", ExitHow.ZOMBIE_STAT, None, 9, 30.0, None, 9706
+    )
+    gone = ExitRecord(43.45, core, "VLLM::EngineCore", "EngineCore", None, ExitHow.VANISHED, lifetime_s=35.0)
+    api_exit = ExitRecord(
+        45.177, api, "VLLM::APIServer", "APIServer", None, ExitHow.WAITPID, 1, None, 45.0, None, 84434
+    )
+    helper_exit = ExitRecord(45.181, helper, "python", None, None, ExitHow.WAITPID, 0, None, 40.0, None, 494)
+    findings = [
+        LogFinding(41.787, Cause.EXCEPTION, "(EngineCore pid=11344) ERROR [core.py:1510] Traceback (most recent call last):", core),
+        LogFinding(41.787, Cause.EXCEPTION, "(EngineCore pid=11344) ERROR [core.py:1510] Exception: WorkerProc initialization failed", core),
+        LogFinding(43.457, Cause.EXCEPTION, "RuntimeError: Engine core initialization failed. See root cause above."),
+    ]  # fmt: skip
+    window = [Tick(33.018, tree), Tick(41.0, tree)]
+    d = causes.diagnose_crash(
+        [killed, gone, api_exit], findings, {api}, [left, killed, gone, api_exit, helper_exit], window=window
+    )
+    assert (d.cause, d.culprits) == (Cause.DEAD_PEER, (tp1,)), d
+    assert "exit code 0 (left while its peers ran on) first" in d.explanation, d.explanation
+    assert "consequences" in d.explanation, d.explanation
+    # A helper that ends cleanly is no fault: the same story without TP1 blames TP0's SIGKILL.
+    d = causes.diagnose_crash(
+        [killed, gone, api_exit], findings, {api}, [killed, gone, api_exit, helper_exit], window=window
+    )
+    assert d.culprits == (tp0,), d
