@@ -21,13 +21,13 @@ def _rank_pid(report: dict, title: str) -> int:
     return next(p["pid"] for p in report["processes"] if p["name"] == title)
 
 
-def _run(hw, tmp_path, elsewhere: str):
+def _run(hw, tmp_path, elsewhere: str, *extra: str):
     pytest.importorskip("torch", reason="needs torch's CPU build (pip install torch==2.13.0)")
     return hw(
         "run", "--quiet", "--stall-after", "30", "--",
         *program(
             "gloo_missing_collective", "--world-size", "2", "--culprit", "1", "--elsewhere", elsewhere,
-            "--ready-file", str(tmp_path / "ready"),
+            "--ready-file", str(tmp_path / "ready"), *extra,
         ),
     )  # fmt: skip
 
@@ -57,4 +57,17 @@ def test_a_rank_that_leaves_without_a_word_is_the_cause_and_its_peers_exception_
     assert f"gloo_rank1 [{leaver}] {status}" in v["summary"], v
     assert "consequence" in v["summary"] and "Connection closed by peer" in v["summary"], v
     assert "raised" not in v["summary"], v  # the exception is rank 0's, not the leaver's
+    assert_all_gone(out.report)
+
+
+def test_a_rank_gone_cleanly_while_its_peer_waits_in_the_store_is_a_dead_peer(hw, tmp_path):
+    # Nothing raises: rank 0 waits for a key of the store it serves itself, which rank 1 would have set.
+    # Before, "rendezvous incomplete (the other ranks never checked in)", no culprit, after the window.
+    out = _run(hw, tmp_path, "exit0", "--waiters-in", "store")
+    v = out.verdict
+    assert (v["state"], v["cause"]) == ("stalled", "dead-peer"), v
+    leaver = _rank_pid(out.report, "gloo_rank1")
+    assert v["culprits"] == [leaver], v
+    assert f"gloo_rank1[{leaver}] exit code 0" in v["summary"] and "for it" in v["summary"], v
+    assert out.report["duration_s"] < 30, out.report["duration_s"]  # closed: not the whole window
     assert_all_gone(out.report)

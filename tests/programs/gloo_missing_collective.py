@@ -9,6 +9,9 @@ named ``rank_busy_elsewhere``, or with ``--elsewhere``:
 - ``exit0`` / ``os-exit``: it leaves 1 s after the handshake, ``sys.exit(0)`` or ``os._exit(3)`` (no
   traceback): the waiters' gloo then raises "Connection closed by peer" and the launcher exits 1.
 
+``--waiters-in store``: the others first wait for a key of the group's store (served by rank 0 itself)
+that only the culprit would set, a wait the culprit's going away does not end.
+
 With the one-hour group timeout nobody errors: the waiters block in
 gloo (state S, ~0 % CPU), the culprit sleeps in ``time.sleep``. ``--ready-file`` is written once every
 rank has announced the call it enters. Needs torch (exit 2 without it).
@@ -81,6 +84,12 @@ def rank_main(ctx: RankContext) -> None:
             rank_leaving(ctx, elsewhere)
         ctx.announce("rank_busy_elsewhere")
         rank_busy_elsewhere()
+    if ctx.options["waiters_in"] == "store":
+        # A wait that no peer's going away can end: the group's store, served by rank 0 itself.
+        from torch.distributed.distributed_c10d import _get_default_store
+
+        ctx.announce("store_wait")
+        _get_default_store().wait([f"rank{ctx.options['culprit']}-done"])
     ctx.announce("all_reduce")
     tensor = torch.ones(1024)
     dist.all_reduce(tensor)
@@ -92,6 +101,13 @@ def main() -> None:
     parser = make_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--culprit", type=int, default=-1, help="rank that skips the collective (-1: last)")
     parser.add_argument(
+        "--waiters-in",
+        choices=("all_reduce", "store"),
+        default="all_reduce",
+        help="where the others wait first: the collective, or a key of the group's store that only the "
+        "culprit would set (a wait that does not end when the culprit's sockets close)",
+    )
+    parser.add_argument(
         "--elsewhere",
         choices=("sleep", "read-own-pipe", "retry-log", "exit0", "os-exit"),
         default="sleep",
@@ -100,7 +116,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     culprit = args.culprit % args.world_size
-    launch(args, rank_main, list(range(args.world_size)), {"culprit": culprit, "elsewhere": args.elsewhere})
+    options = {"culprit": culprit, "elsewhere": args.elsewhere, "waiters_in": args.waiters_in}
+    launch(args, rank_main, list(range(args.world_size)), options)
 
 
 if __name__ == "__main__":

@@ -773,3 +773,19 @@ def test_a_helper_carrying_its_ranks_rank_killed_while_the_tree_works_on_is_carr
         now = (proc(1), _ranked(10, "TP0"), _ranked(11, "TP1"), _ranked(100 + t, None))
         verdict = a.observe(Tick(float(t), now, exits=death if t == 5 else (), log=LogSample(new_lines=2)))
         assert verdict is None, verdict
+
+
+def test_a_parked_writers_heartbeats_are_discounted_and_its_cpu_is_not():
+    from hangwatch.analyse.progress import SignalKind
+
+    clock = ProgressClock()
+    clock.observe(10.0, (ProgressSignal(SignalKind.LOG, None, "news"),))
+    for t in (14.0, 18.0, 22.0):
+        clock.observe(t, (ProgressSignal(SignalKind.HEARTBEAT, 7, "attempt"),))
+    assert clock.last_progress() == 22.0
+    # Its code has stayed in place since 12 s: what it said again after that was a wait that logs.
+    assert clock.last_progress(parked={7: 12.0}) == 12.0
+    assert clock.last_progress(discount={7: 12.0}) == 22.0  # a spin's discount is for CPU, not lines
+    assert clock.last_progress(weak=False) == 10.0
+    clock.observe(24.0, (ProgressSignal(SignalKind.HEARTBEAT, None, "attempt"),))
+    assert clock.last_progress(parked={7: 12.0}) == 24.0  # nobody's: never discounted

@@ -722,3 +722,34 @@ def test_a_worker_that_left_cleanly_is_the_cause_even_named_by_its_cut_title():
         [killed, gone, api_exit], findings, {api}, [killed, gone, api_exit, helper_exit], window=window
     )
     assert d.culprits == (tp0,), d
+
+
+def test_a_heartbeat_is_evidence_of_every_member_that_could_have_written_it():
+    """sglang-tp1-sched-serving-retrylog-run (2026-12-04): the scheduler's retry line (85 bytes every 2 s)
+    arrived in the ticks where the API server also wrote 404 bytes (its answers to our probes); taken for
+    nobody's, the heartbeat was never discounted, and the wedge was never called."""
+    a = Assessor(engines.by_name("sglang"), Policy(stall_after=30.0), root_pids={13260})
+
+    def tick(t: float, api_w: int, sched_w: int, beats: int) -> Tick:
+        procs = (
+            replace(_proc(13260, 1, "python", "main", None), wchar=api_w),
+            replace(_proc(14610, 13260, "sglang::scheduler", "scheduler", None), wchar=sched_w),
+            replace(_proc(14612, 13260, "sglang::detokenizer", "detokenizer", None), wchar=47599),
+        )
+        return Tick(
+            t, procs, log=LogSample(new_lines=beats, heartbeat_lines=beats, heartbeat_bytes=85 * beats)
+        )
+
+    a.observe(tick(40.0, 131745, 55985, 0))
+    beats = a._heartbeats(tick(41.0, 132001, 56070, 1))
+    assert sorted(s.pid for s in beats) == [13260, 14610], beats  # both wrote at least the line
+    a.observe(tick(41.0, 132001, 56070, 1))
+    # Bytes unknown (attach without /proc/PID/io): nobody's, never discounted.
+    blind = a._heartbeats(
+        Tick(
+            42.0,
+            (_proc(13260, 1, "python", "main", None),),
+            log=LogSample(heartbeat_lines=1, heartbeat_bytes=85),
+        )
+    )
+    assert [s.pid for s in blind] == [None], blind

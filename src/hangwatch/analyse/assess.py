@@ -38,6 +38,8 @@ from hangwatch.analyse.progress import Thresholds
 from hangwatch.analyse.progress import progress_signals
 from hangwatch.analyse.serving import ServingClock
 from hangwatch.analyse.serving import ServingWatch
+from hangwatch.analyse.stackranks import cut_rank_title
+from hangwatch.analyse.stackranks import names_a_rank
 from hangwatch.analyse.stacktree import build_tree
 from hangwatch.analyse.stackwatch import StackHistory
 from hangwatch.engines.profile import Profile
@@ -305,26 +307,23 @@ class Assessor:
         return self.clock.last_progress(self._discount, parked=self._parked)
 
     def _heartbeats(self, tick: Tick) -> tuple[ProgressSignal, ...]:
-        """Lines said again with other counts, as weak evidence of their writer: the pid the line names,
-        else the one member whose written bytes since the last tick hold them all."""
+        """Lines said again with other counts, as weak evidence of whoever could have written them: the
+        pid the lines name, else every member whose written bytes since the last tick hold them all (a
+        server answering a probe writes too). Discounted only once every such writer is in place; with
+        no writer known, never."""
         log = tick.log
         if not log.heartbeat_lines:
             return ()
         writers: tuple[int | None, ...] = log.heartbeat_pids
         if not writers and self._prev is not None:
-            before = {p.pid: p.wchar for p in self._prev.processes}
-            grew = [
+            before = {p.pid: p.wchar for p in self._prev.processes if p.wchar is not None}
+            writers = tuple(
                 p.pid
                 for p in tick.processes
-                if p.wchar is not None
-                and before.get(p.pid) is not None
-                and p.wchar - (before[p.pid] or 0) >= log.heartbeat_bytes
-            ]
-            writers = (grew[0],) if len(grew) == 1 else (None,)
-        return tuple(
-            ProgressSignal(SignalKind.HEARTBEAT, pid, f"{log.heartbeat_lines} log lines said again")
-            for pid in writers or (None,)
-        )
+                if p.wchar is not None and p.pid in before and p.wchar - before[p.pid] >= log.heartbeat_bytes
+            )
+        text = f"{log.heartbeat_lines} log lines said again with other counts"
+        return tuple(ProgressSignal(SignalKind.HEARTBEAT, pid, text) for pid in writers or (None,))
 
     def quiet_for(self, now: float) -> float:
         return max(0.0, now - self.last_progress_t())
@@ -445,7 +444,9 @@ class Assessor:
             if stopped and solid_quiet >= self.policy.stall_after:
                 return self._stalled(tick, solid_quiet)
             closed = (
-                self.stacks.closed_wait(self.window()) if self.stacks is not None and quiet >= 1.0 else None
+                self.stacks.closed_wait(self.window(), self._departed())
+                if self.stacks is not None and quiet >= 1.0
+                else None
             )
             if closed is not None:
                 return self._stalled(tick, quiet, closed)
@@ -513,6 +514,22 @@ class Assessor:
         parent = self._born.get(born[3]) if born is not None else None
         return parent is None or parent[2] != dead.rank
 
+    def _departed(self) -> tuple[ExitRecord, ...]:
+        """Ranks that ended cleanly (exit 0) and were not replaced: a group still waiting for one waits for
+        a member that is gone (a rank that left its group on a code path it should not take)."""
+        ranked = (
+            {p.name for p in self._prev.processes if names_a_rank(p.name, p.rank)} if self._prev else set()
+        )
+        ranked |= {e.name for e in self.exits if names_a_rank(e.name, e.rank)}
+        return tuple(
+            e
+            for e in self.exits
+            if e.exit_code == 0
+            and e.pid not in self._root_pids
+            and (names_a_rank(e.name, e.rank) or cut_rank_title(e.name, ranked))
+            and not self._replaced(e)
+        )
+
     def _replaced(self, dead: ExitRecord) -> bool:
         """A process of the same rank (or, for one without a rank, the same role) appeared after it ended."""
         return any(
@@ -545,7 +562,7 @@ class Assessor:
         waiting = self.serving_watch.waiting(tick.t, self.last_progress_t())
         if waiting is None or waiting.frozen_for_s < 1.0:
             return None
-        closed = self.stacks.closed_wait(self.window()) if self.stacks is not None else None
+        closed = self.stacks.closed_wait(self.window(), self._departed()) if self.stacks is not None else None
         if closed is not None:
             return self._serving_stalled(tick, waiting.frozen_for_s, waiting.evidence, closed)
         return None
@@ -570,7 +587,9 @@ class Assessor:
         if diagnosis is None and self.stacks is not None:
             # Before the server was ever ready no input is due: a group waiting for it is stuck, not idle.
             before_ready = self.policy.has_readiness and self.ready_at is None
-            diagnosis = self.stacks.diagnose(window, self.laggards(tick), before_ready=before_ready)
+            diagnosis = self.stacks.diagnose(
+                window, self.laggards(tick), before_ready=before_ready, departed=self._departed()
+            )
         if diagnosis is None or diagnosis.cause is Cause.UNKNOWN:
             basic = causes.diagnose_stall(window, self.findings)
             # The process state or the log's word, unless the stacks named whom the others wait for and

@@ -10,6 +10,7 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hangwatch.analyse.stackranks import cut_rank_title
 from hangwatch.analyse.stackranks import names_a_rank
 from hangwatch.model.samples import STOPPED_STATES
 from hangwatch.model.samples import ExitHow
@@ -460,7 +461,7 @@ def _left_early(
         for e in exits
         if e.exit_code == 0
         and e.pid not in root_pids
-        and (names_a_rank(e.name, e.rank) or _cut_rank_title(e.name, ranked))
+        and (names_a_rank(e.name, e.rank) or cut_rank_title(e.name, ranked))
         and start - UNSEEN_RANK_BEFORE_S <= e.t <= start + NOTICE_LAG_S
         and (first_line is None or _silent(e, first_line, window))
     ]
@@ -468,16 +469,6 @@ def _left_early(
         f for f in (*failures, *exits) if (f.failed or ended_unseen(f)) and names_a_rank(f.name, f.rank)
     ]
     return [e for e in candidates if any(f.pid != e.pid and f.t >= e.t for f in failed_ranks)][:1]
-
-
-# The kernel keeps 15 bytes of a process's title in comm, all a zombie still shows.
-_COMM_BYTES = 15
-
-
-def _cut_rank_title(name: str, ranked: set[str]) -> bool:
-    """``name`` is a rank's title cut to comm's 15 bytes (``VLLM::Worker_TP`` of ``VLLM::Worker_TP1``): a
-    rank that set its title after our last look and died shows only that, and its peers the rest."""
-    return len(name.encode()) == _COMM_BYTES and any(other.startswith(name) for other in ranked)
 
 
 def _silent(e: ExitRecord, line: LogFinding, window: Sequence[Tick]) -> bool:

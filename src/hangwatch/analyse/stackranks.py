@@ -38,6 +38,16 @@ def names_a_rank(name: str, rank: str | None) -> bool:
     return bool(rank) or _TITLE_RANK.search(name) is not None
 
 
+# The kernel keeps 15 bytes of a process's title in comm, all a zombie still shows.
+_COMM_BYTES = 15
+
+
+def cut_rank_title(name: str, ranked: set[str]) -> bool:
+    """``name`` is a rank's title cut to comm's 15 bytes (``VLLM::Worker_TP`` of ``VLLM::Worker_TP1``): a
+    rank that set its title after our last look and died shows only that, and its peers the rest."""
+    return len(name.encode()) == _COMM_BYTES and any(other.startswith(name) for other in ranked)
+
+
 def peer_pids(processes: Iterable[ProcessStacks]) -> set[int]:
     """The ranks; when nothing names a rank, the largest group (2 or more) sharing one process title.
 

@@ -37,6 +37,7 @@ from hangwatch.analyse.stackwaits import classify_thread
 from hangwatch.analyse.stackwaits import process_views
 from hangwatch.analyse.stackwaits import thread_histories
 from hangwatch.analyse.stackwaits import thread_in_place
+from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import Frame
@@ -226,7 +227,12 @@ class StackHistory:
         return max(self._solid_since, self._moved_at.get(pid, self._solid_since))
 
     def diagnose(
-        self, window: Sequence[Tick], laggards: tuple[int, ...] = (), *, before_ready: bool = False
+        self,
+        window: Sequence[Tick],
+        laggards: tuple[int, ...] = (),
+        *,
+        before_ready: bool = False,
+        departed: tuple[ExitRecord, ...] = (),
     ) -> Diagnosis | None:
         """The stack rules over the spell's samples (None when no stack was taken in this spell).
 
@@ -238,14 +244,19 @@ class StackHistory:
             return None
         exits = tuple(e for t in window for e in t.exits)
         context = replace(stack_context(samples, window, exits), laggards=laggards, before_ready=before_ready)
+        if departed:
+            # Ranks that left cleanly, however long ago: the others may wait for them still.
+            context = replace(
+                context, exits=(*context.exits, *(e for e in departed if e not in context.exits))
+            )
         return classify(context)
 
-    def closed_wait(self, window: Sequence[Tick]) -> Diagnosis | None:
+    def closed_wait(self, window: Sequence[Tick], departed: tuple[ExitRecord, ...] = ()) -> Diagnosis | None:
         """A diagnosis the assessor may act on early: closed, over enough samples and time."""
         p = self.policy
         if len(self._spell) < p.samples or self._spell[-1].t - self._spell[0].t < p.min_span_s:
             return None
-        found = self.diagnose(window)
+        found = self.diagnose(window, departed=departed)
         return found if found is not None and found.closed else None
 
 
