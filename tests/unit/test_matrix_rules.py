@@ -753,3 +753,22 @@ def test_a_heartbeat_is_evidence_of_every_member_that_could_have_written_it():
         )
     )
     assert [s.pid for s in blind] == [None], blind
+
+
+def test_an_engine_still_starting_on_its_own_port_gets_no_wrong_url_hint():
+    """vllm-tp2-TP1-kv_alloc-retrylog-run (2026-12-04): vLLM was told --port 50485 and binds it only when
+    ready; meanwhile its ranks listen on 26 ports of gloo's and ZeroMQ's, and the verdict asked "is the
+    readiness URL right (--ready-url http://127.0.0.1:32833/health)?" of a URL the user never gave."""
+    refused = ProbeResult(
+        30.0, "http://127.0.0.1:50485/health", ProbeOutcome.REFUSED, None, "connection refused"
+    )
+    worker = replace(_TREE[2], listening_ports=(32833, 32957, 34549))
+    tick = Tick(30.0, (*_TREE[:2], worker), probes=(refused,))
+    engine = Assessor(engines.by_name("vllm"), Policy(stall_after=30.0), root_pids={_API})
+    engine.observe(tick)
+    assert engine._port_hints(tick) == []
+    given = Assessor(
+        engines.by_name("vllm"), Policy(stall_after=30.0, probe_url_given=True), root_pids={_API}
+    )
+    given.observe(tick)
+    assert "is the readiness URL right" in given._port_hints(tick)[0]

@@ -85,6 +85,10 @@ class Policy:
     # A readiness rule exists (a probe URL or a ready line): without one, a listening idle server
     # cannot be told from a wedged one, and the verdict says so.
     has_readiness: bool = True
+    # The probe's URL is the user's (--ready-url), not the port the engine itself was told to serve on:
+    # only then can "nothing listens there, but the tree listens elsewhere" mean a wrong URL (an engine
+    # still starting listens on dozens of internal ports, gloo's and ZeroMQ's, before its HTTP port).
+    probe_url_given: bool = False
 
 
 class Assessor:
@@ -357,7 +361,7 @@ class Assessor:
         listed = ", ".join(map(str, ports))
         url = f"http://127.0.0.1:{ports[0]}/health"
         probe = self.last_probe
-        if probe is not None and probe.outcome is ProbeOutcome.REFUSED:
+        if probe is not None and probe.outcome is ProbeOutcome.REFUSED and self.policy.probe_url_given:
             probed = urlsplit(probe.url).port
             if probed is not None and probed not in ports:
                 line = (

@@ -104,6 +104,7 @@ def make_assessor(
         timeout_label=timeout_label,
         window_end=window_end,
         has_readiness=bool(plan.probe_url or options.ready_pattern or plan.profile.ready_patterns),
+        probe_url_given=options.ready_url is not None,
     )
     return Assessor(plan.profile, policy, root_pids, stacks)
 
