@@ -283,6 +283,16 @@ def _cells() -> list[Cell]:
         ("sglang", 2, "TP1", "weights", "retrylog", "run"),
         ("sglang", 1, "sched", "serving", "retrylog", "run"),
         ("sglang", 2, "TP1", "kv_alloc", "exit0", "attach"),
+        # 2026-12-04: rank 0 (it serves the group's store and leads the broadcasts) where only rank 1 was
+        # faulted, and kinds on processes they were not tried on.
+        ("vllm", 2, "TP0", "weights", "spin", "run"),
+        ("vllm", 2, "TP0", "kv_alloc", "sigstop", "run"),
+        ("vllm", 2, "TP0", "serving", "sleep", "attach"),
+        ("vllm", 2, "core", "serving", "spin", "run"),
+        ("sglang", 2, "TP0", "weights", "block", "run"),
+        ("sglang", 2, "TP0", "kv_alloc", "sigkill", "run"),
+        ("sglang", 2, "TP0", "serving", "spin", "run"),
+        ("sglang", 1, "detok", "serving", "spin", "run"),
     ):
         cells.append(Cell(engine, tp, proc, phase, kind, mode=mode))
     return cells
