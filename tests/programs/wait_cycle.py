@@ -3,7 +3,9 @@
 ``--mode pipe``: workers ``waiter-A`` and ``waiter-B`` each ``recv()`` first on a one-way pipe that only
 the other writes (``multiprocessing.Pipe(duplex=False)``: ``os.pipe``), then would send: both block in
 ``read`` forever. ``--mode socketpair``: the same over a duplex pipe (a Unix socketpair), each with an
-extra thread parked on an Event of its own. ``--mode self``: one worker waits on a ``threading.Event``
+extra thread parked on an Event of its own. ``--mode tcp``: the same over a loopback TCP connection
+(``waiter-B`` listens on a port the launcher picked, ``waiter-A`` connects), each blocked in ``recv``.
+``--mode self``: one worker waits on a ``threading.Event``
 nobody sets (a private futex: only its own threads could wake it). ``--mode timed``: one worker polls
 its pipe with a 0.5 s timeout in a loop, for a message that never comes: a wait that ends by itself
 every half second, which nothing proves closed.
@@ -16,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import socket
 import threading
+import time
 from multiprocessing.connection import Connection
 
 from _util import add_ready_file_arg
@@ -24,6 +28,31 @@ from _util import die_with_parent
 from _util import log
 from _util import set_title
 from _util import write_ready
+
+
+def tcp_worker(name: str, port: int, up: Connection) -> None:
+    """B accepts one connection on ``port``, A connects to it; then each waits to hear from the other."""
+    set_title(f"waiter-{name}")
+    die_with_parent()
+    if name == "B":
+        with socket.create_server(("127.0.0.1", port)) as listener:
+            up.send(name)
+            up.close()
+            conn, _ = listener.accept()
+    else:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                conn = socket.create_connection(("127.0.0.1", port))
+                break
+            except ConnectionRefusedError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        up.send(name)
+        up.close()
+    conn.recv(1)  # the other one sends only after its own recv: never
+    conn.sendall(b"x")
 
 
 def worker(name: str, mode: str, inbox: Connection | None, outbox: Connection | None, up: Connection) -> None:
@@ -47,7 +76,7 @@ def worker(name: str, mode: str, inbox: Connection | None, outbox: Connection | 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mode", choices=("pipe", "socketpair", "self", "timed"), required=True)
+    parser.add_argument("--mode", choices=("pipe", "socketpair", "tcp", "self", "timed"), required=True)
     add_ready_file_arg(parser)
     args = parser.parse_args()
     ctx = mp.get_context("spawn")
@@ -65,6 +94,11 @@ def main() -> None:
     procs = [
         ctx.Process(target=worker, args=(n, args.mode, i, o, up_w), name=f"waiter-{n}") for n, i, o in plans
     ]
+    if args.mode == "tcp":
+        with socket.socket() as probe:  # a port free a moment ago, for B to listen on
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        procs = [ctx.Process(target=tcp_worker, args=(n, port, up_w), name=f"waiter-{n}") for n in ("B", "A")]
     for proc in procs:
         proc.start()
     up_w.close()

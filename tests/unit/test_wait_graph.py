@@ -119,6 +119,20 @@ def test_a_unix_socket_is_woken_by_whoever_holds_its_peer():
     assert g is not None and not g.closed
 
 
+def test_a_loopback_tcp_connection_is_woken_by_whoever_holds_its_other_end():
+    a = ProcessWaits(2, (ThreadWait(2, "recvfrom", Waker.OBJECTS, ("socket:[30]",)),), sockets=(30,))
+    b = ProcessWaits(3, (ThreadWait(3, "recvfrom", Waker.OBJECTS, ("socket:[31]",)),), sockets=(31,))
+    waits = [joiner(1, ()), a, b]
+    samples = [replace(capture(t, waits), tcp_peers=((30, 31), (31, 30))) for t in (1.0, 3.0)]
+    g = wait_graph(samples, PARENTS)
+    assert g is not None and g.closed and g.culprits == (2, 3), g
+    assert g.describe(2) == "recvfrom of a TCP socket", g
+    # The other end outside the tree (a client, another job's server): anyone may end it.
+    outside = [replace(capture(t, waits), tcp_peers=((30, 31),)) for t in (1.0, 3.0)]
+    g = wait_graph(outside, PARENTS)
+    assert g is not None and not g.closed and 3 not in g.culprits
+
+
 def test_a_read_of_a_pipe_only_its_own_process_writes_waits_for_its_own_threads():
     # One thread reads a pipe whose write end only its own process holds: no other process can end it,
     # as with a socketpair of its own. Alone and untimed, the tree is closed on it; with a second thread

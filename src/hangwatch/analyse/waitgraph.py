@@ -1,7 +1,8 @@
 """Who waits for whom, from the kernel: the wait-for graph of the tree, and the waits nothing can end.
 
 Each process blocked in the kernel waits for someone: a reader of a pipe for the processes holding its
-write end, a reader of a connected Unix socket for the holders of its peer, a parent in ``wait4`` for its
+write end, a reader of a connected Unix socket or of a loopback TCP connection for the holders of its
+other end, a parent in ``wait4`` for its
 children, a thread in a private futex for another thread of its own process. A process whose every
 thread waits like that, the same way in two captures with no CPU spent between them, is *stuck*; the
 tree is *closed* when every live member is stuck and each waits only for members that are stuck too:
@@ -82,6 +83,8 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
     waits = {p.pid: p.kernel for p in live if p.kernel is not None}
     earlier = {p.pid: p for p in before.processes}
     peers = dict(last.unix_peers)
+    tcp = dict(last.tcp_peers)
+    peers.update(tcp)
     pipe_writers: dict[str, set[int]] = {}
     socket_holders: dict[int, set[int]] = {}
     for pid, w in waits.items():
@@ -113,7 +116,7 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
         )
         if same and w.untimed():
             stuck.add(p.pid)
-        wakers, words = _wakers(w, pipe_writers, socket_holders, peers, children)
+        wakers, words = _wakers(w, pipe_writers, socket_holders, peers, children, tcp=tcp)
         waits_for[p.pid] = frozenset(wakers)
         detail[p.pid] = words
         main = next((t for t in w.threads if t.tid == p.pid), None)
@@ -173,6 +176,8 @@ def _wakers(
     socket_holders: Mapping[int, set[int]],
     peers: Mapping[int, int],
     children: Mapping[int, set[int]],
+    *,
+    tcp: Mapping[int, int],
 ) -> tuple[set[int], str]:
     """Who could end any of its threads' waits (OUTSIDE for anyone we cannot name), and in words."""
     wakers: set[int] = set()
@@ -186,7 +191,7 @@ def _wakers(
                 if obj.startswith("pipe:") or int(obj[8:-1]) not in peers:
                     words.append(f"{t.call} of {obj}")
                 else:
-                    words.append(f"{t.call} of a Unix socket")
+                    words.append(f"{t.call} of a {'TCP' if int(obj[8:-1]) in tcp else 'Unix'} socket")
                 wakers |= (ends - {w.pid}) or {OUTSIDE}
         elif t.waker is Waker.CHILDREN:
             mine = children.get(w.pid, set()) if t.child in (None, -1) else {t.child}

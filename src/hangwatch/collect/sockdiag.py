@@ -1,6 +1,6 @@
 """Sockets from the kernel's sock_diag netlink interface: listening TCP sockets, TCP connections with
-their tcp_info, and which Unix socket is connected to which (the peer of a socketpair or an accepted
-Unix connection: who can wake a process blocked reading one).
+their tcp_info, and which socket is connected to which (the peer of a socketpair, an accepted Unix
+connection, the other end of a loopback TCP connection: who can wake a process blocked reading one).
 
 /proc/net/tcp makes the kernel walk every socket hash bucket: 4 ms per read on a quiet machine
 here, which alone would be a third of the supervisor's budget at one tick a second. sock_diag
@@ -126,6 +126,33 @@ def unix_peers() -> dict[int, int]:
                 if peer:
                     peers[inode] = peer
             offset += (length + 3) & ~3
+    return peers
+
+
+_TCP_ESTABLISHED = 1
+_SOCKID = struct.Struct(">HH16s16s")  # inet_diag_sockid: sport, dport (network order), src, dst
+
+
+def tcp_peers() -> dict[int, int]:
+    """socket inode -> the inode of the socket at the other end, for every established TCP connection of
+    our network namespace whose both ends are here (loopback: a rank's connection to a peer rank, to the
+    store, to an RPC server of the tree). Empty where netlink is refused (then no TCP wait has a known
+    waker). The whole table is dumped: this runs once per stack capture, not per tick."""
+    ends: dict[tuple[int, bytes, int, bytes, int], int] = {}
+    try:
+        for family in (socket.AF_INET, socket.AF_INET6):
+            for data, msg, _ in inet_diag(family, 1 << _TCP_ESTABLISHED):
+                sport, dport, src, dst = _SOCKID.unpack_from(data, msg + 4)
+                inode = struct.unpack_from("=I", data, msg + 4 + 48 + 16)[0]
+                if inode:
+                    ends[(int(family), src, sport, dst, dport)] = inode
+    except OSError:
+        return {}
+    peers: dict[int, int] = {}
+    for (fam, src, sport, dst, dport), inode in ends.items():
+        other = ends.get((fam, dst, dport, src, sport))
+        if other is not None:
+            peers[inode] = other
     return peers
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from hangwatch.collect import procfs
 from hangwatch.collect.kernelwaits import read_waits
+from hangwatch.collect.sockdiag import tcp_peers
 from hangwatch.collect.sockdiag import unix_peers
 from hangwatch.errors import PTRACE_HELP
 from hangwatch.model.samples import ENDED_STATES
@@ -164,10 +165,20 @@ class StackDumper:
             results = list(pool.map(lambda p: self.dump(p, want_native), processes))
         # Only the tree's own sockets: the host's every Unix connection would swell each report.
         held = {inode for r in results if r.kernel is not None for inode in r.kernel.sockets}
-        peers = unix_peers() if self._root == procfs.PROC and held else {}
-        peers = {inode: peer for inode, peer in peers.items() if inode in held}
+        ours = self._root == procfs.PROC and bool(held)
+        peers = {inode: peer for inode, peer in (unix_peers() if ours else {}).items() if inode in held}
+        # A TCP connection is a wait edge only when the tree holds both ends (a peer rank, its store).
+        tcp = {
+            inode: peer
+            for inode, peer in (tcp_peers() if ours else {}).items()
+            if inode in held and peer in held
+        }
         return StackSample(
-            t, tuple(results), round(time.monotonic() - started, 4), unix_peers=tuple(sorted(peers.items()))
+            t,
+            tuple(results),
+            round(time.monotonic() - started, 4),
+            unix_peers=tuple(sorted(peers.items())),
+            tcp_peers=tuple(sorted(tcp.items())),
         )
 
     def dump(self, p: ProcessSample, native: bool) -> ProcessStacks:

@@ -197,6 +197,8 @@ class StackSample:
     gpm_unavailable: str | None = None
     # socket inode -> the Unix socket it is connected to (sock_diag), for who can wake a reader of one
     unix_peers: tuple[tuple[int, int], ...] = ()
+    # socket inode -> the other end of its loopback TCP connection, both ends held by the tree
+    tcp_peers: tuple[tuple[int, int], ...] = ()
 
     def process(self, pid: int) -> ProcessStacks | None:
         for p in self.processes:
