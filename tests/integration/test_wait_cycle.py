@@ -21,7 +21,7 @@ def _culprit_names(out) -> list[str]:  # type: ignore[no-untyped-def]
     return sorted(names.get(pid, "?") for pid in out.verdict["culprits"])
 
 
-@pytest.mark.parametrize("mode", ["pipe", "socketpair", "tcp"])
+@pytest.mark.parametrize("mode", ["pipe", "socketpair", "tcp", "flock"])
 def test_two_workers_each_reading_what_only_the_other_writes_are_a_closed_wait_cycle(hw, tmp_path, mode):
     out = hw(
         "run", "--quiet", "--stall-after", "90", "--",

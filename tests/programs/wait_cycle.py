@@ -5,6 +5,8 @@ the other writes (``multiprocessing.Pipe(duplex=False)``: ``os.pipe``), then wou
 ``read`` forever. ``--mode socketpair``: the same over a duplex pipe (a Unix socketpair), each with an
 extra thread parked on an Event of its own. ``--mode tcp``: the same over a loopback TCP connection
 (``waiter-B`` listens on a port the launcher picked, ``waiter-A`` connects), each blocked in ``recv``.
+``--mode flock``: each takes a file lock (``flock``) of its own, then the other's: both blocked in
+``flock`` forever (the files are temporary, in a folder removed at the end).
 ``--mode self``: one worker waits on a ``threading.Event``
 nobody sets (a private futex: only its own threads could wake it). ``--mode timed``: one worker polls
 its pipe with a 0.5 s timeout in a loop, for a message that never comes: a wait that ends by itself
@@ -17,11 +19,16 @@ about to wait.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import multiprocessing as mp
+import os
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Barrier
 
 from _util import add_ready_file_arg
 from _util import die_with_parent
@@ -55,6 +62,18 @@ def tcp_worker(name: str, port: int, up: Connection) -> None:
     conn.sendall(b"x")
 
 
+def flock_worker(name: str, mine: str, theirs: str, up: Connection, barrier: Barrier) -> None:
+    """Hold a lock of its own, then take the other's (held by the other, which wants this one)."""
+    set_title(f"waiter-{name}")
+    die_with_parent()
+    with open(mine, "w") as own, open(theirs, "w") as other:
+        fcntl.flock(own, fcntl.LOCK_EX)
+        up.send(name)
+        up.close()
+        barrier.wait()  # both hold their own before either asks for the other's
+        fcntl.flock(other, fcntl.LOCK_EX)
+
+
 def worker(name: str, mode: str, inbox: Connection | None, outbox: Connection | None, up: Connection) -> None:
     set_title(f"waiter-{name}")
     die_with_parent()
@@ -76,7 +95,9 @@ def worker(name: str, mode: str, inbox: Connection | None, outbox: Connection | 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mode", choices=("pipe", "socketpair", "tcp", "self", "timed"), required=True)
+    parser.add_argument(
+        "--mode", choices=("pipe", "socketpair", "tcp", "flock", "self", "timed"), required=True
+    )
     add_ready_file_arg(parser)
     args = parser.parse_args()
     ctx = mp.get_context("spawn")
@@ -99,6 +120,14 @@ def main() -> None:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         procs = [ctx.Process(target=tcp_worker, args=(n, port, up_w), name=f"waiter-{n}") for n in ("B", "A")]
+    if args.mode == "flock":
+        folder = tempfile.mkdtemp(prefix="wait-cycle-")
+        files = {n: os.path.join(folder, f"lock-{n}") for n in ("A", "B")}
+        barrier = ctx.Barrier(2)
+        procs = [
+            ctx.Process(target=flock_worker, args=(n, files[n], files[o], up_w, barrier), name=f"waiter-{n}")
+            for n, o in (("A", "B"), ("B", "A"))
+        ]
     for proc in procs:
         proc.start()
     up_w.close()
@@ -106,8 +135,12 @@ def main() -> None:
     up_r.close()
     log(f"launcher: {', '.join(names)} waiting ({args.mode})")
     write_ready(args.ready_file)
-    for proc in procs:
-        proc.join()
+    try:
+        for proc in procs:
+            proc.join()
+    finally:
+        if args.mode == "flock":
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -133,6 +133,32 @@ def test_a_loopback_tcp_connection_is_woken_by_whoever_holds_its_other_end():
     assert g is not None and not g.closed and 3 not in g.culprits
 
 
+def test_a_file_lock_is_released_only_by_its_holders_from_proc_locks():
+    from hangwatch.collect.procfs import parse_locks
+
+    text = (
+        "1: FLOCK  ADVISORY  WRITE 19243 fe:00:2146368 0 EOF\n"
+        "1: -> FLOCK  ADVISORY  WRITE 19244 fe:00:2146368 0 EOF\n"
+        "2: FLOCK  ADVISORY  WRITE 19244 fe:00:2146383 0 EOF\n"
+        "2: -> FLOCK  ADVISORY  WRITE 19243 fe:00:2146383 0 EOF\n"
+        "3: POSIX  ADVISORY  READ 77 08:01:5 0 EOF\n"
+    )
+    held = parse_locks(text)
+    assert held == (("fe:00:2146368", 19243), ("fe:00:2146383", 19244), ("08:01:5", 77))
+    a = ProcessWaits(2, (ThreadWait(2, "flock", Waker.OBJECTS, ("lock:fe:00:2146383 /tmp/l-B",)),))
+    b = ProcessWaits(3, (ThreadWait(3, "flock", Waker.OBJECTS, ("lock:fe:00:2146368 /tmp/l-A",)),))
+    waits = [joiner(1, ()), a, b]
+    holders = (("fe:00:2146368", 2), ("fe:00:2146383", 3))
+    g = wait_graph([replace(capture(t, waits), lock_holders=holders) for t in (1.0, 3.0)], PARENTS)
+    assert g is not None and g.closed and g.culprits == (2, 3), g
+    assert g.describe(2) == "flock for the file lock of /tmp/l-B", g
+    # Held by a process outside the tree (another job's compile): not closed.
+    g = wait_graph(
+        [replace(capture(t, waits), lock_holders=((holders[0][0], 999),)) for t in (1.0, 3.0)], PARENTS
+    )
+    assert g is not None and not g.closed
+
+
 def test_a_read_of_a_pipe_only_its_own_process_writes_waits_for_its_own_threads():
     # One thread reads a pipe whose write end only its own process holds: no other process can end it,
     # as with a socketpair of its own. Alone and untimed, the tree is closed on it; with a second thread

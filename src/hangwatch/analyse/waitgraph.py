@@ -2,12 +2,13 @@
 
 Each process blocked in the kernel waits for someone: a reader of a pipe for the processes holding its
 write end, a reader of a connected Unix socket or of a loopback TCP connection for the holders of its
-other end, a parent in ``wait4`` for its
-children, a thread in a private futex for another thread of its own process. A process whose every
-thread waits like that, the same way in two captures with no CPU spent between them, is *stuck*; the
-tree is *closed* when every live member is stuck and each waits only for members that are stuck too:
-nothing inside the tree can end the wait, and nothing outside can either (no socket to the outside, no
-timeout, no shared futex, no fd the kernel does not show us). Frame names play no part.
+other end, a taker of a file lock (``flock``, ``fcntl``) for the holders /proc/locks names, a parent
+in ``wait4`` for its children, a thread in a private futex for another thread of its own process. A
+process whose every thread waits like that, the same way in two captures with no CPU spent between
+them, is *stuck*; the tree is *closed* when every live member is stuck and each waits only for members
+that are stuck too: nothing inside the tree can end the wait, and nothing outside can either (no socket
+to the outside, no timeout, no shared futex, no fd the kernel does not show us). Frame names play no
+part.
 
 Who is to blame inside a closed tree: a parent that only waits for its children waits for them, not the
 other way round, so it is left out; of the rest, the processes in a cycle the others' waits lead to (a
@@ -86,6 +87,8 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
     tcp = dict(last.tcp_peers)
     peers.update(tcp)
     pipe_writers: dict[str, set[int]] = {}
+    for key, holder in last.lock_holders:  # a lock is "written" by its holders, as a pipe is
+        pipe_writers.setdefault(f"lock:{key}", set()).add(holder)
     socket_holders: dict[int, set[int]] = {}
     for pid, w in waits.items():
         for pipe in w.writes:
@@ -164,6 +167,8 @@ def _other_end(
 ) -> set[int]:
     """The members that hold the end a reader of ``obj`` waits on: a pipe's writers, the holders of a
     Unix socket's peer. Empty where the kernel names no member (outside the tree, or unknown)."""
+    if obj.startswith("lock:"):
+        return pipe_writers.get(obj.split(" ", 1)[0], set())  # "lock:KEY PATH"
     if obj.startswith("pipe:"):
         return pipe_writers.get(obj, set())
     peer = peers.get(int(obj[8:-1]))
@@ -188,7 +193,9 @@ def _wakers(
                 ends = _other_end(obj, pipe_writers, socket_holders, peers)
                 if ends == {w.pid}:
                     continue  # a pipe only it writes, its own socketpair: one of its threads would have to
-                if obj.startswith("pipe:") or int(obj[8:-1]) not in peers:
+                if obj.startswith("lock:"):
+                    words.append(f"{t.call} for the file lock of {obj.split(' ', 1)[-1]}")
+                elif obj.startswith("pipe:") or int(obj[8:-1]) not in peers:
                     words.append(f"{t.call} of {obj}")
                 else:
                     words.append(f"{t.call} of a {'TCP' if int(obj[8:-1]) in tcp else 'Unix'} socket")

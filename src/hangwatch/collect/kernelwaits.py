@@ -10,6 +10,8 @@ What the arguments say, per call:
 - ``futex``: a timeout pointer of 0 waits until woken; a private futex (FUTEX_PRIVATE_FLAG) is woken
   only by a thread of the same process (a Python lock, an Event), a shared one by anyone mapping it;
 - ``epoll_wait``/``epoll_pwait``: a timeout of -1 waits until one of the watched fds (fdinfo) is ready;
+- ``flock``/``fcntl(F_SETLKW)``: a file lock, ended by whoever holds it (/proc/locks names the holders;
+  the file is the fd's, ``MAJ:MIN:INODE``); with ``LOCK_NB`` it never blocks;
 - ``poll``/``select`` and friends: their fds are in the target's memory, unread here: anyone may wake
   them; with a finite timeout they end by themselves, as every sleep does.
 Anything else blocked in the kernel is taken as able to end by itself or be ended from outside.
@@ -31,12 +33,12 @@ _SYSCALLS = {
         0: "read", 19: "readv", 45: "recvfrom", 47: "recvmsg", 43: "accept", 288: "accept4",
         61: "wait4", 247: "waitid", 202: "futex", 232: "epoll_wait", 281: "epoll_pwait",
         441: "epoll_pwait2", 7: "poll", 271: "ppoll", 23: "select", 270: "pselect6",
-        35: "nanosleep", 230: "clock_nanosleep", 34: "pause",
+        35: "nanosleep", 230: "clock_nanosleep", 34: "pause", 73: "flock", 72: "fcntl",
     },
     "aarch64": {
         63: "read", 65: "readv", 207: "recvfrom", 212: "recvmsg", 202: "accept", 242: "accept4",
         260: "wait4", 95: "waitid", 98: "futex", 22: "epoll_pwait", 441: "epoll_pwait2",
-        73: "ppoll", 72: "pselect6", 101: "nanosleep", 115: "clock_nanosleep",
+        73: "ppoll", 72: "pselect6", 101: "nanosleep", 115: "clock_nanosleep", 32: "flock", 25: "fcntl",
     },
 }  # fmt: skip
 _ON_FD = frozenset({"read", "readv", "recvfrom", "recvmsg", "accept", "accept4"})
@@ -46,6 +48,8 @@ _FUTEX_PRIVATE = 0x80
 _O_ACCMODE = 0o3
 _O_RDONLY = 0
 _MINUS_ONE = (0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF)  # an int argument of -1 as /proc prints it
+_LOCK_NB = 4  # flock(fd, LOCK_EX | LOCK_NB) never blocks
+_F_SETLKW = frozenset({7, 38})  # fcntl(fd, F_SETLKW | F_OFD_SETLKW, ...): wait for a record lock
 
 
 def syscall_names(machine: str | None = None) -> dict[int, str]:
@@ -107,6 +111,13 @@ def _thread_wait(
         if not watched:
             return ThreadWait(tid, name, Waker.ANYONE)
         return _on_fds(tid, name, watched, links)
+    if name in ("flock", "fcntl"):
+        blocking = not arg[1] & _LOCK_NB if name == "flock" else arg[1] in _F_SETLKW
+        key = procfs.file_key(pid, arg[0], root) if blocking else None
+        if key is None:
+            return ThreadWait(tid, name, Waker.TIMEOUT if not blocking else Waker.ANYONE)
+        # Ended by the lock's holders; the file's path is for the words.
+        return ThreadWait(tid, name, Waker.OBJECTS, (f"lock:{key} {links.get(arg[0], '?')}",))
     if name in ("poll", "ppoll", "select", "pselect6"):
         timeout = {"poll": arg[2], "ppoll": arg[2], "select": arg[4], "pselect6": arg[4]}[name]
         untimed = timeout in _MINUS_ONE if name == "poll" else timeout == 0

@@ -275,6 +275,37 @@ def parse_fdinfo(text: str) -> tuple[int | None, tuple[int, ...]]:
     return flags, tuple(watched)
 
 
+def file_key(pid: int, fd: int, root: Path = PROC) -> str | None:
+    """The file an fd is open on, as /proc/locks names it (``MAJ:MIN:INODE``, device numbers in hex)."""
+    try:
+        st = Path(f"{root}/{pid}/fd/{fd}").stat()  # follows the link: the file itself
+    except OSError:
+        return None
+    return f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+
+
+def parse_locks(text: str) -> tuple[tuple[str, int], ...]:
+    """/proc/locks' granted locks: (``MAJ:MIN:INODE``, holder pid). Blocked requests (``->``) are left out:
+    who waits is read from each waiter's own system call."""
+    held: list[tuple[str, int]] = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 6 or "->" in fields[1:2]:
+            continue
+        try:
+            held.append((fields[5], int(fields[4])))
+        except ValueError:
+            continue
+    return tuple(held)
+
+
+def read_locks(root: Path = PROC) -> tuple[tuple[str, int], ...]:
+    try:
+        return parse_locks(_read(f"{root}/locks").decode(errors="replace"))
+    except OSError:
+        return ()
+
+
 def read_fdinfo(pid: int, fd: int, root: Path = PROC) -> tuple[int | None, tuple[int, ...]] | None:
     try:
         return parse_fdinfo(_read(f"{root}/{pid}/fdinfo/{fd}").decode())

@@ -173,12 +173,22 @@ class StackDumper:
             for inode, peer in (tcp_peers() if ours else {}).items()
             if inode in held and peer in held
         }
+        locks = {
+            obj[5:].split(" ", 1)[0]
+            for r in results
+            if r.kernel is not None
+            for w in r.kernel.threads
+            for obj in w.on
+            if obj.startswith("lock:")
+        }
+        holders = tuple(sorted(h for h in procfs.read_locks(self._root) if h[0] in locks)) if locks else ()
         return StackSample(
             t,
             tuple(results),
             round(time.monotonic() - started, 4),
             unix_peers=tuple(sorted(peers.items())),
             tcp_peers=tuple(sorted(tcp.items())),
+            lock_holders=holders,
         )
 
     def dump(self, p: ProcessSample, native: bool) -> ProcessStacks:

@@ -15,7 +15,7 @@ from enum import StrEnum
 class Waker(StrEnum):
     """Who can end a thread's wait, as far as the kernel shows."""
 
-    OBJECTS = "objects"  # whoever holds the other end of ``on`` (pipes, connected Unix sockets)
+    OBJECTS = "objects"  # whoever holds the other end of ``on`` (pipes, connected sockets, file locks)
     CHILDREN = "children"  # a child's exit (wait4): ``child`` is the pid, or -1 for any child
     ITSELF = "itself"  # another thread of the same process (a private futex: a lock, an Event)
     ANYONE = "anyone"  # someone the kernel does not name (a shared futex, a TCP peer, poll's fds)
@@ -30,7 +30,9 @@ class ThreadWait:
     tid: int
     call: str  # the system call's name ("read", "wait4", "futex", "epoll_wait"), or "running"
     waker: Waker
-    on: tuple[str, ...] = ()  # for OBJECTS: the objects it waits on ("pipe:[123]", "socket:[45]")
+    on: tuple[
+        str, ...
+    ] = ()  # for OBJECTS: what it waits on ("pipe:[123]", "socket:[45]", "lock:08:01:77 /path")
     child: int | None = None  # for CHILDREN: wait4's pid argument (-1: any child)
 
 

@@ -199,6 +199,8 @@ class StackSample:
     unix_peers: tuple[tuple[int, int], ...] = ()
     # socket inode -> the other end of its loopback TCP connection, both ends held by the tree
     tcp_peers: tuple[tuple[int, int], ...] = ()
+    # file locks a member waits for (``MAJ:MIN:INODE``) -> a pid holding it (/proc/locks)
+    lock_holders: tuple[tuple[str, int], ...] = ()
 
     def process(self, pid: int) -> ProcessStacks | None:
         for p in self.processes:
