@@ -38,7 +38,7 @@ from hangwatch.analyse.progress import Thresholds
 from hangwatch.analyse.progress import progress_signals
 from hangwatch.analyse.serving import ServingClock
 from hangwatch.analyse.serving import ServingWatch
-from hangwatch.analyse.stackranks import cut_rank_title
+from hangwatch.analyse.stackranks import ended_rank
 from hangwatch.analyse.stackranks import names_a_rank
 from hangwatch.analyse.stacktree import build_tree
 from hangwatch.analyse.stackwatch import StackHistory
@@ -530,7 +530,7 @@ class Assessor:
             for e in self.exits
             if e.exit_code == 0
             and e.pid not in self._root_pids
-            and (names_a_rank(e.name, e.rank) or cut_rank_title(e.name, ranked))
+            and ended_rank(e.name, e.rank, ranked)
             and not self._replaced(e)
         )
 

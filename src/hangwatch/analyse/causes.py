@@ -10,7 +10,7 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hangwatch.analyse.stackranks import cut_rank_title
+from hangwatch.analyse.stackranks import ended_rank
 from hangwatch.analyse.stackranks import names_a_rank
 from hangwatch.model.samples import STOPPED_STATES
 from hangwatch.model.samples import ExitHow
@@ -461,7 +461,7 @@ def _left_early(
         for e in exits
         if e.exit_code == 0
         and e.pid not in root_pids
-        and (names_a_rank(e.name, e.rank) or cut_rank_title(e.name, ranked))
+        and ended_rank(e.name, e.rank, ranked)
         and start - UNSEEN_RANK_BEFORE_S <= e.t <= start + NOTICE_LAG_S
         and (first_line is None or _silent(e, first_line, window))
     ]

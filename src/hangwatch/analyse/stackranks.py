@@ -42,9 +42,12 @@ def names_a_rank(name: str, rank: str | None) -> bool:
 _COMM_BYTES = 15
 
 
-def cut_rank_title(name: str, ranked: set[str]) -> bool:
-    """``name`` is a rank's title cut to comm's 15 bytes (``VLLM::Worker_TP`` of ``VLLM::Worker_TP1``): a
-    rank that set its title after our last look and died shows only that, and its peers the rest."""
+def ended_rank(name: str, rank: str | None, ranked: set[str]) -> bool:
+    """A process that ended was a rank: named one (``names_a_rank``), or its name is a rank's title cut to
+    comm's 15 bytes (``VLLM::Worker_TP`` of ``VLLM::Worker_TP1``, among the ``ranked`` names seen): a rank
+    that set its title after our last look and died shows only that, and its peers the rest."""
+    if names_a_rank(name, rank):
+        return True
     return len(name.encode()) == _COMM_BYTES and any(other.startswith(name) for other in ranked)
 
 
