@@ -86,13 +86,15 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
     peers = dict(last.unix_peers)
     tcp = dict(last.tcp_peers)
     peers.update(tcp)
-    pipe_writers: dict[str, set[int]] = {}
-    for key, holder in last.lock_holders:  # a lock is "written" by its holders, as a pipe is
-        pipe_writers.setdefault(f"lock:{key}", set()).add(holder)
+    # Who holds the end a reader of a pipe or a taker of a file lock waits on: the pipe's writers, the
+    # lock's holders (Unix and TCP sockets go through their peers: socket_holders).
+    end_holders: dict[str, set[int]] = {}
+    for key, holder in last.lock_holders:
+        end_holders.setdefault(f"lock:{key}", set()).add(holder)
     socket_holders: dict[int, set[int]] = {}
     for pid, w in waits.items():
         for pipe in w.writes:
-            pipe_writers.setdefault(pipe, set()).add(pid)
+            end_holders.setdefault(pipe, set()).add(pid)
         for inode in w.sockets:
             socket_holders.setdefault(inode, set()).add(pid)
     children: dict[int, set[int]] = {}
@@ -119,11 +121,11 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
         )
         if same and w.untimed():
             stuck.add(p.pid)
-        wakers, words = _wakers(w, pipe_writers, socket_holders, peers, children, tcp=tcp)
+        wakers, words = _wakers(w, end_holders, socket_holders, peers, children, tcp=tcp)
         waits_for[p.pid] = frozenset(wakers)
         detail[p.pid] = words
         main = next((t for t in w.threads if t.tid == p.pid), None)
-        if main is not None and _reads_only_itself(p.pid, main, pipe_writers, socket_holders, peers):
+        if main is not None and _reads_only_itself(p.pid, main, end_holders, socket_holders, peers):
             self_readers.add(p.pid)
         elif main is not None and main.call in _RECEIVES:
             receivers.add(p.pid)
@@ -149,35 +151,35 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
 def _reads_only_itself(
     pid: int,
     t: ThreadWait,
-    pipe_writers: Mapping[str, set[int]],
+    end_holders: Mapping[str, set[int]],
     socket_holders: Mapping[int, set[int]],
     peers: Mapping[int, int],
 ) -> bool:
     """The thread waits on pipes and Unix sockets whose other end only its own process holds."""
     if t.waker is not Waker.OBJECTS or not t.on:
         return False
-    return all(_other_end(obj, pipe_writers, socket_holders, peers) == {pid} for obj in t.on)
+    return all(_other_end(obj, end_holders, socket_holders, peers) == {pid} for obj in t.on)
 
 
 def _other_end(
     obj: str,
-    pipe_writers: Mapping[str, set[int]],
+    end_holders: Mapping[str, set[int]],
     socket_holders: Mapping[int, set[int]],
     peers: Mapping[int, int],
 ) -> set[int]:
     """The members that hold the end a reader of ``obj`` waits on: a pipe's writers, the holders of a
     Unix socket's peer. Empty where the kernel names no member (outside the tree, or unknown)."""
     if obj.startswith("lock:"):
-        return pipe_writers.get(obj.split(" ", 1)[0], set())  # "lock:KEY PATH"
+        return end_holders.get(obj.split(" ", 1)[0], set())  # "lock:KEY PATH"
     if obj.startswith("pipe:"):
-        return pipe_writers.get(obj, set())
+        return end_holders.get(obj, set())
     peer = peers.get(int(obj[8:-1]))
     return socket_holders.get(peer, set()) if peer is not None else set()
 
 
 def _wakers(
     w: ProcessWaits,
-    pipe_writers: Mapping[str, set[int]],
+    end_holders: Mapping[str, set[int]],
     socket_holders: Mapping[int, set[int]],
     peers: Mapping[int, int],
     children: Mapping[int, set[int]],
@@ -190,7 +192,7 @@ def _wakers(
     for t in w.threads:
         if t.waker is Waker.OBJECTS:
             for obj in t.on:
-                ends = _other_end(obj, pipe_writers, socket_holders, peers)
+                ends = _other_end(obj, end_holders, socket_holders, peers)
                 if ends == {w.pid}:
                     continue  # a pipe only it writes, its own socketpair: one of its threads would have to
                 if obj.startswith("lock:"):
