@@ -213,3 +213,27 @@ def test_a_burner_whose_stack_moves_counts_as_progress_even_when_starved():
         for s in loader.samples(name):
             still.add(s)
         assert still.moved() == (), name
+
+
+def test_a_host_parked_while_its_gpu_works_is_not_a_wait_that_logs():
+    """A training loop in ``cudaDeviceSynchronize`` that prints ``step N``: its stack never moves, but its
+    GPU works, so its lines are not discounted; the same host over a spinning GPU is parked."""
+    from hangwatch.model.samples import GpuProcessMemory
+    from hangwatch.model.samples import GpuReading
+    from hangwatch.model.samples import GpuSample
+    from hangwatch.model.stacks import GpuActivity
+
+    # GPM as the H200 read a GEMM loop and a spinning kernel (scripts/gpu/validate_stacks.py, 2026-11-29).
+    work_gpm = GpuActivity(0, 11.0, 99.12, 95.68, 88.39, 21.61, 1.84, 0.0, 0.34)
+    spin_gpm = GpuActivity(0, 3.0, 100.0, 0.76, 0.0, 0.0, 0.0, 0.0, 0.0)
+    first = loader.load("gpu_ipc_sync")["samples"][0]["processes"]
+    host = next(int(p["pid"]) for p in first if (p.get("env") or {}).get("RANK") == "0")
+    reading = GpuReading(0, "NVIDIA H200", 100.0, 30.0, 40 << 30, 141 << 30, 673.1, 1980)
+    gpu = GpuSample(gpus=(reading,), processes=(GpuProcessMemory(host, 0, 700 << 20, 99.0),))
+    for gpm, parked in ((work_gpm, False), (spin_gpm, True)):
+        h = StackHistory()
+        h.observe_tick(Tick(0.0, (), gpu=gpu))
+        captured = loader.samples("gpu_ipc_sync", "native")
+        for s in [*captured, replace(captured[-1], t=captured[-1].t + 2)]:
+            h.add(replace(s, gpus=(gpm,)))
+        assert h.parked(host) is parked, gpm

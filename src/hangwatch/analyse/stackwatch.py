@@ -188,9 +188,10 @@ class StackHistory:
 
     def parked(self, pid: int) -> bool:
         """Every thread of it stayed in place over the burst's samples, busy or not (its heartbeat lines
-        are then a wait that logs)."""
+        are then a wait that logs), and it is not a host waiting for its GPU's work (a training loop in
+        ``torch.cuda.synchronize`` that prints ``step N``)."""
         view = self._solid_view(pid)
-        return view is not None and view.unchanged
+        return view is not None and view.unchanged and not self._waits_for_working_gpu(pid, view)
 
     def _solid_view(self, pid: int) -> ProcessView | None:
         if len(self._solid) < self.policy.samples:
@@ -207,15 +208,16 @@ class StackHistory:
         at the same depth and line by chance; three rarely do.
         """
         view = self._solid_view(pid)
-        if view is None or not view.spinning:
+        return view is not None and view.spinning and not self._waits_for_working_gpu(pid, view)
+
+    def _waits_for_working_gpu(self, pid: int, view: ProcessView) -> bool:
+        """A host thread parked in place while the GPU works hard is waiting for real work (a long
+        kernel), whether it waits in a CUDA synchronize or in a library's own wrapper."""
+        if gpu_state(self._gpu, self._solid[-1].gpus, gpus_of(self._gpu, pid)) != "working":
             return False
-        # A host thread parked in place while the GPU works hard is waiting for real work (a long
-        # kernel), whether it waits in a CUDA synchronize or in a library's own wrapper.
-        if gpu_state(self._gpu, self._solid[-1].gpus, gpus_of(self._gpu, pid)) == "working":
-            syncing = any(t.wait is Wait.CUDA_SYNC for t in view.threads)
-            on_gpu = self._gpu is not None and any(g.pid == pid for g in self._gpu.processes)
-            return not (syncing or on_gpu)
-        return True
+        syncing = any(t.wait is Wait.CUDA_SYNC for t in view.threads)
+        on_gpu = self._gpu is not None and any(g.pid == pid for g in self._gpu.processes)
+        return syncing or on_gpu
 
     def spin_since(self, pid: int) -> float:
         """Since when a spinning process has been in place: its CPU after this was not progress.
