@@ -88,6 +88,11 @@ def caused_by_own(own: OwnRequest | None, at: float) -> bool:
     return own.done_t is not None and own.done_t <= at <= own.done_t + OWN_ECHO_S
 
 
+def _rank_tag(said: str) -> str | None:
+    found = _SOURCE_RANK.search(said[:200])
+    return (found.group(1) or found.group(2)) if found else None
+
+
 def line_source(line: str) -> tuple[int | None, str | None]:
     """(pid, rank) of the process a log line names as its writer, where it does."""
     pid = rank = None
@@ -131,7 +136,7 @@ class LogScanner:
         self._said: dict[str, None] = {}  # lines already said (time stamps removed), oldest first
         # What each writer already said, its counts masked -> the advance marks of its latest such line
         # (oldest first): a line that says it again with other counts is a heartbeat.
-        self._told: dict[tuple[int | None, str | None, str], tuple[float, ...]] = {}
+        self._told: dict[tuple[str | None, str], tuple[float, ...]] = {}
         # Lines right after a probe's send, waiting to learn whether that probe turns out slow: (line, at)
         self._held: list[tuple[str, float]] = []
 
@@ -159,7 +164,8 @@ class LogScanner:
             writer = _SOURCE_PID.search(line[:200])
             if writer is not None:
                 named[int(writer.group(2))] = writer.group(1)
-            if any(p.search(line) for p in self._waiting) or self._repeats(line):
+            said = _TIMESTAMP.sub("", line.strip())
+            if any(p.search(line) for p in self._waiting) or self._repeats(said):
                 waiting += 1
                 continue
             if markers and any(m in line for m in markers):
@@ -171,7 +177,7 @@ class LogScanner:
                 self._held.append((line, times[index]))
             elif judged is SendEcho.ECHO:
                 echoes += 1  # not progress, but still read for what it names
-            elif self._heartbeat(line):
+            elif self._heartbeat(said, writer):
                 beats += 1
                 beat_bytes += len(line.encode(errors="replace")) + 1
                 if writer is not None:
@@ -254,9 +260,9 @@ class LogScanner:
                 released += 1
         return released
 
-    def _repeats(self, line: str) -> bool:
-        """The line says again what an earlier line said, word for word, time stamps aside."""
-        said = _TIMESTAMP.sub("", line.strip())
+    def _repeats(self, said: str) -> bool:
+        """The line (``said``: stripped, time stamps removed) says again what an earlier line said, word
+        for word."""
         if not said:
             return False
         if said in self._said:
@@ -266,7 +272,7 @@ class LogScanner:
             del self._said[next(iter(self._said))]
         return False
 
-    def _heartbeat(self, line: str) -> bool:
+    def _heartbeat(self, said: str, writer: re.Match[str] | None) -> bool:
         """The line says again what its writer said before, counts aside, and no count of the kind
         that measures advance (``3/8``, ``40%``) went up.
 
@@ -276,14 +282,18 @@ class LogScanner:
         weak evidence, which the writer's stacks can discount. A progress bar's fraction or percentage
         grows, and the first time a writer says a thing is news: both are progress.
         """
-        said = _TIMESTAMP.sub("", line.strip())
-        pid, rank = line_source(line)
-        key = (pid, rank, _COUNT.sub("#", said))
-        marks = tuple(
-            float(m.group(1)) / float(m.group(2))
-            if m.group(2) and float(m.group(2))
-            else float(m.group(3) or 0)
-            for m in _ADVANCE.finditer(said)
+        # The writer, as the line names it (its counts are masked below): vLLM's pid, else SGLang's rank.
+        source = writer.group(2) if writer is not None else _rank_tag(said)
+        key = (source, _COUNT.sub("#", said))
+        marks = (
+            tuple(
+                float(m.group(1)) / float(m.group(2))
+                if m.group(2) and float(m.group(2))
+                else float(m.group(3) or 0)
+                for m in _ADVANCE.finditer(said)
+            )
+            if "%" in said or "/" in said
+            else ()
         )
         before = self._told.pop(key, None)
         self._told[key] = marks
