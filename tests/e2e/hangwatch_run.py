@@ -48,8 +48,10 @@ class HangwatchRun:
         self.exited_at: float | None = None
         self.lines: list[str] = []
         self.seen: dict[int, float] = {}  # pid -> create_time
-        # pid -> (first, last) wall time it was seen alive among the descendants (every 0.25 s)
-        self.alive: dict[int, tuple[float, float]] = {}
+        # (pid, create time) -> (first, last) wall time it was seen alive among the descendants (every
+        # 0.25 s). Keyed by create time too: pid_max is 32768 here, and vLLM's threads take pids from the
+        # same space, so one test's trials can see a pid of an earlier trial reused.
+        self.alive: dict[tuple[int, float], tuple[float, float]] = {}
         self._lock = threading.Condition()
         self._log = log_path.open("w", encoding="utf-8")
         self.proc = subprocess.Popen(
@@ -73,7 +75,8 @@ class HangwatchRun:
 
     def _record(self, pid: int) -> None:
         with contextlib.suppress(psutil.Error):
-            self.seen.setdefault(pid, psutil.Process(pid).create_time())
+            # The latest incarnation: a pid reused within the run is the process alive now.
+            self.seen[pid] = psutil.Process(pid).create_time()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -103,9 +106,19 @@ class HangwatchRun:
         now = time.time()
         for child in children:
             self._record(child.pid)
-            first, _ = self.alive.get(child.pid, (now, now))
-            self.alive[child.pid] = (first, now)
+            with contextlib.suppress(psutil.Error):
+                key = (child.pid, child.create_time())
+                first, _ = self.alive.get(key, (now, now))
+                self.alive[key] = (first, now)
         return children
+
+    def spans(self, pid: int, created_from: float, created_until: float) -> list[tuple[float, float]]:
+        """When ``pid`` was seen alive, for its incarnations created within the given wall times only."""
+        return [
+            span
+            for (p, created), span in self.alive.items()
+            if p == pid and created_from <= created <= created_until
+        ]
 
     def wait_for_line(self, needle: str, timeout: float) -> str | None:
         deadline = time.monotonic() + timeout

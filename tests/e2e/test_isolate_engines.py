@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -71,20 +72,32 @@ def _isolate(
     return run, rc, data
 
 
+def _reports(trial: dict[str, Any]) -> list[dict[str, Any]]:
+    paths = [Path(run_dir) / "report.json" for run_dir in trial.get("run_dirs") or []]
+    return [json.loads(path.read_text(encoding="utf-8")) for path in paths if path.is_file()]
+
+
 def _trial_pids(trial: dict[str, Any]) -> set[int]:
-    pids: set[int] = set()
-    for run_dir in trial.get("run_dirs") or []:
-        path = Path(run_dir) / "report.json"
-        if path.is_file():
-            pids |= set(report_pids(json.loads(path.read_text(encoding="utf-8"))))
-    return pids
+    return {pid for report in _reports(trial) for pid in report_pids(report)}
+
+
+def _trial_spans(run: HangwatchRun, trial: dict[str, Any]) -> list[tuple[float, float]]:
+    """When the trial's processes were seen alive: each pid's incarnation created during the trial's run
+    (``started_at`` is stamped to the second), not a later process that got the same pid."""
+    spans: list[tuple[float, float]] = []
+    for report in _reports(trial):
+        start = datetime.fromisoformat(report["started_at"]).timestamp() - 1.0
+        end = start + 2.0 + float(report.get("duration_s") or 0.0)
+        for pid in report_pids(report):
+            spans += run.spans(pid, start, end)
+    return spans
 
 
 def _check_clean_between_trials(run: HangwatchRun, data: dict[str, Any], port: int) -> None:
     """No process of a trial was seen alive once the next trial's processes appeared; none is left now;
     the port can be bound."""
     trials = [data["baseline"], *data["trials"]]
-    spans = [[run.alive[p] for p in _trial_pids(t) if p in run.alive] for t in trials]
+    spans = [_trial_spans(run, t) for t in trials]
     assert all(spans), f"a trial's processes were never seen: {[len(s) for s in spans]}"
     for n in range(1, len(trials)):
         last_alive = max(end for _, end in spans[n - 1])
