@@ -772,3 +772,38 @@ def test_an_engine_still_starting_on_its_own_port_gets_no_wrong_url_hint():
     )
     given.observe(tick)
     assert "is the readiness URL right" in given._port_hints(tick)[0]
+
+
+def test_a_rank_that_exits_quietly_is_first_even_when_its_peers_echo_is_stamped_before_its_notice():
+    """CI, 2026-12-04 (gloo_missing_collective --elsewhere os-exit): rank 1 ``os._exit(3)``; rank 0's gloo
+    raised "Connection closed by peer" at once, and on the loaded machine the line was stamped 60 ms before
+    rank 1's death notice, rank 0's own end 30 ms after it: the peer's exception was taken for the cause."""
+    launcher, r0, r1 = 500, 501, 502
+    tree = (
+        replace(_proc(launcher, 1, "python", None, None), wchar=900),
+        replace(_proc(r0, launcher, "gloo_rank0", None, None), wchar=2000),
+        replace(_proc(r1, launcher, "gloo_rank1", None, None), wchar=1500),
+    )
+    line = "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:52649. GLHF!"
+    findings = [
+        LogFinding(20.00, Cause.EXCEPTION, "Traceback (most recent call last):"),
+        LogFinding(20.00, Cause.EXCEPTION, line),
+    ]
+    left = ExitRecord(20.06, r1, "gloo_rank1", None, None, ExitHow.ZOMBIE_STAT, 3, None, 12.0, None, 1500)
+    raiser = ExitRecord(20.09, r0, "gloo_rank0", None, None, ExitHow.ZOMBIE_STAT, 1, None, 12.0, None, 4800)
+    root = ExitRecord(20.12, launcher, "python", None, None, ExitHow.WAITPID, 1, None, 14.0, None, 1000)
+    window = [Tick(18.0, tree), Tick(19.0, tree)]
+    exits = [left, raiser, root]
+    d = causes.diagnose_crash([left, raiser, root], findings, {launcher}, exits, window=window)
+    assert (d.cause, d.culprits) == (Cause.DEAD_PEER, (r1,)), d
+    assert "gloo_rank1 [502] exit code 3 first" in d.explanation and "consequences" in d.explanation, d
+    # Had rank 1 written the traceback's bytes, its exception would be the cause.
+    wrote = replace(left, wchar_at_end=1500 + 400)
+    d = causes.diagnose_crash(
+        [wrote, raiser, root], findings, {launcher}, [wrote, raiser, root], window=window
+    )
+    assert d.cause is Cause.EXCEPTION, d
+    # An exception long before the quiet exit came first.
+    early = [replace(f, t=19.5) for f in findings]
+    d = causes.diagnose_crash([left, raiser, root], early, {launcher}, exits, window=window)
+    assert d.cause is Cause.EXCEPTION, d

@@ -254,6 +254,7 @@ def diagnose_crash(
         and exceptions[0].t < first.t - SIMULTANEOUS_S
         and not _noticed_before_its_end(first, ordered, exceptions)
         and not (_silent(first, exceptions[0], window) and _noticed(first, ordered, exceptions))
+        and not _echo_of_its_exit(first, exceptions, exits, window)
     )
     if (
         not raised_first
@@ -368,6 +369,27 @@ def _noticed_before_its_end(
     if first.rank is None or not (first.signal is not None or first.how is ExitHow.VANISHED):
         return False
     return _noticed(first, ordered, exceptions)
+
+
+def _echo_of_its_exit(
+    first: ExitRecord, exceptions: Sequence[LogFinding], exits: Sequence[ExitRecord], window: Sequence[Tick]
+) -> bool:
+    """``first`` ended of its own (an exit status, no signal), wrote none of the first traceback, and every
+    exception before its death notice came at most ``NOTICE_LAG_S`` before it, with no other member ending
+    in between: the traceback is a peer's echo of its going, not what made it go.
+
+    Its sockets close before its parent can be told it ended, and the peer in a collective with it raises
+    at once; the notice then waits for our watcher thread, which a loaded machine delays past the
+    traceback (CI, 2026-12-04: gloo's "Connection closed by peer" stamped before ``os._exit(3)``'s notice,
+    taken for the cause). A process that exits quietly because of a peer's error mostly learns of it when
+    the peer ends (its socket closes, its parent dies), and that end then comes first; one told to quit by
+    a message while the raiser lives on would be misread (the engines tear down with signals instead)."""
+    if first.signal is not None or first.exit_code is None:
+        return False
+    lead = [f for f in exceptions if f.t < first.t]
+    if not lead or lead[0].t < first.t - NOTICE_LAG_S or not _silent(first, lead[0], window):
+        return False
+    return not any(e.pid != first.pid and lead[0].t <= e.t <= first.t for e in exits)
 
 
 def _noticed(first: ExitRecord, ordered: Sequence[ExitRecord], exceptions: Sequence[LogFinding]) -> bool:
