@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import replace
 from pathlib import Path
@@ -108,10 +109,28 @@ class TreeSampler:
         self._root_identities: set[ProcessId] = set()
         self._last_full_scan: float | None = None
         self._hints: dict[int, str] = {}  # pid -> the title its log lines give it
+        self._ended_now: dict[int, _Known] = {}  # the members whose exits the last sample recorded
 
     def learn_titles(self, titles: Iterable[tuple[int, str]]) -> None:
         """Titles for untitled members, from what their log lines say they are."""
         self._hints.update(titles)
+
+    def retitle(self, exits: Sequence[ExitRecord]) -> tuple[ExitRecord, ...]:
+        """The last sample's exits, named again with the titles learnt since from log lines.
+
+        A rank's last lines are read after the tree saw it end, in the same tick (the log is drained once
+        the deaths are known, to catch their last words): a vLLM worker SIGKILLed 0.5 s after setting its
+        title, reaped at once by its engine core, was seen only as ``python``, and its
+        ``(Worker_TP1 pid=N)`` line came with its death (CI, vllm-tp2-TP1-weights-sigkill-attach)."""
+        out = []
+        for e in exits:
+            known = self._ended_now.get(e.pid)
+            if known is None or e.pid not in self._hints:
+                out.append(e)
+                continue
+            name, role, rank = self._name_at_end(known)
+            out.append(e if name == e.name else replace(e, name=name, role=role, rank=rank))
+        return tuple(out)
 
     @property
     def root_pids(self) -> set[int]:
@@ -155,6 +174,7 @@ class TreeSampler:
         stats = self._read_stats(t)
         members = self._members(stats)
         exits: list[ExitRecord] = []
+        self._ended_now = {}
 
         # Our own zombie children: waitpid gives the exact status (and must be called anyway).
         reaped: dict[int, int] = {}
@@ -212,6 +232,22 @@ class TreeSampler:
                 sample = replace(sample, role=role, rank=None)  # noqa: PLW2901
             out.append(sample)
         return out
+
+    def _name_at_end(self, known: _Known) -> tuple[str, str | None, str | None]:
+        """Name, role and rank of a member that ended: as last seen, else by the title it set after our
+        last look (its zombie's comm) or its log lines gave it."""
+        name, role, rank = known.name, known.role, known.rank
+        last_name = self._deaths.name_at_end(known.identity) if self._deaths is not None else None
+        hint = self._hints.get(known.identity.pid)
+        if hint is not None and (name in (known.first_comm, "") or (hint != name and hint.startswith(name))):
+            last_name, name = hint, known.first_comm  # named by its log lines, alive or at its death
+        if last_name and last_name != name and name in (known.first_comm, ""):
+            # It set a title after our last look and died: name it by that (comm keeps 15 bytes of it).
+            name = last_name
+            role, rank = self._namer(
+                name, (name,), known.identity in self._root_identities, known.rank_env or {}
+            )
+        return name, role, rank
 
     def _vanished(self, known: _Known, t: float) -> ExitRecord:
         """A member gone from /proc: its status from waitpid elsewhere, from its zombie, or unknown."""
@@ -349,22 +385,13 @@ class TreeSampler:
         self, known: _Known, t: float, status: int | None, how: ExitHow = ExitHow.VANISHED
     ) -> ExitRecord:
         known.exit_recorded = True
+        self._ended_now[known.identity.pid] = known
         code, sig = decode_wait_status(status) if status is not None else (None, None)
         if status is None:
             how = ExitHow.VANISHED
-        name, role, rank = known.name, known.role, known.rank
+        name, role, rank = self._name_at_end(known)
         ended = self._deaths.ended_at(known.identity) if self._deaths is not None else None
-        last_name = self._deaths.name_at_end(known.identity) if self._deaths is not None else None
         written = self._deaths.written_at_end(known.identity) if self._deaths is not None else None
-        hint = self._hints.get(known.identity.pid)
-        if hint is not None and (name in (known.first_comm, "") or (hint != name and hint.startswith(name))):
-            last_name, name = hint, known.first_comm  # named by its log lines, alive or at its death
-        if last_name and last_name != name and name in (known.first_comm, ""):
-            # It set a title after our last look and died: name it by that (comm keeps 15 bytes of it).
-            name = last_name
-            role, rank = self._namer(
-                name, (name,), known.identity in self._root_identities, known.rank_env or {}
-            )
         return ExitRecord(
             t=ended if ended is not None else t,  # the moment it ended (it may fall after the tick began)
             pid=known.identity.pid,

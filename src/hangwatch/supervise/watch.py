@@ -206,7 +206,7 @@ class Watch:
                 (pid, self.assessor.profile.title_from_log(label)) for pid, label in log.named
             )
         gpu = self.c.gpu.read()
-        exits = reading.exits
+        exits = self.c.tree.retitle(reading.exits) if log.named else reading.exits
         if self.c.oom is not None:
             exits = tuple(
                 ExitRecord(**{**e.__dict__, "oom_evidence": self.c.oom.evidence_for(e.pid)})
