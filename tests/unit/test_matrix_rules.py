@@ -807,3 +807,40 @@ def test_a_rank_that_exits_quietly_is_first_even_when_its_peers_echo_is_stamped_
     early = [replace(f, t=19.5) for f in findings]
     d = causes.diagnose_crash([left, raiser, root], early, {launcher}, exits, window=window)
     assert d.cause is Cause.EXCEPTION, d
+
+
+def test_a_rank_that_wrote_a_line_of_its_own_before_leaving_did_not_write_its_peers_traceback():
+    """2026-12-04, one run in five of gloo_missing_collective --elsewhere os-exit: rank 1 wrote 122 bytes
+    after the last tick ("entering rank_leaving"), more than the traceback's 35-byte header, and was taken
+    for the writer of rank 0's "Connection closed by peer" traceback, stamped 2 ms after its end."""
+    launcher, tracker, r0, r1 = 24856, 24860, 24861, 24862
+    tree = (
+        replace(_proc(launcher, 1, "python", "main", None), wchar=4858),
+        replace(_proc(tracker, launcher, "python", None, None), wchar=0),
+        replace(_proc(r0, launcher, "gloo_rank0", None, None), wchar=47421),
+        replace(_proc(r1, launcher, "gloo_rank1", None, None), wchar=47278),
+    )
+    summary = (
+        "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection "
+        "closed by peer [127.0.0.1]:41095. This is typically caused by a remote worker crashing. Check the "
+        "logs of the remote worker before reporting an error. GLHF!"
+    )
+    findings = [
+        LogFinding(4.046, Cause.EXCEPTION, "Traceback (most recent call last):"),
+        LogFinding(4.046, Cause.EXCEPTION, summary),
+    ]
+    left = ExitRecord(4.044, r1, "gloo_rank1", None, None, ExitHow.ZOMBIE_STAT, 3, None, 3.0, None, 47400)
+    gone = ExitRecord(4.549, r0, "gloo_rank0", None, None, ExitHow.VANISHED, lifetime_s=3.0)
+    root = ExitRecord(5.168, launcher, "python", "main", None, ExitHow.WAITPID, 1, None, 6.0, None, 102315)
+    helper = ExitRecord(5.173, tracker, "python", None, None, ExitHow.WAITPID, 0, None, 4.0, None, 0)
+    exits = [left, gone, root, helper]
+    window = [Tick(2.02, tree), Tick(3.017, tree)]
+    d = causes.diagnose_crash([left, gone, root], findings, {launcher}, exits, window=window)
+    assert (d.cause, d.culprits) == (Cause.DEAD_PEER, (r1,)), d
+    assert "gloo_rank1 [24862] exit code 3 first" in d.explanation, d.explanation
+    # Had it written as much as the header and the summary together, it could be the writer.
+    wrote = replace(left, wchar_at_end=47278 + 35 + len(summary) + 1)
+    d = causes.diagnose_crash(
+        [wrote, gone, root], findings, {launcher}, [wrote, gone, root, helper], window=window
+    )
+    assert d.cause is Cause.EXCEPTION, d

@@ -253,7 +253,7 @@ def diagnose_crash(
         bool(exceptions)
         and exceptions[0].t < first.t - SIMULTANEOUS_S
         and not _noticed_before_its_end(first, ordered, exceptions)
-        and not (_silent(first, exceptions[0], window) and _noticed(first, ordered, exceptions))
+        and not (_silent(first, exceptions, window) and _noticed(first, ordered, exceptions))
         and not _echo_of_its_exit(first, exceptions, exits, window)
     )
     if (
@@ -271,12 +271,7 @@ def diagnose_crash(
         raised_first = True
     if (first.signal is not None or first.how is ExitHow.VANISHED) and not raised_first:
         return _death_first(first, ordered, exceptions, first.pid in root_pids, survivors=survivors)
-    if (
-        exceptions
-        and not raised_first
-        and first.pid not in root_pids
-        and _silent(first, exceptions[0], window)
-    ):
+    if exceptions and not raised_first and first.pid not in root_pids and _silent(first, exceptions, window):
         # It exited of its own (os._exit, a clean exit of one rank) and wrote none of the traceback: the
         # exception is a peer noticing it gone (gloo's "Connection closed by peer" 1 ms after the exit).
         return _death_first(first, ordered, exceptions, False, survivors=survivors)
@@ -387,7 +382,7 @@ def _echo_of_its_exit(
     if first.signal is not None or first.exit_code is None:
         return False
     lead = [f for f in exceptions if f.t < first.t]
-    if not lead or lead[0].t < first.t - NOTICE_LAG_S or not _silent(first, lead[0], window):
+    if not lead or lead[0].t < first.t - NOTICE_LAG_S or not _silent(first, exceptions, window):
         return False
     return not any(e.pid != first.pid and lead[0].t <= e.t <= first.t for e in exits)
 
@@ -475,7 +470,7 @@ def _left_early(
     if not starts:
         return []
     start = min(starts)
-    first_line = min((f for f in findings if f.cause is Cause.EXCEPTION), key=lambda f: f.t, default=None)
+    raised = sorted((f for f in findings if f.cause is Cause.EXCEPTION), key=lambda f: f.t)
     ranked = {p.name for tick in window for p in tick.processes if names_a_rank(p.name, p.rank)}
     ranked |= {e.name for e in exits if names_a_rank(e.name, e.rank)}
     candidates = [
@@ -485,7 +480,7 @@ def _left_early(
         and e.pid not in root_pids
         and ended_rank(e.name, e.rank, ranked)
         and start - UNSEEN_RANK_BEFORE_S <= e.t <= start + NOTICE_LAG_S
-        and (first_line is None or _silent(e, first_line, window))
+        and (not raised or _silent(e, raised, window))
     ]
     failed_ranks = [
         f for f in (*failures, *exits) if (f.failed or ended_unseen(f)) and names_a_rank(f.name, f.rank)
@@ -493,9 +488,10 @@ def _left_early(
     return [e for e in candidates if any(f.pid != e.pid and f.t >= e.t for f in failed_ranks)][:1]
 
 
-def _silent(e: ExitRecord, line: LogFinding, window: Sequence[Tick]) -> bool:
-    """``e`` provably wrote less than ``line`` from the last tick before the line to its end: not its
-    writer. Unknown bytes prove nothing."""
+def _silent(e: ExitRecord, exceptions: Sequence[LogFinding], window: Sequence[Tick]) -> bool:
+    """``e`` provably wrote less than the first traceback (``exceptions`` in time order) from the last
+    tick before it to its end: not its writer. Unknown bytes prove nothing."""
+    line = exceptions[0]
     if line.pid is not None:
         return line.pid != e.pid
     if line.rank and e.rank:
@@ -503,7 +499,28 @@ def _silent(e: ExitRecord, line: LogFinding, window: Sequence[Tick]) -> bool:
     before = _wchar_before(line.t, window)
     if e.wchar_at_end is None or e.pid not in before:
         return False
-    return e.wchar_at_end - before[e.pid] < len(line.line.encode())
+    return e.wchar_at_end - before[e.pid] < _first_traceback_bytes(exceptions)
+
+
+_TRACEBACK_HEADER = "Traceback (most recent call last)"
+
+
+def _first_traceback_bytes(exceptions: Sequence[LogFinding]) -> int:
+    """What the writer of the first traceback wrote at least: its first line, and where that is Python's
+    header, the line that ends it (the next finding stamped with it that is not a header).
+
+    The header alone is 35 bytes, less than a rank's own "entering ..." line written just before it
+    left: gloo_missing_collective's rank 1 wrote 122 bytes after the last tick and was taken for the
+    writer of its peer's "Connection closed by peer" traceback (2026-12-04, one run in five)."""
+    first = exceptions[0]
+    n = len(first.line.encode())
+    if _TRACEBACK_HEADER in first.line:
+        end = next(
+            (f for f in exceptions[1:] if f.t - first.t <= LINE_LAG_S and _TRACEBACK_HEADER not in f.line),
+            None,
+        )
+        n += len(end.line.encode()) if end is not None else 0
+    return n
 
 
 def _death_first(
