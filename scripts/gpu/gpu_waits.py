@@ -55,6 +55,7 @@ def launch_ipc(args: argparse.Namespace) -> None:
         argv = [sys.executable, __file__, "ipc-rank", "--dir", str(workdir), "--host-wait", args.host_wait]
         argv += ["--absent", args.absent, "--seconds", str(args.seconds)]
         argv += ["--arrive"] if args.arrive else []
+        argv += ["--log"] if args.log else []
         argv += ["--ready-file", args.ready_file] if args.ready_file and rank == 0 else []
         children.append(subprocess.Popen(argv, env=env))
     for child in children:
@@ -87,18 +88,35 @@ def ipc_rank(args: argparse.Namespace) -> None:
     b = cp.random.rand(4096, 4096, dtype=cp.float32)
     print(f"rank {rank}: flags shared through CUDA IPC", flush=True)
     if args.arrive:
-        arrive_until(flags, barrier, rank, args.seconds, a, b)
+        arrive_until(flags, barrier, rank, args.seconds, a, b, log=args.log)
         return
     if args.ready_file:
         Path(args.ready_file).write_text("ready\n")
     if rank != 0:
         never_arrive(args.absent)
+    if args.log:
+        threading.Thread(target=watchdog, args=(rank,), daemon=True).start()
     barrier((1,), (1,), (flags, cp.int32(rank), cp.int32(WORLD), cp.int32(1)))
     host_wait(args.host_wait)
 
 
-def arrive_until(flags: Any, barrier: Any, rank: int, seconds: float, a: Any, b: Any) -> None:
-    """The healthy shape: GEMMs and a barrier per epoch until rank 0's deadline.
+def watchdog(rank: int) -> None:
+    """A wait that logs: the same words every 2 s, only its counts new (an NCCL watchdog's or a retry
+    loop's), while the main thread waits for the GPU."""
+    started = time.monotonic()
+    attempt = 0
+    while True:
+        attempt += 1
+        waited = time.monotonic() - started
+        print(f"rank {rank}: still waiting for the barrier (attempt {attempt}, {waited:.0f} s)", flush=True)
+        time.sleep(2)
+
+
+def arrive_until(
+    flags: Any, barrier: Any, rank: int, seconds: float, a: Any, b: Any, *, log: bool = False
+) -> None:
+    """The healthy shape: GEMMs and a barrier per epoch until rank 0's deadline; with ``log``, a
+    training loop's "step N" line about once a second (its host in cudaDeviceSynchronize between).
 
     The ranks must agree on the last epoch, or one waits for a peer that has left: rank 0 writes it
     into the shared buffer's last slot before it enters the epoch before it, so a peer that has passed
@@ -108,8 +126,12 @@ def arrive_until(flags: Any, barrier: Any, rank: int, seconds: float, a: Any, b:
 
     deadline = time.monotonic() + seconds
     epoch, stop = 0, 0
+    said = time.monotonic()
     while not stop or epoch < stop:
         epoch += 1
+        if log and time.monotonic() - said >= 1.0:
+            said = time.monotonic()
+            print(f"rank {rank}: step {epoch}", flush=True)
         for _ in range(8):
             a = cp.tanh(a @ b)
         barrier((1,), (1,), (flags, cp.int32(rank), cp.int32(WORLD), cp.int32(epoch)))
@@ -266,6 +288,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--dir", help="(ipc-rank) where rank 0 leaves its IPC handle")
     parser.add_argument("--ready-file")
+    parser.add_argument(
+        "--log",
+        action="store_true",
+        help="ranks log: 'step N' about once a second when healthy, rank 0 'still waiting' every 2 s if hung",
+    )
     args = parser.parse_args()
     if args.mode == "ipc":
         launch_ipc(args)

@@ -7,7 +7,11 @@ Runs ``hangwatch run`` (stacks, NVML and GPM on) over gpu_waits.py and checks:
               -> stalled, gpu-spin, culprit rank 1;
   ipc-sleep:  the same, the host polling with sleeps, rank 1 busy-spinning on the CPU instead
               -> stalled, gpu-spin, culprit rank 1;
+  ipc-sync-logs: ipc-sync with rank 0 logging "still waiting (attempt N)" every 2 s from a thread
+              -> stalled, gpu-spin, culprit rank 1 (a wait that logs is no progress);
   ipc-healthy: both ranks arrive, barriers and GEMMs for --seconds, silently -> ready, never stalled;
+  ipc-healthy-logs: the same, each rank logging "step N" about once a second, its host parked in
+              cudaDeviceSynchronize between -> ready, never stalled (a working GPU's heartbeat counts);
   compile:    torch.compile max-autotune into a fresh cache, silenced -> ready, never stalled;
   capture:    CUDA graph capture of a 16-layer decoder for 17 batch sizes, silently -> ready;
   gemm:       the long silent GEMM loop of stack_program.py -> ready, never stalled.
@@ -49,16 +53,18 @@ HANGS = {
     "ipc-sync": ["--host-wait", "sync", "--absent", "wait"],
     "ipc-poll": ["--host-wait", "poll", "--absent", "wait"],
     "ipc-sleep": ["--host-wait", "sleep", "--absent", "spin"],
+    "ipc-sync-logs": ["--host-wait", "sync", "--absent", "wait", "--log"],
 }
-CASES = (*HANGS, "ipc-healthy", "compile", "capture", "gemm")
+CASES = (*HANGS, "ipc-healthy", "ipc-healthy-logs", "compile", "capture", "gemm")
 PROGRESS = ["--until-ready", "--ready-pattern", "^DONE$", "--stall-after", "10"]
 
 
 def run_case(name: str, seconds: float) -> dict[str, Any]:
     if name in HANGS:
         report = hangwatch("ipc", ["--stall-after", "20"], HANGS[name], program=PROGRAM)
-    elif name == "ipc-healthy":
-        report = hangwatch("ipc", PROGRESS, ["--arrive", "--seconds", str(seconds)], program=PROGRAM)
+    elif name in ("ipc-healthy", "ipc-healthy-logs"):
+        logs = ["--log"] if name.endswith("-logs") else []
+        report = hangwatch("ipc", PROGRESS, ["--arrive", "--seconds", str(seconds), *logs], program=PROGRAM)
     elif name in ("compile", "capture"):
         report = hangwatch(name, PROGRESS, ["--seconds", str(seconds)], timeout=600, program=PROGRAM)
     else:

@@ -595,6 +595,21 @@ def test_a_retry_loops_counts_are_a_heartbeat_and_a_progress_bars_advance_is_pro
     assert [x.heartbeat_lines for x in beats] == [0, 1, 1]
 
 
+def test_ranks_saying_the_same_thing_in_one_output_are_news_each_not_one_writer_saying_it_again():
+    """H200, 2026-12-04 (scripts/gpu/gpu_waits.py ipc): both ranks print "rank N: flags shared through CUDA
+    IPC" into one pipe; rank 1's line was taken for rank 0's said again, and the evidence called it a
+    'still waiting' line. The rank a line opens with names its writer, as vLLM's pid and SGLang's tag do."""
+    from hangwatch.analyse.logscan import LogScanner
+
+    scanner = LogScanner(engines.by_name("generic"))
+    for opening in ("rank {r}: flags shared through CUDA IPC", "[rank{r}]: loaded shard", "[Rank {r}] ready"):
+        said = [scanner.scan((opening.format(r=r),), 40, 1.0 + r) for r in range(4)]
+        assert [(x.progress_lines, x.heartbeat_lines) for x in said] == [(1, 0)] * 4, opening
+    # The same rank saying it again with another count is still a heartbeat.
+    retry = [scanner.scan((f"rank 2: still waiting (attempt {n})",), 40, 10.0 + n) for n in (1, 2)]
+    assert [x.heartbeat_lines for x in retry] == [0, 1]
+
+
 def test_resident_memory_growing_is_progress_even_with_the_stack_in_place():
     from hangwatch.analyse.progress import progress_signals
 

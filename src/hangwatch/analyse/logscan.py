@@ -70,6 +70,9 @@ _LINE_PREFIX = re.compile(
 # Who wrote a line: vLLM prefixes ``(EngineCore pid=812)`` / ``(Worker_TP1 pid=90)``; SGLang ``[time TP1]``.
 _SOURCE_PID = re.compile(r"\((\w+?) pid=(\d+)\)")
 _SOURCE_RANK = re.compile(r"^\[[^\]]*?\b((?:TP|DP|PP|EP)\d+)\]|\b((?:TP|DP|PP)\d+)\b pid=")
+# A rank a line opens with, as programs of many ranks sharing one output say who speaks: torch's
+# ``[rank1]:``, ``rank 0: ...``, ``[Rank 3] ...``. Its number names the writer, it is no count.
+_OPENING_RANK = re.compile(r"^\W{0,3}rank\s*[:=#]?\s*(\d+)\b", re.IGNORECASE)
 
 
 # Lines the server writes because of hangwatch's own request: handling it (SGLang logs a prefill for the
@@ -282,8 +285,13 @@ class LogScanner:
         weak evidence, which the writer's stacks can discount. A progress bar's fraction or percentage
         grows, and the first time a writer says a thing is news: both are progress.
         """
-        # The writer, as the line names it (its counts are masked below): vLLM's pid, else SGLang's rank.
+        # The writer, as the line names it (its counts are masked below): vLLM's pid, else SGLang's rank,
+        # else the rank the line opens with ("rank 1: flags shared" after "rank 0: flags shared" is news
+        # from another writer, not the first one saying it again).
         source = writer.group(2) if writer is not None else _rank_tag(said)
+        if source is None:
+            opening = _OPENING_RANK.match(said)
+            source = f"rank{opening.group(1)}" if opening else None
         key = (source, _COUNT.sub("#", said))
         marks = (
             tuple(
