@@ -804,3 +804,21 @@ def test_a_parked_writers_heartbeats_are_discounted_and_its_cpu_is_not():
     assert clock.last_progress(weak=False) == 10.0
     clock.observe(24.0, (ProgressSignal(SignalKind.HEARTBEAT, None, "attempt"),))
     assert clock.last_progress(parked={7: 12.0}) == 24.0  # nobody's: never discounted
+
+
+def test_a_native_poll_loop_calling_two_readers_in_turn_is_in_place_once_caught_in_itself():
+    """vllm-tp2-TP1-compile-raise-run (2026-12-04): TP0 spun 32 s in vLLM's CPU all-reduce waiting for
+    TP1, which had raised and gone back to its RPC loop; five native captures found its
+    ``wait_for_one`` inside ``get_curr_stamp``, inside ``get_ready_stamp`` or in itself, and the
+    prefix rule called that moving code."""
+    top = (py("forward", 10), py("OpOverload.__call__", 875), native("shm_allreduce"), native("wait_for_all"))
+    loop = (*top, native("wait_for_one"))
+    curr = thread(*loop, native("get_curr_stamp"))
+    ready = thread(*loop, native("get_ready_stamp"))
+    itself = thread(*loop)
+    assert in_place([curr, ready, itself, curr, curr], native=[curr, ready, itself, curr, curr])
+    # Never caught in the loop frame itself: a driver whose time goes into its callees, as a GEMM's.
+    assert not in_place([curr, ready, curr], native=[curr, ready, curr])
+    # Parting higher up than the last frame is code that moves, caught in its loop frame or not.
+    deeper = thread(*loop, native("get_curr_stamp"), native("load_acquire"))
+    assert not in_place([deeper, ready, itself], native=[deeper, ready, itself])

@@ -9,9 +9,10 @@ moves. What shows work is the code moving: a stack that changes between captures
   line may vary, and at most ``POLL_DEPTH`` frames below it that may vary too: a poll loop
   ``while not ready(): pass`` is caught at the ``while`` line, in the body, or inside ``ready()``;
 - where two or more captures have native frames, the same native calls below the innermost Python
-  frame, each capture's a prefix of the deepest one's (a poll loop is caught between its calls or
-  inside one, and innermost frames in the C library do not count: a C poll loop is caught inside or
-  outside ``sched_yield``), so that a long native call whose inner code moves (a GEMM's kernels and packing
+  frame, each capture's a prefix of the deepest one's, or all parting only at their last frame below
+  one that a capture ends in (a poll loop is caught between its calls or inside one of them, and
+  innermost frames in the C library do not count: a C poll loop is caught inside or outside
+  ``sched_yield``), so that a long native call whose inner code moves (a GEMM's kernels and packing
   routines, the compiler inside ``compile()``) is not in place.
 
 Names are used only on the other side, as a guard: a native call into a compute library (BLAS,
@@ -71,7 +72,25 @@ def in_place(stacks: Sequence[ThreadStack], native: Sequence[ThreadStack] = ()) 
         return True
     # A poll loop is caught between calls or inside one: each tail is a prefix of the deepest.
     deepest = max(tails, key=len)
-    return all(deepest[: len(tail)] == tail for tail in tails)
+    if all(deepest[: len(tail)] == tail for tail in tails):
+        return True
+    # ...or inside either of the calls it makes in turn, once it was also caught in the loop frame itself:
+    # the tails part only at their last frame, below a frame one capture ends in. vLLM's CPU all-reduce
+    # waits for a peer in ``wait_for_one``, which reads ``get_curr_stamp`` then ``get_ready_stamp``: five
+    # captures over 32 s found it in one, the other or between, and the rank spinning there for a peer
+    # that had left was not in place (vllm-tp2-TP1-compile-raise-run). A driver whose time goes into its
+    # callees (a GEMM's kernels and packing) is seldom caught in itself, and code whose callers move too
+    # (a compiler, a kernel's loop nest) parts higher up.
+    common = _common_prefix(tails)
+    return common in tails and all(len(tail) <= len(common) + 1 for tail in tails)
+
+
+def _common_prefix(tails: Sequence[tuple[tuple[str, str], ...]]) -> tuple[tuple[str, str], ...]:
+    shortest = min(tails, key=len)
+    for i, frame in enumerate(shortest):
+        if any(tail[i] != frame for tail in tails):
+            return shortest[:i]
+    return shortest
 
 
 def _python_in_place(stacks: Sequence[tuple[Frame, ...]]) -> bool:
