@@ -844,3 +844,41 @@ def test_a_rank_that_wrote_a_line_of_its_own_before_leaving_did_not_write_its_pe
         [wrote, gone, root], findings, {launcher}, [wrote, gone, root, helper], window=window
     )
     assert d.cause is Cause.EXCEPTION, d
+
+
+def test_a_rank_killed_before_a_lighter_member_of_the_tear_down_was_killed_first():
+    """sglang-tp2-TP1-weights-sigkill-attach (2026-12-04): TP1 (623 MB) SIGKILLed; TP0's post-load check
+    raised 4 ms after its end was noticed, and the launcher tore the tree down at once: the resource
+    tracker (15 MB) ended 10 ms after TP1, TP0 87 ms after it (under LONE_RANK_S), and TP0's exception was
+    taken for the reason of TP1's death. Killed together, the tracker would have ended first."""
+    launcher, tracker, tp0, tp1, detok = 31249, 31257, 31258, 31259, 31260
+    mb = 1 << 20
+    tree = (
+        replace(_proc(launcher, 1, "python", "main", None), rss_bytes=606 * mb),
+        replace(_proc(tracker, launcher, "python", None, None), rss_bytes=15 * mb),
+        replace(_proc(tp0, launcher, "sglang::scheduler_TP0", "scheduler", "TP0"), rss_bytes=627 * mb),
+        replace(_proc(tp1, launcher, "sglang::scheduler_TP1", "scheduler", "TP1"), rss_bytes=623 * mb),
+        replace(_proc(detok, launcher, "sglang::detokenizer", "detokenizer", None), rss_bytes=570 * mb),
+    )
+
+    def killed(t: float, pid: int, name: str, role: str | None, rank: str | None) -> ExitRecord:
+        return ExitRecord(t, pid, name, role, rank, ExitHow.ZOMBIE_STAT, None, 9, 20.0)
+
+    deaths = [
+        killed(26.258, tp1, "sglang::scheduler_TP1", "scheduler", "TP1"),
+        killed(26.268, tracker, "python", None, None),
+        killed(26.311, detok, "sglang::detokenizer", "detokenizer", None),
+        killed(26.345, tp0, "sglang::scheduler_TP0", "scheduler", "TP0"),
+        killed(26.359, launcher, "python", "main", None),
+    ]
+    findings = [
+        LogFinding(26.262, Cause.EXCEPTION, "[2026-12-04 04:26:37 TP0] Scheduler hit an exception: Traceback (most recent call last):", None, "TP0"),
+        LogFinding(26.262, Cause.EXCEPTION, "ValueError: TP rank 0 could finish the model loading, but there are other ranks that didn't finish loading."),
+    ]  # fmt: skip
+    window = [Tick(25.0, tree), Tick(26.029, tree)]
+    d = causes.diagnose_crash(deaths, findings, {launcher}, deaths, window=window)
+    assert (d.cause, d.culprits[:1]) == (Cause.DEAD_PEER, (tp1,)), d
+    # A tear-down whose first death is a rank with no lighter member dying after it stays the exception's.
+    heavy = tuple(replace(p, rss_bytes=600 * mb) for p in tree)
+    d = causes.diagnose_crash(deaths, findings, {launcher}, deaths, window=[Tick(26.029, heavy)])
+    assert d.cause is Cause.EXCEPTION, d

@@ -261,7 +261,7 @@ def diagnose_crash(
         and exceptions
         and _torn_down(ordered)
         and exceptions[0].t <= first.t + AROUND_S
-        and not _rank_died_alone(first, ordered, exceptions)
+        and not _rank_died_alone(first, ordered, exceptions, window)
     ):
         # Several processes killed at once, an exception logged around the first kill: a launcher tearing
         # its tree down because of it (SGLang's, on a scheduler's SIGQUIT). Two threads stamp the line
@@ -332,7 +332,10 @@ def _without_traceback(first: ExitRecord, culprits: tuple[int, ...], last_lines:
 
 
 def _rank_died_alone(
-    first: ExitRecord, ordered: Sequence[ExitRecord], exceptions: Sequence[LogFinding]
+    first: ExitRecord,
+    ordered: Sequence[ExitRecord],
+    exceptions: Sequence[LogFinding],
+    window: Sequence[Tick] = (),
 ) -> bool:
     """The first death is a rank's, the other ranks died ``LONE_RANK_S`` or more after it, and the
     exception is not its own: it was killed on its own, before any tear-down.
@@ -349,7 +352,34 @@ def _rank_died_alone(
     if any(f.rank == first.rank or (f.pid is not None and f.pid == first.pid) for f in exceptions[:1]):
         return False
     others = [e.t for e in ordered if e.rank is not None and e.rank != first.rank and e.pid != first.pid]
-    return bool(others) and min(others) - first.t >= LONE_RANK_S
+    if others and min(others) - first.t >= LONE_RANK_S:
+        return True
+    return _died_before_a_lighter_one(first, ordered, window)
+
+
+# A member with this share of the first death's memory, or less, ends first when both are killed at once.
+LIGHTER = 0.25
+
+
+def _died_before_a_lighter_one(
+    first: ExitRecord, ordered: Sequence[ExitRecord], window: Sequence[Tick]
+) -> bool:
+    """A member with a fraction of ``first``'s memory was killed after it: killed at once, the lighter
+    one would have ended first (a killed process ends once its memory is unmapped: the resource tracker
+    15-20 ms after the signal, the ranks 200-400 ms), so ``first`` was killed before the others were.
+
+    sglang-tp2-TP1-weights-sigkill-attach (2026-12-04): TP1 (623 MB) ended 4 ms before TP0's exception
+    was stamped, the resource tracker (15 MB) 10 ms after it, TP0 87 ms after TP1, less than
+    ``LONE_RANK_S``: the launcher's tear-down was taken for the reason of TP1's death."""
+    rss = {p.pid: p.rss_bytes for tick in window for p in tick.processes}
+    mine = rss.get(first.pid, 0)
+    return mine > 0 and any(
+        e.pid != first.pid
+        and e.signal is not None
+        and 0.0 < e.t - first.t <= TEAR_DOWN_S
+        and 0 < rss.get(e.pid, 0) <= LIGHTER * mine
+        for e in ordered
+    )
 
 
 def _noticed_before_its_end(
