@@ -237,3 +237,18 @@ def test_a_host_parked_while_its_gpu_works_is_not_a_wait_that_logs():
         for s in [*captured, replace(captured[-1], t=captured[-1].t + 2)]:
             h.add(replace(s, gpus=(gpm,)))
         assert h.parked(host) is parked, gpm
+
+
+def test_a_spell_re_dated_by_a_spin_found_late_keeps_the_captures_made_since():
+    """vllm-tp2-TP1-compile-raise-run (2026-12-04): TP0's CPU counted until its spin was found; the quiet
+    spell was then re-dated to when the spin began, its 30 s window already over, and the verdict came
+    with the one capture taken after the spell was emptied: "no rule matched", no culprit."""
+    h = StackHistory()
+    sample = loader.samples("missing_collective")[0]
+    for t in (41.0, 43.7, 46.2, 56.2, 66.2):
+        assert h.due(t, solid_since=36.0, quiet_since=t)  # only CPU moves: the spell is solid_since's
+        h.add(replace(sample, t=t))
+    assert not h.due(67.0, solid_since=36.0, quiet_since=38.0)  # re-dated: no fresh burst needed
+    assert [s.t for s in h.spell] == [46.2, 56.2, 66.2]
+    # A spell that starts after the captures (something moved since) starts empty, as before.
+    assert h.due(80.0, solid_since=76.0, quiet_since=76.0) and not h.spell

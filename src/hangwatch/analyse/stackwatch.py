@@ -104,7 +104,12 @@ class StackHistory:
         anchor = quiet_since if now - quiet_since >= p.quiet_before_s else solid_since
         if anchor != self._anchor:
             self._anchor = anchor
-            self._spell = []
+            # The captures since the new anchor are this spell's: a spin found late re-dates the quiet
+            # spell to when the spin began, and what was captured meanwhile is its evidence. Emptied,
+            # the spell held one capture when the verdict came at once (its window already over), and no
+            # rule can judge one capture (vllm-tp2-TP1-compile-raise-run, 2026-12-04: "no rule matched",
+            # the culprit lost).
+            self._spell = [s for s in self.kept if s.t >= anchor][-p.samples :]
         if not self._spell:
             return True
         gap = p.gap_s if len(self._spell) < p.samples else p.relaxed_gap_s
