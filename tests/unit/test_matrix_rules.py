@@ -19,6 +19,9 @@ from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackrules import classify
 from hangwatch.analyse.stackwatch import StackHistory
 from hangwatch.collect.http_probe import Prober
+from hangwatch.model.kernelwaits import ProcessWaits
+from hangwatch.model.kernelwaits import ThreadWait
+from hangwatch.model.kernelwaits import Waker
 from hangwatch.model.samples import ConnectionSample
 from hangwatch.model.samples import ExitHow
 from hangwatch.model.samples import ExitRecord
@@ -236,10 +239,25 @@ def test_a_helper_reading_its_pipe_waits_for_messages_and_the_blocked_scheduler_
     found = classify(stack_context(samples))
     assert found.culprits == (_SCHED,), found.explanation
     # The spell's own samples alone say nothing of the tracker's read: it counted as stuck too.
-    assert classify(stack_context([*samples[:-1], _sglang_sample(111.029, False)])).culprits == (
-        _TRACKER,
-        _SCHED,
-    )
+    python_only = [*samples[:-1], _sglang_sample(111.029, False)]
+    assert classify(stack_context(python_only)).culprits == (_TRACKER, _SCHED)
+    # ...unless the kernel says so: a read of a pipe the launcher holds too is a wait for a message,
+    # whatever the capture shows (vllm-tp2-TP1-compile-raise-run, 2026-12-04: the tracker blamed).
+    told = [
+        replace(s, processes=tuple(replace(p, kernel=_KERNEL[p.pid]) for p in s.processes))
+        for s in python_only
+    ]
+    assert classify(stack_context(told)).culprits == (_SCHED,)
+
+
+_KERNEL = {
+    _LAUNCHER: ProcessWaits(
+        _LAUNCHER, (ThreadWait(_LAUNCHER, "epoll_wait", Waker.ANYONE),), writes=("pipe:[7]",)
+    ),
+    _TRACKER: ProcessWaits(_TRACKER, (ThreadWait(_TRACKER, "read", Waker.OBJECTS, ("pipe:[7]",)),)),
+    _SCHED: ProcessWaits(_SCHED, (ThreadWait(_SCHED, "futex", Waker.ITSELF),), writes=("pipe:[7]",)),
+    _DETOK: ProcessWaits(_DETOK, (ThreadWait(_DETOK, "poll", Waker.ANYONE),), writes=("pipe:[7]",)),
+}
 
 
 def test_a_probe_that_timed_out_is_followed_to_its_late_answer():

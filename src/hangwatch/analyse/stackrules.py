@@ -374,7 +374,7 @@ def rule_collective_wait(ctx: StackContext) -> Diagnosis | None:
         # tracker reading its pipe) is not one either (a p2p deadlock under torch.multiprocessing.spawn
         # blamed its launcher and tracker, 2026-12-02).
         and v.pid not in launchers
-        and (ranked or not (_receiving(ctx, v) or (ctx.waits is not None and v.pid in ctx.waits.receivers)))
+        and (ranked or not _receiving(ctx, v))
     ]
     unread = [v for v in ctx.peers if v.outcome in _UNREAD]
     if unread and not elsewhere:
@@ -634,9 +634,7 @@ def rule_odd_one_out(ctx: StackContext) -> Diagnosis | None:
         sleepers = [v for v in peers if not v.spinning]
         if not spinners or not sleepers:
             return None
-        if all(
-            _receiving(ctx, v) or (ctx.waits is not None and v.pid in ctx.waits.receivers) for v in sleepers
-        ):
+        if all(_receiving(ctx, v) for v in sleepers):
             # The sleepers wait for a message (a receive, a poll of their sockets): they wait for the
             # spinners, which are stuck in a loop of their own (vllm-tp2-TP1-kv_alloc-spin-run: TP1
             # busy in place, TP0 done and polling its ZeroMQ sockets for the next command). Not a
@@ -697,14 +695,18 @@ _MESSAGES = re.compile(
 def _receiving(ctx: StackContext, v: ProcessView) -> bool:
     """Its main thread waits for a message: an event loop, a receive, a queue. The names are the fast
     path; a thread parked in a read or poll of a pipe or socket waits for a message whatever its frames
-    are called (multiprocessing's resource tracker reading its pipe in ``main``). Not when the kernel
-    says only the process itself holds the other end (sglang-tp2-TP1-serving-pause-run: a scheduler
-    parked in a read of its own pipe looked like a rank waiting for input): no message will come."""
+    are called (multiprocessing's resource tracker reading its pipe in ``main``), by its native frames
+    or by the kernel's word, when the capture has no native frames (vllm-tp2-TP1-compile-raise-run,
+    2026-12-04: the tracker's Python-only capture in ``for line in f:`` was taken for a process stuck
+    outside any receive, and blamed). Not when the kernel says only the process itself holds the other
+    end (sglang-tp2-TP1-serving-pause-run: a scheduler parked in a read of its own pipe looked like a
+    rank waiting for input): no message will come."""
     if v.main is None or (ctx.waits is not None and v.pid in ctx.waits.self_readers):
         return False
     return (
         v.main.wait is Wait.IDLE_LOOP
         or v.main.receiving
+        or (ctx.waits is not None and v.pid in ctx.waits.receivers)
         or bool(_MESSAGES.search(f"{v.main.where} {v.main.at}"))
     )
 
