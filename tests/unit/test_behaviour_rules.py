@@ -806,6 +806,22 @@ def test_a_parked_writers_heartbeats_are_discounted_and_its_cpu_is_not():
     assert clock.last_progress(parked={7: 12.0}) == 24.0  # nobody's: never discounted
 
 
+def test_an_op_call_met_twice_on_its_path_is_in_place_whatever_source_lines_its_captures_carry():
+    """vllm-tp2-TP1-compile-raise-run (2026-12-04): TP0 spun in ``OpOverload.__call__``, met twice on its
+    path (a dispatch mode calls the op again), so the recursion rule wants every capture the same; the
+    spell's last capture had borrowed an earlier dump's frames, source lines included, and the captures
+    compared unequal: TP0 was "moving", and the stall lost its culprit."""
+    from dataclasses import replace as _replace
+
+    top = (py("forward", 10), py("OpOverload.__call__", 875, "torch/_ops.py"), py("dispatch", 432))
+    op = py("OpOverload.__call__", 875, "torch/_ops.py")
+    plain = thread(*top, op)
+    told = thread(*top, _replace(op, code="return self._op(*args, **kwargs)"))
+    assert in_place([plain, plain, told])
+    # The recursion rule still holds for places: one capture a line elsewhere is a descent that moves.
+    assert not in_place([plain, plain, thread(*top, py("OpOverload.__call__", 876, "torch/_ops.py"))])
+
+
 def test_a_native_poll_loop_calling_two_readers_in_turn_is_in_place_once_caught_in_itself():
     """vllm-tp2-TP1-compile-raise-run (2026-12-04): TP0 spun 32 s in vLLM's CPU all-reduce waiting for
     TP1, which had raised and gone back to its RPC loop; five native captures found its

@@ -113,7 +113,11 @@ def _python_in_place(stacks: Sequence[tuple[Frame, ...]]) -> bool:
     # very same frames and lines: a descent's depth and leaves change all the time, and three captures of
     # one that agree to within a helper are a coincidence (1 triple in 80 for tests/programs'
     # compile_like), while a spin inside a recursion stays at one depth.
-    if keys[0][common - 1] in keys[0][: common - 1] and any(frames != stacks[0] for frames in stacks[1:]):
+    # Frames compared by place only: a capture that borrowed an earlier dump's native frames carries
+    # that dump's source lines too (vllm-tp2-TP1-compile-raise-run, 2026-12-04: TP0's op call, met twice
+    # on its path, was "moving" once the spell's last capture was enriched).
+    places = [[(f.name, f.file, f.line) for f in frames] for frames in stacks]
+    if keys[0][common - 1] in keys[0][: common - 1] and any(place != places[0] for place in places[1:]):
         return False
     # Above the loop frame the lines must agree: the caller has not moved on.
     return all(all(frames[i].line == stacks[0][i].line for frames in stacks[1:]) for i in range(common - 1))
