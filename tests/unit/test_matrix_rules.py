@@ -900,3 +900,58 @@ def test_a_rank_killed_before_a_lighter_member_of_the_tear_down_was_killed_first
     heavy = tuple(replace(p, rss_bytes=600 * mb) for p in tree)
     d = causes.diagnose_crash(deaths, findings, {launcher}, deaths, window=[Tick(26.029, heavy)])
     assert d.cause is Cause.EXCEPTION, d
+
+
+def test_an_idle_loop_caught_between_its_polls_waits_for_input_and_the_blocked_helper_is_the_culprit():
+    """sglang-tp1-detok-serving-block-run (2026-12-04): the detokenizer blocked; SGLang's idle scheduler
+    (--sleep-on-idle: a poll with a timeout, then bookkeeping) was caught twice in its poll and once in
+    ``on_idle``'s bookkeeping, so its code "moved" and no rule matched. The kernel showed its main thread
+    in ``poll`` at every capture, at 2 % of a core: it waits for input."""
+    from hangwatch.analyse.stackwaits import process_views
+
+    idle = _SPAWNED + _frames(
+        ("Scheduler.event_loop_overlap", "scheduler.py", 2123), ("Scheduler.on_idle", "scheduler.py", 5328)
+    )
+    polling = idle + _frames(
+        ("Scheduler.maybe_sleep_on_idle", "scheduler.py", 6162),
+        ("IdleSleeper.maybe_sleep", "scheduler.py", 37),
+        ("Poller.poll", "zmq/sugar/poll.py", 106),
+    )
+    booking = idle[:-1] + _frames(("Scheduler.on_idle", "scheduler.py", 5329))
+    kernel = {
+        _LAUNCHER: ProcessWaits(
+            _LAUNCHER, (ThreadWait(_LAUNCHER, "epoll_wait", Waker.ANYONE),), writes=("pipe:[7]",)
+        ),
+        _TRACKER: ProcessWaits(_TRACKER, (ThreadWait(_TRACKER, "read", Waker.OBJECTS, ("pipe:[7]",)),)),
+        _SCHED: ProcessWaits(_SCHED, (ThreadWait(_SCHED, "poll", Waker.TIMEOUT),), writes=("pipe:[7]",)),
+        _DETOK: ProcessWaits(_DETOK, (ThreadWait(_DETOK, "futex", Waker.ITSELF),), writes=("pipe:[7]",)),
+    }
+
+    def sample(t: float, sched_frames: tuple[Frame, ...], sched_cpu: float) -> StackSample:
+        frames = {**_PY, _SCHED: sched_frames}
+        frames[_DETOK] = _SPAWNED + _frames(
+            ("Fault.fire", "sitecustomize.py", 162), ("Event.wait", "threading.py", 629)
+        )
+        procs = tuple(
+            ProcessStacks(
+                pid,
+                _NAMES[pid][0],
+                _NAMES[pid][1],
+                None,
+                DumpOutcome.OK,
+                (ThreadStack(pid, "MainThread", False, False, frames[pid]),),
+                "S",
+                sched_cpu if pid == _SCHED else _CPU[pid],
+                kernel=kernel[pid],
+            )
+            for pid in _PY
+        )
+        return StackSample(t, procs, 0.5)
+
+    samples = [sample(33.0, polling, 10.68), sample(43.0, polling, 10.9), sample(53.0, booking, 11.12)]
+    sched = next(v for v in process_views(samples, frozenset()) if v.pid == _SCHED)
+    assert not sched.unchanged and sched.polls_for_input and sched.blocked
+    assert classify(stack_context(samples)).culprits == (_DETOK,)
+    # Busy (a quarter of a core), the same loop is working, not waiting.
+    busy = [sample(33.0, polling, 10.0), sample(43.0, polling, 12.5), sample(53.0, booking, 15.0)]
+    assert not next(v for v in process_views(busy, frozenset()) if v.pid == _SCHED).blocked

@@ -20,6 +20,7 @@ from hangwatch.analyse.stackmotion import in_compute
 from hangwatch.analyse.stackmotion import in_place
 from hangwatch.analyse.stackranks import peer_pids
 from hangwatch.analyse.stackranks import rank_label
+from hangwatch.model.kernelwaits import RECEIVE_CALLS
 from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import Frame
 from hangwatch.model.stacks import ProcessStacks
@@ -296,6 +297,11 @@ class ProcessView:
     detail: str | None
     # The threads on CPU in any sample all stayed in place, and none is inside a compute library.
     burners_in_place: bool = False
+    # Under the busy threshold, its main thread in a wait for input on fds at every capture, as the
+    # kernel shows it: a loop that wakes on a timer to look at its input, caught now and then between
+    # its polls (SGLang's idle scheduler, once in on_idle's bookkeeping: sglang-tp1-detok-serving-block-run,
+    # 2026-12-04, "no rule matched"). Its code moves, yet it waits for a message.
+    polls_for_input: bool = False
 
     @property
     def spinning(self) -> bool:
@@ -336,7 +342,9 @@ class ProcessView:
     def blocked(self) -> bool:
         """Dumped, not working, and (with several samples) not moving: waiting on something."""
         return (
-            self.outcome is DumpOutcome.OK and not self.working and (self.unchanged or self.cpu_cores is None)
+            self.outcome is DumpOutcome.OK
+            and not self.working
+            and (self.unchanged or self.cpu_cores is None or self.polls_for_input)
         )
 
     def waits(self, *kinds: Wait) -> tuple[ThreadView, ...]:
@@ -400,6 +408,12 @@ def process_views(
         unchanged = (
             not moving and bool(p.threads) and all(placed.get((p.pid, t.tid), False) for t in p.threads)
         )
+        polls = (
+            not moving
+            and cpu is not None
+            and cpu < CPU_BUSY_CORES
+            and _main_receives_throughout(p.pid, samples)
+        )
         views.append(
             ProcessView(
                 pid=p.pid,
@@ -415,9 +429,21 @@ def process_views(
                 world_size=p.world_size,
                 detail=p.detail,
                 burners_in_place=burners,
+                polls_for_input=polls,
             )
         )
     return tuple(views)
+
+
+def _main_receives_throughout(pid: int, samples: Sequence[StackSample]) -> bool:
+    """At every capture of ``pid``, the kernel showed its main thread in a wait for input on fds."""
+    calls = [
+        next((t.call for t in p.kernel.threads if t.tid == pid), None) if p.kernel is not None else None
+        for sample in samples
+        for p in sample.processes
+        if p.pid == pid
+    ]
+    return len(calls) >= 2 and all(call in RECEIVE_CALLS for call in calls)
 
 
 def _burners_in_place(

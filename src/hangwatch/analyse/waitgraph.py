@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hangwatch.model.kernelwaits import RECEIVE_CALLS
 from hangwatch.model.kernelwaits import ProcessWaits
 from hangwatch.model.kernelwaits import ThreadWait
 from hangwatch.model.kernelwaits import Waker
@@ -30,22 +31,7 @@ from hangwatch.model.samples import ENDED_STATES
 from hangwatch.model.stacks import StackSample
 
 OUTSIDE = -1  # a waker the kernel does not name, or one outside the tree
-STILL_CPU_S = 0.05
-_RECEIVES = frozenset(
-    {
-        "read",
-        "readv",
-        "recvfrom",
-        "recvmsg",
-        "poll",
-        "ppoll",
-        "select",
-        "pselect6",
-        "epoll_wait",
-        "epoll_pwait",
-    }
-    | {"epoll_pwait2"}
-)  # CPU seconds a blocked process may show between two captures (accounting noise)
+STILL_CPU_S = 0.05  # CPU seconds a blocked process may show between two captures (accounting noise)
 
 
 @dataclass(frozen=True)
@@ -127,7 +113,7 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
         main = next((t for t in w.threads if t.tid == p.pid), None)
         if main is not None and _reads_only_itself(p.pid, main, end_holders, socket_holders, peers):
             self_readers.add(p.pid)
-        elif main is not None and main.call in _RECEIVES:
+        elif main is not None and main.call in RECEIVE_CALLS:
             receivers.add(p.pid)
         calls = {t.waker for t in w.threads}
         if Waker.CHILDREN in calls and calls <= {Waker.CHILDREN, Waker.ITSELF}:

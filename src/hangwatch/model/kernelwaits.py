@@ -23,6 +23,14 @@ class Waker(StrEnum):
     RUNNING = "running"  # not waiting at all (on CPU, or runnable)
 
 
+# System calls that wait for input on file descriptors (a read, a receive, a poll of several): whoever
+# is to send it, the thread in one waits for a message.
+RECEIVE_CALLS = frozenset(
+    {"read", "readv", "recvfrom", "recvmsg", "poll", "ppoll", "select", "pselect6"}
+    | {"epoll_wait", "epoll_pwait", "epoll_pwait2"}
+)
+
+
 @dataclass(frozen=True)
 class ThreadWait:
     """One thread's system call at the capture, and what can end it."""
