@@ -392,10 +392,12 @@ def process_views(
     for key in histories:
         by_pid.setdefault(key[0], []).append(key)
     first_cpu: dict[int, tuple[float, float]] = {}
+    main_calls: dict[int, list[str | None]] = {}  # the kernel's call of each main thread, per capture
     for sample in samples:
         for p in sample.processes:
             if p.cpu_s is not None and p.pid not in first_cpu:
                 first_cpu[p.pid] = (sample.t, p.cpu_s)
+            main_calls.setdefault(p.pid, []).append(_main_call(p))
     views = []
     for p in latest.processes:
         threads = tuple(_thread_view(t) for t in p.threads)
@@ -412,7 +414,8 @@ def process_views(
             not moving
             and cpu is not None
             and cpu < CPU_BUSY_CORES
-            and _main_receives_throughout(p.pid, samples)
+            and len(main_calls[p.pid]) >= 2
+            and all(call in RECEIVE_CALLS for call in main_calls[p.pid])
         )
         views.append(
             ProcessView(
@@ -435,15 +438,11 @@ def process_views(
     return tuple(views)
 
 
-def _main_receives_throughout(pid: int, samples: Sequence[StackSample]) -> bool:
-    """At every capture of ``pid``, the kernel showed its main thread in a wait for input on fds."""
-    calls = [
-        next((t.call for t in p.kernel.threads if t.tid == pid), None) if p.kernel is not None else None
-        for sample in samples
-        for p in sample.processes
-        if p.pid == pid
-    ]
-    return len(calls) >= 2 and all(call in RECEIVE_CALLS for call in calls)
+def _main_call(p: ProcessStacks) -> str | None:
+    """The system call the kernel showed its main thread in at the capture (None: not read)."""
+    if p.kernel is None:
+        return None
+    return next((t.call for t in p.kernel.threads if t.tid == p.pid), None)
 
 
 def _burners_in_place(
