@@ -81,24 +81,22 @@ def in_place(stacks: Sequence[ThreadStack], native: Sequence[ThreadStack] = ()) 
     # that had left was not in place (vllm-tp2-TP1-compile-raise-run). A driver whose time goes into its
     # callees (a GEMM's kernels and packing) is seldom caught in itself, and code whose callers move too
     # (a compiler, a kernel's loop nest) parts higher up.
-    common = _common_prefix(tails)
-    return common in tails and all(len(tail) <= len(common) + 1 for tail in tails)
+    common = _shared_length(tails)
+    return any(len(tail) == common for tail in tails) and all(len(tail) <= common + 1 for tail in tails)
 
 
-def _common_prefix(tails: Sequence[tuple[tuple[str, str], ...]]) -> tuple[tuple[str, str], ...]:
-    shortest = min(tails, key=len)
-    for i, frame in enumerate(shortest):
-        if any(tail[i] != frame for tail in tails):
-            return shortest[:i]
-    return shortest
+def _shared_length(paths: Sequence[Sequence[tuple[str, str]]]) -> int:
+    """How many frames, outermost first, every path shares."""
+    common = 0
+    shortest = min(len(path) for path in paths)
+    while common < shortest and all(path[common] == paths[0][common] for path in paths):
+        common += 1
+    return common
 
 
 def _python_in_place(stacks: Sequence[tuple[Frame, ...]]) -> bool:
     keys = [[(f.name, f.file) for f in frames] for frames in stacks]
-    common = 0
-    shortest = min(len(k) for k in keys)
-    while common < shortest and all(k[common] == keys[0][common] for k in keys):
-        common += 1
+    common = _shared_length(keys)
     if common == 0:
         return all(not k for k in keys)  # no Python frames at all: the native frames decide
     if any(len(k) - common > POLL_DEPTH for k in keys):
