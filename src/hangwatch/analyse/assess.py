@@ -694,7 +694,7 @@ class Assessor:
             return None
         first = written[0]
         # Its last words in that burst: the line that ends the traceback, rather than its first line.
-        burst = [f for f in written if f.t <= first.t + 2.0 and not f.line.rstrip().endswith("call last):")]
+        burst = [f for f in written if f.t <= first.t + 2.0 and not f.opens_traceback]
         said = burst[-1] if burst else first
         explanation = (
             f"{diagnosis.explanation}; it raised an exception at {first.t:.1f} s and lived on, and the"

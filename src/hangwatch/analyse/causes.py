@@ -409,12 +409,12 @@ def _echo_of_its_exit(
     taken for the cause). A process that exits quietly because of a peer's error mostly learns of it when
     the peer ends (its socket closes, its parent dies), and that end then comes first; one told to quit by
     a message while the raiser lives on would be misread (the engines tear down with signals instead)."""
-    if first.signal is not None or first.exit_code is None:
+    if first.signal is not None or first.exit_code is None or not exceptions:
         return False
-    lead = [f for f in exceptions if f.t < first.t]
-    if not lead or lead[0].t < first.t - NOTICE_LAG_S or not _silent(first, exceptions, window):
+    echo = exceptions[0]  # the earliest: every one before the notice is within the lag once it is
+    if not first.t - NOTICE_LAG_S <= echo.t < first.t or not _silent(first, exceptions, window):
         return False
-    return not any(e.pid != first.pid and lead[0].t <= e.t <= first.t for e in exits)
+    return not any(e.pid != first.pid and echo.t <= e.t <= first.t for e in exits)
 
 
 def _noticed(first: ExitRecord, ordered: Sequence[ExitRecord], exceptions: Sequence[LogFinding]) -> bool:
@@ -532,9 +532,6 @@ def _silent(e: ExitRecord, exceptions: Sequence[LogFinding], window: Sequence[Ti
     return e.wchar_at_end - before[e.pid] < _first_traceback_bytes(exceptions)
 
 
-_TRACEBACK_HEADER = "Traceback (most recent call last)"
-
-
 def _first_traceback_bytes(exceptions: Sequence[LogFinding]) -> int:
     """What the writer of the first traceback wrote at least: its first line, and where that is Python's
     header, the line that ends it (the next finding stamped with it that is not a header).
@@ -544,11 +541,8 @@ def _first_traceback_bytes(exceptions: Sequence[LogFinding]) -> int:
     writer of its peer's "Connection closed by peer" traceback (2026-12-04, one run in five)."""
     first = exceptions[0]
     n = len(first.line.encode())
-    if _TRACEBACK_HEADER in first.line:
-        end = next(
-            (f for f in exceptions[1:] if f.t - first.t <= LINE_LAG_S and _TRACEBACK_HEADER not in f.line),
-            None,
-        )
+    if first.opens_traceback:
+        end = next((f for f in exceptions[1:] if f.t - first.t <= LINE_LAG_S and not f.opens_traceback), None)
         n += len(end.line.encode()) if end is not None else 0
     return n
 

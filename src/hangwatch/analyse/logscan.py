@@ -105,10 +105,7 @@ def line_source(line: str) -> tuple[int | None, str | None]:
         label = found.group(1)
         tail = re.search(r"((?:TP|DP|PP|EP)\d+)$", label)
         rank = tail.group(1) if tail else None
-    found_rank = _SOURCE_RANK.search(line[:200])
-    if found_rank and rank is None:
-        rank = found_rank.group(1) or found_rank.group(2)
-    return pid, rank
+    return pid, rank if rank is not None else _rank_tag(line)
 
 
 class LogScanner:

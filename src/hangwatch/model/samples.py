@@ -143,6 +143,12 @@ class LogFinding:
     pid: int | None = None
     rank: str | None = None
 
+    @property
+    def opens_traceback(self) -> bool:
+        """Python's ``Traceback (most recent call last):`` header, after any writer's prefix: the line
+        that starts a traceback, not the one that says what was raised."""
+        return self.line.rstrip().endswith("Traceback (most recent call last):")
+
 
 @dataclass(frozen=True)
 class LogSample:
