@@ -7,10 +7,12 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterable
 
 from hangwatch import engines
 from hangwatch.collect.proctree import TreeReading
 from hangwatch.collect.proctree import TreeSampler
+from hangwatch.model.samples import ExitHow
 from proc_helpers import kill_tree
 from proc_helpers import wait_until
 
@@ -49,3 +51,41 @@ def test_a_member_reaped_at_once_is_named_by_the_log_line_read_with_its_death() 
     finally:
         sampler.close()
         kill_tree(parent)
+
+
+def test_a_zombie_recorded_then_reaped_by_us_ends_once() -> None:
+    """sglang-tp2-TP1-serving-sigkill-run (full matrix, 2026-12-04): TP1's zombie was recorded while its
+    launcher held it; when the launcher was killed, TP1 was re-parented to us (the subreaper) and our
+    waitpid recorded its end a second time: one SIGKILL read as a tear-down of two processes. Here the
+    zombie is our own child, which our waitpid may reap only from the sample after its zombie was seen."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"], start_new_session=True)
+    armed = False
+
+    def reap_ours(pids: Iterable[int]) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for pid in pids if armed else ():
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            if done:
+                out[pid] = os.waitstatus_to_exitcode(status)
+        return out
+
+    sampler = TreeSampler([child.pid], engines.by_name("vllm").role_of, reap=reap_ours, watch_deaths=False)
+    try:
+
+        def its_zombie() -> TreeReading | None:
+            reading = sampler.sample(0.0)
+            return reading if reading.exits else None
+
+        first = wait_until(its_zombie, 20, interval=0.1, what="the child's zombie seen")
+        (ended,) = first.exits
+        assert (ended.pid, ended.exit_code, ended.how) == (child.pid, 3, ExitHow.ZOMBIE_STAT), ended
+        armed = True
+        assert sampler.sample(1.0).exits == ()  # reaped now, recorded before
+        with_status = os.path.exists(f"/proc/{child.pid}")
+        assert not with_status, "our waitpid did not reap it"
+    finally:
+        sampler.close()
+        kill_tree(child)

@@ -792,6 +792,30 @@ def test_an_engine_still_starting_on_its_own_port_gets_no_wrong_url_hint():
     assert "is the readiness URL right" in given._port_hints(tick)[0]
 
 
+def test_a_given_url_on_the_port_the_server_was_told_gets_no_wrong_url_hint():
+    """vllm-tp2-TP1-weights-block-run (full matrix, 2026-12-04): `--ready-url` named the port of `vllm serve
+    --port 42053`, which vLLM binds only when ready; the stall verdict during weight loading asked "is the
+    readiness URL right (--ready-url http://127.0.0.1:34297/health)?", one of the ranks' 26 internal ports."""
+    refused = ProbeResult(
+        30.0, "http://127.0.0.1:42053/health", ProbeOutcome.REFUSED, None, "connection refused"
+    )
+    worker = replace(_TREE[2], listening_ports=(34297, 34597))
+    told = replace(_TREE[0], cmdline=("vllm", "serve", "/m", "--port", "42053"))
+    tick = Tick(30.0, (told, _TREE[1], worker), probes=(refused,))
+    policy = Policy(stall_after=30.0, probe_url_given=True)
+    engine = Assessor(engines.by_name("vllm"), policy, root_pids={_API})
+    engine.observe(tick)
+    assert engine._port_hints(tick) == []
+    for arg in ("--port=42053", "http://0.0.0.0:42053/v1"):
+        named = Tick(30.0, (replace(told, cmdline=("serve", arg)), _TREE[1], worker), probes=(refused,))
+        assert engine._port_hints(named) == [], arg
+    # A server told another port than the probe's: the hint stands.
+    elsewhere = Tick(
+        30.0, (replace(told, cmdline=("serve", "--port", "8000")), _TREE[1], worker), probes=(refused,)
+    )
+    assert "is the readiness URL right" in engine._port_hints(elsewhere)[0]
+
+
 def test_a_rank_that_exits_quietly_is_first_even_when_its_peers_echo_is_stamped_before_its_notice():
     """CI, 2026-12-04 (gloo_missing_collective --elsewhere os-exit): rank 1 ``os._exit(3)``; rank 0's gloo
     raised "Connection closed by peer" at once, and on the loaded machine the line was stamped 60 ms before
@@ -825,6 +849,100 @@ def test_a_rank_that_exits_quietly_is_first_even_when_its_peers_echo_is_stamped_
     early = [replace(f, t=19.5) for f in findings]
     d = causes.diagnose_crash([left, raiser, root], early, {launcher}, exits, window=window)
     assert d.cause is Cause.EXCEPTION, d
+
+
+def test_a_rank_that_exits_zero_just_before_its_peers_echo_and_the_tear_down_is_first():
+    """sglang-tp2-TP1-weights-exit0-run (full matrix, 2026-12-04): TP1 ``sys.exit(0)`` while loading; TP0's
+    post-load barrier raised 19 ms after TP1's end, and the launcher SIGKILLed the tree 4 ms after that.
+    The tear-down rule (an exception around the first kill is its reason) took TP0's exception for the
+    cause, though the first end was no kill."""
+    main, tracker, tp0, tp1, detok = 18307, 18344, 18345, 18346, 18347
+    tree = (
+        _proc(main, 1, "python", "main", None),
+        _proc(tracker, main, "python", None, None),
+        _proc(tp0, main, "sglang::scheduler_TP0", "scheduler", "TP0"),
+        _proc(tp1, main, "sglang::scheduler_TP1", "scheduler", "TP1"),
+        _proc(detok, main, "sglang::detokenizer", "detokenizer", None),
+    )
+    findings = [
+        LogFinding(
+            21.202,
+            Cause.EXCEPTION,
+            "[TP0] Scheduler hit an exception: Traceback (most recent call last):",
+            rank="TP0",
+        ),
+        LogFinding(
+            21.202,
+            Cause.EXCEPTION,
+            "ValueError: TP rank 0 could finish the model loading, but there "
+            "are other ranks that didn't finish loading.",
+        ),
+    ]
+
+    def killed(t: float, p: ProcessSample) -> ExitRecord:
+        return ExitRecord(t, p.pid, p.name, p.role, p.rank, ExitHow.WAITPID, None, 9, 15.0, None, 1000)
+
+    left = ExitRecord(
+        21.183, tp1, "sglang::scheduler_TP1", "scheduler", "TP1", ExitHow.WAITPID, 0, None, 15.0, None, 52466
+    )
+    down = [
+        killed(21.206, tree[1]),
+        killed(21.252, tree[4]),
+        killed(21.297, tree[2]),
+        killed(21.305, tree[0]),
+    ]
+    window = [Tick(20.0, tree), Tick(21.0, tree)]
+    d = causes.diagnose_crash(down, findings, {main}, [left, *down], window=window)
+    assert (d.cause, d.culprits[:1]) == (Cause.DEAD_PEER, (tp1,)), d
+    # Had TP1 been killed with the rest (the first kill of the tear-down, under LONE_RANK_S before TP0),
+    # TP0's exception would be the tear-down's reason.
+    kill = replace(left, t=21.2, exit_code=None, signal=9)
+    d = causes.diagnose_crash([kill, *down], findings, {main}, [kill, *down], window=window)
+    assert d.cause is Cause.EXCEPTION and d.culprits == (tp0,), d
+
+
+def test_one_kill_recorded_twice_is_no_tear_down():
+    """sglang-tp2-TP1-serving-sigkill-run (full matrix, 2026-12-04): TP1's end was recorded from its zombie
+    and again when our waitpid reaped it after its launcher died; the two records of one SIGKILL made a
+    "tear-down", and TP0's "Connection reset by peer" 8 ms later was taken for its reason."""
+    main, tracker, tp0, tp1, detok = 22273, 22284, 22285, 22286, 22287
+    tree = (
+        _proc(main, 1, "python", "main", None),
+        _proc(tracker, main, "python", None, None),
+        _proc(tp0, main, "sglang::scheduler_TP0", "scheduler", "TP0"),
+        _proc(tp1, main, "sglang::scheduler_TP1", "scheduler", "TP1"),
+        _proc(detok, main, "sglang::detokenizer", "detokenizer", None),
+    )
+    findings = [
+        LogFinding(
+            39.862,
+            Cause.EXCEPTION,
+            "[TP0] Scheduler hit an exception: Traceback (most recent call last):",
+            rank="TP0",
+        ),
+        LogFinding(
+            39.862,
+            Cause.EXCEPTION,
+            "RuntimeError: [pair.cc:537] Read error [127.0.0.1]:54428: Connection reset by peer.",
+        ),
+    ]
+
+    def ended(t: float, p: ProcessSample, how: ExitHow, code: int | None, sig: int | None) -> ExitRecord:
+        return ExitRecord(t, p.pid, p.name, p.role, p.rank, how, code, sig, 37.0, None, 1000)
+
+    killed = ended(39.854, tree[3], ExitHow.ZOMBIE_STAT, None, 9)
+    again = replace(killed, how=ExitHow.WAITPID)
+    quit0 = ended(40.101, tree[2], ExitHow.ZOMBIE_STAT, 0, None)
+    down = [
+        ended(44.867, tree[1], ExitHow.WAITPID, None, 9),
+        ended(44.914, tree[4], ExitHow.WAITPID, None, 9),
+        ended(44.919, tree[0], ExitHow.WAITPID, None, 9),
+    ]
+    window = [Tick(38.0, tree), Tick(39.0, tree)]
+    d = causes.diagnose_crash(
+        [killed, again, *down], findings, {main}, [killed, quit0, again, *down], window=window
+    )
+    assert (d.cause, d.culprits[:1]) == (Cause.DEAD_PEER, (tp1,)), d
 
 
 def test_a_rank_that_wrote_a_line_of_its_own_before_leaving_did_not_write_its_peers_traceback():

@@ -363,7 +363,7 @@ class Assessor:
         probe = self.last_probe
         if probe is not None and probe.outcome is ProbeOutcome.REFUSED and self.policy.probe_url_given:
             probed = urlsplit(probe.url).port
-            if probed is not None and probed not in ports:
+            if probed is not None and probed not in ports and not _names_port(tick, probed):
                 line = (
                     f"nothing listens on port {probed} of the probe, but the tree listens on {listed}: "
                     f"is the readiness URL right (--ready-url {url})?"
@@ -724,3 +724,15 @@ class Assessor:
         horizon = self.now - max(self.policy.stall_after, DEAD_PEER_GRACE_S) * 2 - 10
         while self._history and self._history[0].t < min(horizon, self.last_progress_t() - 5):
             self._history.popleft()
+
+
+def _names_port(tick: Tick, port: int) -> bool:
+    """Whether a command line of the tree names this port (``--port 8000``, ``--port=8000``, a URL's
+    ``:8000``): the probe then asks where the server was told to listen, and a server that has not bound
+    it yet is still starting (vLLM and SGLang bind their HTTP port last), not probed at the wrong URL."""
+    text = str(port)
+    return any(
+        arg == text or arg.endswith((f"={text}", f":{text}")) or f":{text}/" in arg
+        for p in tick.processes
+        for arg in p.cmdline
+    )

@@ -262,6 +262,7 @@ def diagnose_crash(
         and _torn_down(ordered)
         and exceptions[0].t <= first.t + AROUND_S
         and not _rank_died_alone(first, ordered, exceptions, window)
+        and not _left_of_its_own(first, exceptions, window)
     ):
         # Several processes killed at once, an exception logged around the first kill: a launcher tearing
         # its tree down because of it (SGLang's, on a scheduler's SIGQUIT). Two threads stamp the line
@@ -382,6 +383,16 @@ def _died_before_a_lighter_one(
     )
 
 
+def _left_of_its_own(first: ExitRecord, exceptions: Sequence[LogFinding], window: Sequence[Tick]) -> bool:
+    """``first`` ended with a status of its own (no signal: a tear-down kills) and wrote none of the first
+    traceback: it is no kill of a tear-down, and an exception stamped just after it is a peer's echo.
+
+    sglang-tp2-TP1-weights-exit0-run (full matrix, 2026-12-04): TP1 ``sys.exit(0)`` while loading; TP0's
+    post-load barrier raised "other ranks that didn't finish loading" 19 ms after TP1's end, the launcher
+    SIGKILLed the tree 4 ms after that, and the tear-down rule took TP0's exception for its reason."""
+    return first.signal is None and first.exit_code is not None and _silent(first, exceptions, window)
+
+
 def _noticed_before_its_end(
     first: ExitRecord, ordered: Sequence[ExitRecord], exceptions: Sequence[LogFinding]
 ) -> bool:
@@ -450,7 +461,7 @@ def _killed_by_writer(
 def _torn_down(ordered: Sequence[ExitRecord]) -> bool:
     """Two or more processes killed by a signal within ``TEAR_DOWN_S`` of the first death."""
     signalled = [f for f in ordered if f.signal is not None]
-    return bool(signalled) and sum(1 for f in signalled if f.t - ordered[0].t <= TEAR_DOWN_S) >= 2
+    return len({f.pid for f in signalled if f.t - ordered[0].t <= TEAR_DOWN_S}) >= 2
 
 
 def _unseen_deaths(

@@ -197,7 +197,11 @@ class TreeSampler:
             if known is None:
                 known = self._first_sight(stat, t)
             if pid in reaped:
-                exits.append(self._exit_of(known, t, reaped[pid], ExitHow.WAITPID))
+                # A zombie seen while another parent held it, reaped by us once re-parented (its launcher
+                # killed): its exit was recorded then. Twice, one SIGKILL read as a tear-down of two
+                # (sglang-tp2-TP1-serving-sigkill-run, 2026-12-04).
+                if not known.exit_recorded:
+                    exits.append(self._exit_of(known, t, reaped[pid], ExitHow.WAITPID))
                 continue
             if stat.state == ProcState.ZOMBIE:
                 if not known.exit_recorded:
