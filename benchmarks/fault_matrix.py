@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
                 mark = "right" if result.right else "WRONG: " + "; ".join(result.why_wrong)
                 print(
                     f"    -> {result.got_state}/{result.got_cause} culprits={result.got_culprits} "
-                    f"latency={result.latency_s} s ({time.monotonic() - t0:.0f} s) {mark}",
+                    f"latency={result.latency_s} s quiet={result.quiet_s} s ({time.monotonic() - t0:.0f} s) "
+                    f"{mark}",
                     file=sys.stderr,
                     flush=True,
                 )

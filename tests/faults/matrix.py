@@ -579,6 +579,9 @@ class Result:
     summary: str | None = None
     latency_s: float | None = None
     late: str | None = None  # the verdict came after the goal's bound (fault -> verdict line)
+    # A stall's last real progress -> its verdict, the goal's own measure (issue 10): the fault firing is
+    # not when the tree stopped (a peer's compile or memory growth goes on until it needs the faulty one).
+    quiet_s: float | None = None
     fired: dict[str, Any] | None = None
     right: bool = False
     why_wrong: list[str] = field(default_factory=list)
@@ -636,6 +639,10 @@ def judge(cell: Cell, result: Result, report: dict[str, Any] | None, fired_pid: 
     culprits = [int(c) for c in verdict.get("culprits") or []]
     result.got_culprits = [f"{_label(procs.get(c, {}))} {c}" for c in culprits]
     result.stacks = stack_digest(report)
+    timeline = report.get("timeline") or []
+    last_progress = report.get("last_progress_t")
+    if result.got_state == "stalled" and timeline and isinstance(last_progress, (int, float)):
+        result.quiet_s = round(float(timeline[-1]["t"]) - last_progress, 1)
     result.processes = [
         f"{pid} {_label(p)} state={p.get('state')} exit={p.get('exit_code')}" for pid, p in procs.items()
     ]
@@ -817,6 +824,8 @@ def format_table(results: list[Result]) -> str:
         exp = f"{e['state']} / {'|'.join(e['causes'])} / faulty / <= {e['bound_s']:g} s"
         got = f"{r.got_state} / {r.got_cause}"
         lat = f"{r.latency_s:g} s" if r.latency_s is not None else "-"
+        if r.quiet_s is not None:
+            lat += f" ({r.quiet_s:g} s after the last progress)"
         fired = f" (fired in {r.fired['pid']} {r.fired['title']})" if r.fired else " (never fired)"
         mark = "right" if r.right else "WRONG: " + "; ".join(r.why_wrong)
         if r.late:
