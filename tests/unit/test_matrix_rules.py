@@ -851,33 +851,35 @@ def test_a_rank_that_exits_quietly_is_first_even_when_its_peers_echo_is_stamped_
     assert d.cause is Cause.EXCEPTION, d
 
 
-def test_a_rank_that_exits_zero_just_before_its_peers_echo_and_the_tear_down_is_first():
-    """sglang-tp2-TP1-weights-exit0-run (full matrix, 2026-12-04): TP1 ``sys.exit(0)`` while loading; TP0's
-    post-load barrier raised 19 ms after TP1's end, and the launcher SIGKILLed the tree 4 ms after that.
-    The tear-down rule (an exception around the first kill is its reason) took TP0's exception for the
-    cause, though the first end was no kill."""
-    main, tracker, tp0, tp1, detok = 18307, 18344, 18345, 18346, 18347
-    tree = (
+def _sglang_tp2(main: int, tracker: int, tp0: int, tp1: int, detok: int) -> tuple[ProcessSample, ...]:
+    """SGLang's TP=2 tree: the launcher, multiprocessing's resource tracker, two schedulers, the detokenizer."""
+    return (
         _proc(main, 1, "python", "main", None),
         _proc(tracker, main, "python", None, None),
         _proc(tp0, main, "sglang::scheduler_TP0", "scheduler", "TP0"),
         _proc(tp1, main, "sglang::scheduler_TP1", "scheduler", "TP1"),
         _proc(detok, main, "sglang::detokenizer", "detokenizer", None),
     )
-    findings = [
-        LogFinding(
-            21.202,
-            Cause.EXCEPTION,
-            "[TP0] Scheduler hit an exception: Traceback (most recent call last):",
-            rank="TP0",
-        ),
-        LogFinding(
-            21.202,
-            Cause.EXCEPTION,
-            "ValueError: TP rank 0 could finish the model loading, but there "
-            "are other ranks that didn't finish loading.",
-        ),
-    ]
+
+
+def _tp0_raised(t: float, summary: str) -> list[LogFinding]:
+    """SGLang's TP0 logging a traceback: its header names the rank, its last line does not."""
+    header = "[TP0] Scheduler hit an exception: Traceback (most recent call last):"
+    return [LogFinding(t, Cause.EXCEPTION, header, rank="TP0"), LogFinding(t, Cause.EXCEPTION, summary)]
+
+
+def test_a_rank_that_exits_zero_just_before_its_peers_echo_and_the_tear_down_is_first():
+    """sglang-tp2-TP1-weights-exit0-run (full matrix, 2026-12-04): TP1 ``sys.exit(0)`` while loading; TP0's
+    post-load barrier raised 19 ms after TP1's end, and the launcher SIGKILLed the tree 4 ms after that.
+    The tear-down rule (an exception around the first kill is its reason) took TP0's exception for the
+    cause, though the first end was no kill."""
+    main, tracker, tp0, tp1, detok = 18307, 18344, 18345, 18346, 18347
+    tree = _sglang_tp2(main, tracker, tp0, tp1, detok)
+    findings = _tp0_raised(
+        21.202,
+        "ValueError: TP rank 0 could finish the model loading, but there "
+        "are other ranks that didn't finish loading.",
+    )
 
     def killed(t: float, p: ProcessSample) -> ExitRecord:
         return ExitRecord(t, p.pid, p.name, p.role, p.rank, ExitHow.WAITPID, None, 9, 15.0, None, 1000)
@@ -906,26 +908,11 @@ def test_one_kill_recorded_twice_is_no_tear_down():
     and again when our waitpid reaped it after its launcher died; the two records of one SIGKILL made a
     "tear-down", and TP0's "Connection reset by peer" 8 ms later was taken for its reason."""
     main, tracker, tp0, tp1, detok = 22273, 22284, 22285, 22286, 22287
-    tree = (
-        _proc(main, 1, "python", "main", None),
-        _proc(tracker, main, "python", None, None),
-        _proc(tp0, main, "sglang::scheduler_TP0", "scheduler", "TP0"),
-        _proc(tp1, main, "sglang::scheduler_TP1", "scheduler", "TP1"),
-        _proc(detok, main, "sglang::detokenizer", "detokenizer", None),
+    tree = _sglang_tp2(main, tracker, tp0, tp1, detok)
+    findings = _tp0_raised(
+        39.862,
+        "RuntimeError: [pair.cc:537] Read error [127.0.0.1]:54428: Connection reset by peer.",
     )
-    findings = [
-        LogFinding(
-            39.862,
-            Cause.EXCEPTION,
-            "[TP0] Scheduler hit an exception: Traceback (most recent call last):",
-            rank="TP0",
-        ),
-        LogFinding(
-            39.862,
-            Cause.EXCEPTION,
-            "RuntimeError: [pair.cc:537] Read error [127.0.0.1]:54428: Connection reset by peer.",
-        ),
-    ]
 
     def ended(t: float, p: ProcessSample, how: ExitHow, code: int | None, sig: int | None) -> ExitRecord:
         return ExitRecord(t, p.pid, p.name, p.role, p.rank, how, code, sig, 37.0, None, 1000)
