@@ -639,10 +639,14 @@ def judge(cell: Cell, result: Result, report: dict[str, Any] | None, fired_pid: 
     culprits = [int(c) for c in verdict.get("culprits") or []]
     result.got_culprits = [f"{_label(procs.get(c, {}))} {c}" for c in culprits]
     result.stacks = stack_digest(report)
-    timeline = report.get("timeline") or []
-    last_progress = report.get("last_progress_t")
-    if result.got_state == "stalled" and timeline and isinstance(last_progress, (int, float)):
-        result.quiet_s = round(float(timeline[-1]["t"]) - last_progress, 1)
+    # The report's duration ends at the verdict; its timeline may hold one more tick, the clean-up's.
+    ended, last_progress = report.get("duration_s"), report.get("last_progress_t")
+    if (
+        result.got_state == "stalled"
+        and isinstance(ended, (int, float))
+        and isinstance(last_progress, (int, float))
+    ):
+        result.quiet_s = round(ended - last_progress, 1)
     result.processes = [
         f"{pid} {_label(p)} state={p.get('state')} exit={p.get('exit_code')}" for pid, p in procs.items()
     ]

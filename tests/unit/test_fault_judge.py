@@ -24,7 +24,8 @@ def _report(
             {"pid": 11, "name": "VLLM::Worker_TP0", "role": "Worker", "rank": "TP0"},
             {"pid": 12, "name": "VLLM::Worker_TP1", "role": "Worker", "rank": "TP1"},
         ],
-        "timeline": [{"t": 30.0}, {"t": end_t}],
+        "duration_s": end_t,
+        "timeline": [{"t": 30.0}, {"t": end_t}, {"t": end_t + 8.0}],  # the last tick: the clean-up's
         "last_progress_t": last_progress_t,
     }
 
