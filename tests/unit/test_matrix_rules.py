@@ -932,6 +932,45 @@ def test_one_kill_recorded_twice_is_no_tear_down():
     assert (d.cause, d.culprits[:1]) == (Cause.DEAD_PEER, (tp1,)), d
 
 
+def test_an_engine_process_without_a_rank_killed_before_a_lighter_helper_is_first():
+    """sglang-tp1-sched-weights-sigkill-run (full matrix, 2026-12-04): the TP=1 scheduler (a role, no rank)
+    was SIGKILLed while loading; the launcher's pipe read EOF and it raised "Rank 0 scheduler died during
+    initialization (exit code: -9)" 6 ms later, as the 15 MB resource tracker ended. The rule that a member
+    ending before a much lighter one was killed first asked for a rank, and the launcher was blamed."""
+    main, tracker, sched, detok = 31557, 31564, 31565, 31566
+    tree = (
+        _proc(main, 1, "python", "main", None),
+        replace(_proc(tracker, main, "python", None, None), rss_bytes=15 << 20),
+        replace(_proc(sched, main, "sglang::scheduler", "scheduler", None), rss_bytes=620 << 20),
+        _proc(detok, main, "sglang::detokenizer", "detokenizer", None),
+    )
+    findings = [
+        LogFinding(16.293, Cause.EXCEPTION, "Traceback (most recent call last):"),
+        LogFinding(16.295, Cause.EXCEPTION, "EOFError"),
+        LogFinding(
+            16.296,
+            Cause.EXCEPTION,
+            "RuntimeError: Rank 0 scheduler died during initialization (exit code: -9).",
+        ),
+    ]
+    killed = ExitRecord(16.287, sched, "sglang::scheduler", "scheduler", None, ExitHow.ZOMBIE_STAT, None, 9, 8.0,
+                        None, 52764)  # fmt: skip
+    helper = ExitRecord(16.293, tracker, "python", None, None, ExitHow.ZOMBIE_STAT, None, 9, 8.0, None, 0)
+    gone = ExitRecord(
+        16.339, detok, "sglang::detokenizer", "detokenizer", None, ExitHow.VANISHED, lifetime_s=8.0
+    )
+    root = ExitRecord(18.531, main, "python", "main", None, ExitHow.WAITPID, 1, None, 18.5, None, 225043)
+    window = [Tick(15.0, tree), Tick(16.0, tree)]
+    exits = [killed, helper, gone, root]
+    d = causes.diagnose_crash([killed, helper, root], findings, {main}, exits, window=window)
+    assert (d.cause, d.culprits[:1]) == (Cause.DEAD_PEER, (sched,)), d
+    # The tear-down of a scheduler that raised kills the light tracker first: the exception stays the cause.
+    first = replace(helper, t=16.28)
+    late = replace(killed, t=16.5)
+    d = causes.diagnose_crash([first, late, root], findings, {main}, [first, late, gone, root], window=window)
+    assert d.cause is Cause.EXCEPTION, d
+
+
 def test_a_rank_that_wrote_a_line_of_its_own_before_leaving_did_not_write_its_peers_traceback():
     """2026-12-04, one run in five of gloo_missing_collective --elsewhere os-exit: rank 1 wrote 122 bytes
     after the last tick ("entering rank_leaving"), more than the traceback's 35-byte header, and was taken

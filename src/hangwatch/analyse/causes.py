@@ -338,8 +338,9 @@ def _rank_died_alone(
     exceptions: Sequence[LogFinding],
     window: Sequence[Tick] = (),
 ) -> bool:
-    """The first death is a rank's, the other ranks died ``LONE_RANK_S`` or more after it, and the
-    exception is not its own: it was killed on its own, before any tear-down.
+    """The first death is a rank's (or an engine process's), the other ranks died ``LONE_RANK_S`` or more
+    after it, or a much lighter member after it, and the exception is not its own: it was killed on its
+    own, before any tear-down.
 
     Why the order of deaths says more than the exception's stamp: a process killed with a large memory
     map takes tens to hundreds of milliseconds to exit, and its sockets close only near the end, so
@@ -348,9 +349,14 @@ def _rank_died_alone(
     tear-down kills everything at once: its first death is a small helper (multiprocessing's resource
     tracker, 15-20 ms after the exception), the ranks 200-400 ms later.
     """
-    if first.rank is None or first.signal is None:
+    # A member of the engine (a rank, or a role such as SGLang's TP=1 scheduler), not a helper: a
+    # tear-down's first death is a small helper, which must not pass for a process killed on its own.
+    if (first.rank is None and first.role is None) or first.signal is None:
         return False
-    if any(f.rank == first.rank or (f.pid is not None and f.pid == first.pid) for f in exceptions[:1]):
+    if any(
+        (first.rank is not None and f.rank == first.rank) or (f.pid is not None and f.pid == first.pid)
+        for f in exceptions[:1]
+    ):
         return False
     others = [e.t for e in ordered if e.rank is not None and e.rank != first.rank and e.pid != first.pid]
     if others and min(others) - first.t >= LONE_RANK_S:
