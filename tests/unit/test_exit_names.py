@@ -13,6 +13,7 @@ from hangwatch import engines
 from hangwatch.collect.proctree import TreeReading
 from hangwatch.collect.proctree import TreeSampler
 from hangwatch.model.samples import ExitHow
+from hangwatch.supervise.launcher import Reaper
 from proc_helpers import kill_tree
 from proc_helpers import wait_until
 
@@ -60,17 +61,10 @@ def test_a_zombie_recorded_then_reaped_by_us_ends_once() -> None:
     zombie is our own child, which our waitpid may reap only from the sample after its zombie was seen."""
     child = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"], start_new_session=True)
     armed = False
+    reaper = Reaper()  # run's own waitpid, held back until the zombie has been seen
 
     def reap_ours(pids: Iterable[int]) -> dict[int, int]:
-        out: dict[int, int] = {}
-        for pid in pids if armed else ():
-            try:
-                done, status = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                continue
-            if done:
-                out[pid] = os.waitstatus_to_exitcode(status)
-        return out
+        return reaper(pids) if armed else {}
 
     sampler = TreeSampler([child.pid], engines.by_name("vllm").role_of, reap=reap_ours, watch_deaths=False)
     try:
@@ -84,8 +78,7 @@ def test_a_zombie_recorded_then_reaped_by_us_ends_once() -> None:
         assert (ended.pid, ended.exit_code, ended.how) == (child.pid, 3, ExitHow.ZOMBIE_STAT), ended
         armed = True
         assert sampler.sample(1.0).exits == ()  # reaped now, recorded before
-        with_status = os.path.exists(f"/proc/{child.pid}")
-        assert not with_status, "our waitpid did not reap it"
+        assert reaper.status_of(child.pid) is not None, "our waitpid did not reap it"
     finally:
         sampler.close()
         kill_tree(child)
