@@ -426,10 +426,10 @@ def _echo_of_its_exit(
     taken for the cause). A process that exits quietly because of a peer's error mostly learns of it when
     the peer ends (its socket closes, its parent dies), and that end then comes first; one told to quit by
     a message while the raiser lives on would be misread (the engines tear down with signals instead)."""
-    if first.signal is not None or first.exit_code is None or not exceptions:
+    if not exceptions or not _left_of_its_own(first, exceptions, window):
         return False
     echo = exceptions[0]  # the earliest: every one before the notice is within the lag once it is
-    if not first.t - NOTICE_LAG_S <= echo.t < first.t or not _silent(first, exceptions, window):
+    if not first.t - NOTICE_LAG_S <= echo.t < first.t:
         return False
     return not any(e.pid != first.pid and echo.t <= e.t <= first.t for e in exits)
 
