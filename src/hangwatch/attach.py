@@ -23,7 +23,6 @@ from hangwatch.collect.proctree import own_processes
 from hangwatch.errors import PTRACE_HELP
 from hangwatch.errors import NoSuchProcess
 from hangwatch.model.report import Verdict
-from hangwatch.model.samples import ProcState
 from hangwatch.model.vocabulary import State
 from hangwatch.redact import redact_argv
 from hangwatch.render.live import make_view
@@ -57,7 +56,7 @@ def run_attached(options: AttachOptions) -> int:
     stat = procfs.read_stat(options.pid)
     if stat is None:
         raise NoSuchProcess(f"no process with PID {options.pid}")
-    if stat.state == ProcState.ZOMBIE:
+    if stat.exited:
         raise NoSuchProcess(f"PID {options.pid} has already exited (it is a zombie waiting to be reaped)")
     cmdline = procfs.read_cmdline(options.pid) or (stat.comm,)
     # The window is a timeout: still progressing when it ends is a 'timeout' verdict, with the evidence,

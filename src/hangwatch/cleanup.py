@@ -144,7 +144,7 @@ def plan_for_pid(pid: int, gpu: GpuSource) -> CleanupPlan:
     stats = _snapshot()
     if pid not in stats:
         raise NoSuchProcess(f"no process with PID {pid}")
-    if stats[pid].state == ProcState.ZOMBIE:
+    if stats[pid].exited:
         raise NoSuchProcess(
             f"PID {pid} has already exited (a zombie waiting for its parent {stats[pid].ppid})"
         )

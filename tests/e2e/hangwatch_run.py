@@ -52,6 +52,9 @@ class HangwatchRun:
         # 0.25 s). Keyed by create time too: pid_max is 32768 here, and vLLM's threads take pids from the
         # same space, so one test's trials can see a pid of an earlier trial reused.
         self.alive: dict[tuple[int, float], tuple[float, float]] = {}
+        # (pid, create time) -> what it was when last seen: its status, parent and name, so that a test
+        # that finds a process alive too long can say whether it ran or lay unreaped, and whose child.
+        self.last_seen_as: dict[tuple[int, float], str] = {}
         self._lock = threading.Condition()
         self._log = log_path.open("w", encoding="utf-8")
         self.proc = subprocess.Popen(
@@ -110,14 +113,29 @@ class HangwatchRun:
                 key = (child.pid, child.create_time())
                 first, _ = self.alive.get(key, (now, now))
                 self.alive[key] = (first, now)
+                self.last_seen_as[key] = f"{child.status()} ppid {child.ppid()} {child.name()!r}"
         return children
 
     def spans(self, pid: int, created_from: float, created_until: float) -> list[tuple[float, float]]:
         """When ``pid`` was seen alive, for its incarnations created within the given wall times only."""
+        return [span for _, span in self._incarnations(pid, created_from, created_until)]
+
+    def seen_as(self, pid: int, created_from: float, created_until: float, after: float) -> list[str]:
+        """Those incarnations seen alive after ``after``: what each was when last seen (status, parent,
+        name) and until when."""
         return [
-            span
-            for (p, created), span in self.alive.items()
-            if p == pid and created_from <= created <= created_until
+            f"{pid} {self.last_seen_as.get(key, '?')} until {span[1]:.2f}"
+            for key, span in self._incarnations(pid, created_from, created_until)
+            if span[1] >= after
+        ]
+
+    def _incarnations(
+        self, pid: int, created_from: float, created_until: float
+    ) -> list[tuple[tuple[int, float], tuple[float, float]]]:
+        return [
+            (key, span)
+            for key, span in self.alive.items()
+            if key[0] == pid and created_from <= key[1] <= created_until
         ]
 
     def wait_for_line(self, needle: str, timeout: float) -> str | None:
@@ -159,7 +177,7 @@ class HangwatchRun:
         return rc
 
     def survivors(self, extra_pids: list[int]) -> list[str]:
-        """Processes of the tree still alive REAP_GRACE_S after hangwatch exited (zombies count as gone)."""
+        """Processes of the tree still alive REAP_GRACE_S after hangwatch exited (ended zombies count as gone)."""
         end = self.exited_at or time.time()
         deadline = time.monotonic() + REAP_GRACE_S
         while True:
@@ -173,7 +191,8 @@ class HangwatchRun:
                         continue
                     if pid in self.seen and abs(created - self.seen[pid]) > 0.05:
                         continue
-                    if proc.status() == psutil.STATUS_ZOMBIE:
+                    # A zombie is gone once no thread of it is left (Z is its main thread's state).
+                    if proc.status() == psutil.STATUS_ZOMBIE and proc.num_threads() <= 1:
                         continue
                     alive.append(f"{pid} {proc.status()} {' '.join(proc.cmdline())[:120]!r}")
                 except psutil.Error:

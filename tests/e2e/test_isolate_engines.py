@@ -81,16 +81,31 @@ def _trial_pids(trial: dict[str, Any]) -> set[int]:
     return {pid for report in _reports(trial) for pid in report_pids(report)}
 
 
+def _created_window(report: dict[str, Any]) -> tuple[float, float]:
+    """When the run's processes were created: during its run (``started_at`` is stamped to the second)."""
+    start = datetime.fromisoformat(report["started_at"]).timestamp() - 1.0
+    return start, start + 2.0 + float(report.get("duration_s") or 0.0)
+
+
 def _trial_spans(run: HangwatchRun, trial: dict[str, Any]) -> list[tuple[float, float]]:
-    """When the trial's processes were seen alive: each pid's incarnation created during the trial's run
-    (``started_at`` is stamped to the second), not a later process that got the same pid."""
-    spans: list[tuple[float, float]] = []
-    for report in _reports(trial):
-        start = datetime.fromisoformat(report["started_at"]).timestamp() - 1.0
-        end = start + 2.0 + float(report.get("duration_s") or 0.0)
-        for pid in report_pids(report):
-            spans += run.spans(pid, start, end)
-    return spans
+    """When the trial's processes were seen alive: each pid's incarnation created during the trial's run,
+    not a later process that got the same pid."""
+    return [
+        span
+        for report in _reports(trial)
+        for pid in report_pids(report)
+        for span in run.spans(pid, *_created_window(report))
+    ]
+
+
+def _seen_after(run: HangwatchRun, trial: dict[str, Any], after: float) -> list[str]:
+    """The trial's processes seen alive after ``after``: what each was when last seen."""
+    return [
+        seen
+        for report in _reports(trial)
+        for pid in report_pids(report)
+        for seen in run.seen_as(pid, *_created_window(report), after)
+    ]
 
 
 def _check_clean_between_trials(run: HangwatchRun, data: dict[str, Any], port: int) -> None:
@@ -104,7 +119,7 @@ def _check_clean_between_trials(run: HangwatchRun, data: dict[str, Any], port: i
         next_start = min(start for start, _ in spans[n])
         assert last_alive < next_start, (
             f"trial {n - 1}'s processes were still alive ({last_alive:.2f}) when trial {n}'s started "
-            f"({next_start:.2f})"
+            f"({next_start:.2f}): {_seen_after(run, trials[n - 1], next_start)}"
         )
     every = sorted(set().union(*(_trial_pids(t) for t in trials)))
     assert not run.survivors(every), f"processes of the trials remain: {run.survivors(every)}"

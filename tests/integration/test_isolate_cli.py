@@ -88,11 +88,12 @@ def all_pids(marker: Path) -> list[int]:
 
 
 def gone(pid: int) -> bool:
+    """No thread of it is left (state Z is the main thread's; num_threads counts the rest)."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return True
-    return state == "Z"
+    return fields[0] == "Z" and int(fields[17]) <= 1
 
 
 def assert_clean_between_trials(marker: Path) -> None:

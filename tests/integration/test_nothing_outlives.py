@@ -33,7 +33,8 @@ def _starttime(pid: int) -> int | None:
     except OSError:
         return None
     fields = raw[raw.rindex(")") + 2 :].split()
-    return None if fields[0] == "Z" else int(fields[19])
+    # A zombie has ended only once its last thread has (num_threads): state Z is the main thread's.
+    return None if fields[0] == "Z" and int(fields[17]) <= 1 else int(fields[19])
 
 
 def _ledger(path: Path) -> set[tuple[int, int]]:
@@ -120,5 +121,16 @@ def test_launcher_starts_crash_diagnostics_after_sleeping(tmp_path, detach, kill
     and exits, the child can be orphaned to init before the guardian's first scan sees it: the known gap.)"""
     args = ["--diagnostics-after", "5", *(["--detach"] if detach else [])]
     with _hangwatch(tmp_path, *args) as (proc, ledger):
+        _term_then_kill(proc, after_s=kill_after)
+        _assert_none_left(ledger)
+
+
+@pytest.mark.parametrize("kill_after", [None, 0.5], ids=["hangwatch-finishes", "hangwatch-sigkilled"])
+def test_a_child_whose_main_thread_ended_is_still_stopped(tmp_path, kill_after):
+    """(d) Each child ends its main thread alone while another thread of it runs on, ignoring SIGTERM:
+    /proc shows a zombie, yet it runs and cannot be reaped. Taken for ended, it was never signalled and
+    outlived hangwatch; it must get SIGKILL after the grace like any member that ignores SIGTERM, from
+    hangwatch or, when hangwatch is SIGKILLed within the grace, from its guardian."""
+    with _hangwatch(tmp_path, "--main-thread-exits", grace=1.0) as (proc, ledger):
         _term_then_kill(proc, after_s=kill_after)
         _assert_none_left(ledger)

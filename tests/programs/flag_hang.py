@@ -72,17 +72,18 @@ def rank1(to_peer: Any, from_peer: Any, draft: Any, spec: bool, fast: bool, mark
 
 
 def earlier_alive(marker: Path) -> list[int]:
-    """The processes of earlier boots (from the marker file) that still exist and are not zombies."""
+    """The processes of earlier boots (from the marker file) that still exist with a thread left (a zombie
+    main thread whose peers still run, or still die, is not gone: num_threads counts them)."""
     if not marker.exists():
         return []
     alive = []
     for line in marker.read_text().splitlines():
         pid = int(line.split()[1])
         try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if state != "Z":
+        if fields[0] != "Z" or int(fields[17]) > 1:
             alive.append(pid)
     return alive
 

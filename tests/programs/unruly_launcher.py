@@ -2,6 +2,7 @@
 
     python unruly_launcher.py --ready-file F --ledger L [--children N] [--ignore-term S]
                               [--respawn] [--diagnostics-after S] [--handoff] [--detach]
+                              [--main-thread-exits]
 
 Every process this tree ever starts appends ``pid starttime`` to the ledger (O_APPEND, one write),
 so a test can check afterwards that none of them is left, pid reuse ruled out. The launcher forks
@@ -14,14 +15,21 @@ so a test can check afterwards that none of them is left, pid reuse ruled out. T
 * ``--handoff``: each child, on SIGTERM, starts a new process 0.2 s later and exits;
 * ``--detach``: every process started after SIGTERM calls setsid(): it leaves the launched session,
   so that only its parentage (or being told about it) ties it to the tree.
+
+``--main-thread-exits``: each child ignores SIGTERM, starts a thread that sleeps for ever and ends its
+own main thread alone (the exit syscall, not exit_group). /proc then shows it as a zombie (state Z is
+the main thread's), yet it runs on and cannot be reaped: only SIGKILL ends it.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import os
+import platform
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -58,6 +66,16 @@ def sleep_forever() -> None:
         time.sleep(3600)
 
 
+# The exit syscall (this thread only), by architecture: glibc has no wrapper for it.
+SYS_EXIT = {"x86_64": 60, "aarch64": 93}
+
+
+def main_thread_exits() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    threading.Thread(target=sleep_forever, name="lingering").start()
+    ctypes.CDLL(None, use_errno=True).syscall(SYS_EXIT[platform.machine()], 0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ready-file", required=True)
@@ -68,6 +86,7 @@ def main() -> None:
     ap.add_argument("--diagnostics-after", type=float)
     ap.add_argument("--handoff", action="store_true")
     ap.add_argument("--detach", action="store_true")
+    ap.add_argument("--main-thread-exits", action="store_true")
     a = ap.parse_args()
     record(a.ledger)
     terminated = False
@@ -85,7 +104,7 @@ def main() -> None:
         signal.signal(signal.SIGTERM, handoff)
         sleep_forever()
 
-    body = handoff_child if a.handoff else sleep_forever
+    body = handoff_child if a.handoff else main_thread_exits if a.main_thread_exits else sleep_forever
     children = [fork(a.ledger, body) for _ in range(a.children)]
     signal.signal(signal.SIGTERM, on_term)
     Path(a.ready_file + ".tmp").write_text(str(os.getpid()))

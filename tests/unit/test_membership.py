@@ -7,8 +7,10 @@ from hangwatch.supervise.membership import alive
 from hangwatch.supervise.membership import tree_members
 
 
-def st(pid: int, ppid: int, session: int, state: str = "S", start: int | None = None) -> Stat:
-    return Stat(pid, f"p{pid}", state, ppid, session, session, 0, 0, 1, start or pid * 10, 0, None)
+def st(
+    pid: int, ppid: int, session: int, state: str = "S", start: int | None = None, threads: int = 1
+) -> Stat:
+    return Stat(pid, f"p{pid}", state, ppid, session, session, 0, 0, threads, start or pid * 10, 0, None)
 
 
 # 100 is hangwatch (session 50), 101 its guardian (own session), 200 the launched session leader.
@@ -58,3 +60,17 @@ def test_known_identity_needs_the_same_start_time():
 def test_strangers_never_members():
     found = tree_members(TABLE, set(), {200}, adopter=100, exclude={101})
     assert not {1, 100, 101, 300, 301, 302} & set(found)
+
+
+def test_a_zombie_main_thread_with_threads_left_is_alive_and_followed():
+    """State Z is the main thread's: with other threads still there (num_threads > 1) the process runs
+    on (or is still dying), cannot be reaped, and its children are the tree's."""
+    table = [
+        st(200, 100, 200),
+        st(210, 200, 210, state="Z", threads=3),  # its main thread ended alone; two threads run on
+        st(211, 210, 211),  # a child of it, in a session of its own
+        st(212, 200, 212, state="Z"),  # ended: a zombie with no thread left
+    ]
+    found = tree_members(table, {(200, 2000)}, set())
+    assert pids(found) == [200, 210, 211, 212]
+    assert pids(alive(found)) == [200, 210, 211]

@@ -24,12 +24,12 @@ from hangwatch.collect import procfs
 from hangwatch.isolate.toggles import Applied
 from hangwatch.model.isolate import RunResult
 from hangwatch.model.report import Report
-from hangwatch.model.samples import ProcState
 from hangwatch.render.files import write_atomically
 from hangwatch.render.json_report import write_report
 from hangwatch.render.live import View
 from hangwatch.render.text import culprit_labels
 from hangwatch.render.text import verdict_text
+from hangwatch.supervise.launcher import reap
 from hangwatch.supervise.plan import WatchOptions
 from hangwatch.supervise.plan import plan_for
 from hangwatch.supervise.session import RunOptions
@@ -94,11 +94,14 @@ def environment(applied: Applied) -> Iterator[None]:
 
 def pids_alive(report: Report) -> list[int]:
     """The processes of a finished run still there (their pid alive with the same start time is checked
-    by clean-up; here: any of its pids still in /proc and not a zombie)."""
+    by clean-up; here: any of its pids still in /proc with a thread left). Those that have ended and are
+    ours (orphans re-parented to us) are reaped on the way: a zombie of ours stays in the process table,
+    beside the next trial, until isolate exits."""
+    reap(p.pid for p in report.processes)
     alive = []
     for p in report.processes:
         stat = procfs.read_stat(p.pid)
-        if stat is not None and stat.state != ProcState.ZOMBIE:
+        if stat is not None and not stat.exited:
             alive.append(p.pid)
     return alive
 

@@ -18,7 +18,6 @@ from collections.abc import Iterable
 
 from hangwatch.collect import procfs
 from hangwatch.model.samples import ProcessId
-from hangwatch.model.samples import ProcState
 
 
 def tree_members(
@@ -46,7 +45,7 @@ def tree_members(
     for s in by_pid.values():
         children[s.ppid].append(s)
         by_session[s.session].append(s)
-    frontier = [pid for pid, s in members.items() if s.state != ProcState.ZOMBIE]
+    frontier = [pid for pid, s in members.items() if not s.exited]
     while frontier:
         s = members[frontier.pop()]
         found = list(children.get(s.pid, ()))
@@ -56,7 +55,7 @@ def tree_members(
         for new in found:
             if new.pid not in members:
                 members[new.pid] = new
-                if new.state != ProcState.ZOMBIE:
+                if not new.exited:
                     frontier.append(new.pid)
     return members
 
@@ -75,4 +74,4 @@ def scan(
 
 
 def alive(members: dict[int, procfs.Stat]) -> dict[int, procfs.Stat]:
-    return {pid: s for pid, s in members.items() if s.state != ProcState.ZOMBIE}
+    return {pid: s for pid, s in members.items() if not s.exited}
