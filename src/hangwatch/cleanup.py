@@ -77,7 +77,7 @@ def tree_pids(root: int | None, session: int | None, stats: dict[int, procfs.Sta
 
 def _members(pids: Iterable[int], stats: dict[int, procfs.Stat]) -> tuple[Member, ...]:
     return tuple(
-        Member(s.pid, s.starttime_ticks, s.ppid, s.session, s.state, process_label(s.pid))
+        Member(s.pid, s.starttime_ticks, s.ppid, s.session, s.state, process_label(s.pid), s.exited)
         for s in sorted((stats[p] for p in pids if p in stats), key=lambda s: s.pid)
     )
 
@@ -205,7 +205,7 @@ def execute(
 ) -> CleanupOutcome:
     """Stop the planned tree (SIGTERM, grace, SIGKILL; stopped ones too), then verify and free the rest."""
     started = time.monotonic()
-    identities = {m.identity for m in plan.members if m.state != ProcState.ZOMBIE}
+    identities = {m.identity for m in plan.members if not m.ended}
     # Its own children are no business of ours to reap: the tree's parents (or init) do that.
     result = teardown.stop_tree(
         identities, plan.session, lambda _pids: {}, grace_s, kill_wait_s, follow_children=True

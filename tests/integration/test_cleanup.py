@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -143,3 +144,33 @@ def test_a_finished_run_is_already_clean(tmp_path):
         out = cleanup("--run", str(run_dir), *extra)
         assert out.returncode == 0, out.stderr
         assert "already clean" in out.stdout and not out.stderr
+
+
+# Ignores SIGTERM, then ends its main thread alone (the exit syscall, not exit_group) while a thread of it
+# sleeps on: /proc shows state Z, the main thread's, yet the process runs.
+MAIN_THREAD_EXITS = """
+import ctypes, platform, signal, threading, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+threading.Thread(target=time.sleep, args=(120,)).start()
+ctypes.CDLL(None).syscall({"x86_64": 60, "aarch64": 93}[platform.machine()], 0)
+"""
+
+
+def _threads(pid: int) -> int:
+    return len(psutil.Process(pid).threads()) if psutil.pid_exists(pid) else 0
+
+
+def test_a_process_whose_main_thread_ended_is_stopped_not_called_exited():
+    with spawn([sys.executable, "-c", MAIN_THREAD_EXITS]) as popen:
+        pid = popen.pid
+        deadline = time.monotonic() + 30.0
+        while proc_state(pid) != "Z" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert proc_state(pid) == "Z" and _threads(pid) == 2
+        dry = cleanup("--pid", str(pid), "--dry-run")
+        assert dry.returncode == 0, dry.stderr
+        assert "1 process would be stopped" in dry.stdout and "its main thread ended" in dry.stdout
+        done = cleanup("--pid", str(pid), "--grace", "1")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "1 needed SIGKILL" in done.stdout, done.stdout
+        assert popen.wait(timeout=10) == -9  # ended at last: its parent (this test) reaps it

@@ -18,6 +18,9 @@ class Member:
     session: int
     state: ProcState  # T for stopped, Z for a zombie
     title: str
+    # No thread of it is left (procfs.Stat.exited): Z with threads still running is its main thread's
+    # state only, and such a process is stopped like any other.
+    ended: bool = False
 
     @property
     def identity(self) -> ProcessId:

@@ -15,16 +15,15 @@ def _mib(n: int | None) -> str:
 
 
 def plan_text(plan: CleanupPlan, grace_s: float) -> str:
-    live = [m for m in plan.members if m.state != ProcState.ZOMBIE]
+    live = [m for m in plan.members if not m.ended]
     lines = [
         f"hangwatch cleanup --dry-run: {plan.target}: {plural(len(live), 'process')} would be stopped "
         "(nothing was changed)"
     ]
     for m in plan.members:
-        extra = {
-            ProcState.STOPPED: " (stopped: SIGCONT after SIGTERM)",
-            ProcState.ZOMBIE: " (zombie: already exited)",
-        }.get(m.state, "")
+        zombie = " (zombie: already exited)" if m.ended else " (its main thread ended; other threads run)"
+        stopped = " (stopped: SIGCONT after SIGTERM)"
+        extra = {ProcState.STOPPED: stopped, ProcState.ZOMBIE: zombie}.get(m.state, "")
         lines.append(f"  pid {m.pid:>7}  ppid {m.ppid:>7}  {m.state}  {m.title}{extra}")
     session = f" and to its session's process group {plan.session}" if plan.session is not None else ""
     lines.append(f"  would send SIGTERM to each{session}, wait {grace_s:g} s, then SIGKILL what is left")
