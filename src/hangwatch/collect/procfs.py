@@ -51,10 +51,11 @@ class Stat:
         """Every thread of it has ended: what is left is a zombie for its parent to reap.
 
         State Z alone is not that. It is the main thread's state, and the main thread ends first whenever
-        it exits alone or its peers are slower to die (after SIGKILL, the last thread unmaps the whole
-        address space: seconds for a loaded vLLM server). Until they are gone, waitpid cannot reap it and
-        it still holds its memory, files and ports; num_threads counts each thread until it is released
-        (a trial's APIServer lay unreaped beside the next trial, 2026-12-04).
+        it exits alone or its peers are slower to die (after SIGKILL the last thread unmaps the whole
+        address space: 0.1 s for a process holding 40 GiB on an idle H200, docs/gpu-validation.md). Until
+        they are gone, waitpid cannot reap it and it still holds its memory, files and ports; num_threads
+        counts each thread until it is released (a trial's APIServer lay unreaped beside the next trial,
+        2026-12-04).
         """
         return self.state in (ProcState.ZOMBIE, ProcState.DEAD) and self.num_threads <= 1
 
