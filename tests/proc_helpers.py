@@ -28,6 +28,17 @@ T = TypeVar("T")
 
 #: Seconds a tree gets to exit after SIGTERM before it is SIGKILLed.
 TERM_GRACE = 3.0
+
+#: ``python -c`` code whose main thread ends alone (the exit syscall, not exit_group) while a thread of it
+#: sleeps for ``{sleep}`` s: /proc then shows state Z, the main thread's, yet the process runs on and
+#: cannot be reaped. ``{ignore_term}``: whether it ignores SIGTERM (then only SIGKILL ends it early).
+MAIN_THREAD_EXITS = """
+import ctypes, platform, signal, threading, time
+if {ignore_term}:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+threading.Thread(target=time.sleep, args=({sleep},)).start()
+ctypes.CDLL(None).syscall({{"x86_64": 60, "aarch64": 93}}[platform.machine()], 0)
+"""
 #: Seconds to wait for SIGKILLed processes to disappear before giving up loudly.
 KILL_WAIT = 10.0
 

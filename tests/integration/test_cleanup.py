@@ -17,6 +17,7 @@ import pytest
 
 from hangwatch.supervise.runrecord import write_run_record
 from hwrun import hangwatch_argv
+from proc_helpers import MAIN_THREAD_EXITS
 from proc_helpers import free_port
 from proc_helpers import proc_state
 from proc_helpers import spawn
@@ -146,22 +147,13 @@ def test_a_finished_run_is_already_clean(tmp_path):
         assert "already clean" in out.stdout and not out.stderr
 
 
-# Ignores SIGTERM, then ends its main thread alone (the exit syscall, not exit_group) while a thread of it
-# sleeps on: /proc shows state Z, the main thread's, yet the process runs.
-MAIN_THREAD_EXITS = """
-import ctypes, platform, signal, threading, time
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-threading.Thread(target=time.sleep, args=(120,)).start()
-ctypes.CDLL(None).syscall({"x86_64": 60, "aarch64": 93}[platform.machine()], 0)
-"""
-
-
 def _threads(pid: int) -> int:
     return len(psutil.Process(pid).threads()) if psutil.pid_exists(pid) else 0
 
 
 def test_a_process_whose_main_thread_ended_is_stopped_not_called_exited():
-    with spawn([sys.executable, "-c", MAIN_THREAD_EXITS]) as popen:
+    code = MAIN_THREAD_EXITS.format(ignore_term=True, sleep=120)
+    with spawn([sys.executable, "-c", code]) as popen:
         pid = popen.pid
         deadline = time.monotonic() + 30.0
         while proc_state(pid) != "Z" and time.monotonic() < deadline:

@@ -21,13 +21,7 @@ from builders import report
 from hangwatch.collect import procfs
 from hangwatch.isolate.runner import pids_alive
 from hangwatch.model.samples import ProcState
-
-# The main thread ends alone (the exit syscall, not exit_group) while a thread of it sleeps on.
-MAIN_THREAD_EXITS = """
-import ctypes, platform, threading, time
-threading.Thread(target=time.sleep, args=(60,)).start()
-ctypes.CDLL(None).syscall({"x86_64": 60, "aarch64": 93}[platform.machine()], 0)
-"""
+from proc_helpers import MAIN_THREAD_EXITS
 
 
 def _spawn(code: str) -> int:
@@ -66,7 +60,7 @@ def test_an_ended_child_of_ours_is_reaped_not_left_beside_the_next_trial() -> No
 
 
 def test_a_process_whose_main_thread_ended_is_still_there_until_its_last_thread_has() -> None:
-    pid = _spawn(MAIN_THREAD_EXITS)
+    pid = _spawn(MAIN_THREAD_EXITS.format(ignore_term=False, sleep=60))
     try:
         stat = _await_zombie(pid)
         assert stat.num_threads == 2 and not stat.exited
