@@ -29,6 +29,9 @@ T = TypeVar("T")
 #: Seconds a tree gets to exit after SIGTERM before it is SIGKILLed.
 TERM_GRACE = 3.0
 
+#: Seconds to wait for SIGKILLed processes to disappear before giving up loudly.
+KILL_WAIT = 10.0
+
 #: ``python -c`` code whose main thread ends alone (the exit syscall, not exit_group) while a thread of it
 #: sleeps for ``{sleep}`` s: /proc then shows state Z, the main thread's, yet the process runs on and
 #: cannot be reaped. ``{ignore_term}``: whether it ignores SIGTERM (then only SIGKILL ends it early).
@@ -39,8 +42,6 @@ if {ignore_term}:
 threading.Thread(target=time.sleep, args=({sleep},)).start()
 ctypes.CDLL(None).syscall({{"x86_64": 60, "aarch64": 93}}[platform.machine()], 0)
 """
-#: Seconds to wait for SIGKILLed processes to disappear before giving up loudly.
-KILL_WAIT = 10.0
 
 
 def _session_members(sid: int) -> list[psutil.Process]:
@@ -206,6 +207,16 @@ def proc_state(pid: int) -> str:
         return _stat_fields(pid)[0]
     except (FileNotFoundError, ProcessLookupError):
         return ""
+
+
+def proc_ended(pid: int) -> bool:
+    """No thread of ``pid`` is left: gone from /proc, or a zombie with one thread (state Z is the main
+    thread's; num_threads, stat field 20, counts the others until they are released)."""
+    try:
+        fields = _stat_fields(pid)
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return fields[0] in ("Z", "X") and int(fields[17]) <= 1
 
 
 def proc_cpu_seconds(pid: int) -> float:

@@ -19,6 +19,7 @@ from hangwatch.supervise.runrecord import write_run_record
 from hwrun import hangwatch_argv
 from proc_helpers import MAIN_THREAD_EXITS
 from proc_helpers import free_port
+from proc_helpers import proc_ended
 from proc_helpers import proc_state
 from proc_helpers import spawn
 from proc_helpers import wait_for_file
@@ -37,8 +38,7 @@ def cleanup(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def alive(pid: int) -> bool:
-    state = proc_state(pid)
-    return state not in ("", "Z", "X")
+    return not proc_ended(pid)
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ import pytest
 from hwrun import PROGRAMS
 from proc_helpers import free_port
 from proc_helpers import kill_tree
+from proc_helpers import proc_ended
 from proc_helpers import wait_until
 
 MATRIX = """
@@ -87,20 +88,11 @@ def all_pids(marker: Path) -> list[int]:
     return [int(line.split()[1]) for line in marker.read_text().splitlines()]
 
 
-def gone(pid: int) -> bool:
-    """No thread of it is left (state Z is the main thread's; num_threads counts the rest)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return True
-    return fields[0] == "Z" and int(fields[17]) <= 1
-
-
 def assert_clean_between_trials(marker: Path) -> None:
     for boot in boots(marker):
         assert boot["alive"] == "none", f"a process of an earlier trial was still there: {boot}"
         assert boot["port"] == "free", f"the port was busy when a trial started: {boot}"
-    assert all(gone(pid) for pid in all_pids(marker))
+    assert all(proc_ended(pid) for pid in all_pids(marker))
 
 
 def test_isolate_names_the_toggles_that_make_it_boot(tmp_path: Path) -> None:
@@ -203,7 +195,7 @@ def test_ctrl_c_stops_cleanly_and_resume_skips_finished_trials(tmp_path: Path) -
     report = json.loads((tmp_path / "isolate.json").read_text())
     assert report["interrupted"] is True and report["stopped"] == "interrupted"
     assert report["baseline"]["verdict"]["state"] == "stalled"
-    assert all(gone(pid) for pid in all_pids(marker)), "the interrupted trial's tree was left behind"
+    assert all(proc_ended(pid) for pid in all_pids(marker)), "the interrupted trial's tree was left behind"
     state = json.loads((runs / "isolate-state.json").read_text())
     assert list(state["runs"]) and all(k.startswith("baseline") for k in state["runs"])
 

@@ -20,7 +20,7 @@ class Member:
     title: str
     # No thread of it is left (procfs.Stat.exited): Z with threads still running is its main thread's
     # state only, and such a process is stopped like any other.
-    ended: bool = False
+    ended: bool
 
     @property
     def identity(self) -> ProcessId:
