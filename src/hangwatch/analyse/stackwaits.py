@@ -233,7 +233,12 @@ def _classify(frames: tuple[Frame, ...], active: bool) -> tuple[Wait, Frame | No
         return Wait.SLEEP, leaf_py
     if any(_PEER.search(t) for t in leaf):
         return Wait.PEER, leaf_py
-    if any(_IDLE_LOOP.search(t) for t in texts[-6:]):
+    # In its event loop only when the loop's own code is the leaf (its poll, or the loop between its
+    # steps). A handler the loop called has the loop's frames above it; how far above depends on
+    # whether the capture has native frames, so counting frames from the leaf took a handler spinning in
+    # a Python-only capture for the loop waiting, and the server that read no request went unnamed
+    # (test_serving_wedge[spin], 2026-12-04).
+    if any(_IDLE_LOOP.search(t) for t in leaf):
         return Wait.IDLE_LOOP, leaf_py
     return (Wait.RUNNING if active else Wait.OTHER), leaf_py
 
