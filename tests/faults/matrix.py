@@ -293,6 +293,11 @@ def _cells() -> list[Cell]:
         ("sglang", 2, "TP0", "kv_alloc", "sigkill", "run"),
         ("sglang", 2, "TP0", "serving", "spin", "run"),
         ("sglang", 1, "detok", "serving", "spin", "run"),
+        # 2026-12-04 (tenth session): a request handler that spins in the API server's event loop, which
+        # then reads no request: the loop's frames sit above the handler's, not at the leaf.
+        ("vllm", 2, "api", "serving", "spin", "run"),
+        ("sglang", 1, "api", "serving", "spin", "run"),
+        ("sglang", 1, "api", "serving", "spin", "attach"),
     ):
         cells.append(Cell(engine, tp, proc, phase, kind, mode=mode))
     return cells

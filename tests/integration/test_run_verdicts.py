@@ -117,6 +117,26 @@ def test_a_bind_error_logged_then_a_hang_is_port_in_use_with_the_stuck_process_n
     root = out.report["processes"][0]["pid"]
     assert v["culprits"] == [root], (v, out.report["processes"])
     assert "address already in use" in v["summary"] and "Thread.join" in v["summary"], v
+    assert "of this very tree" not in v["summary"], v  # the owner is outside it
+
+
+def test_a_port_taken_by_a_process_of_the_tree_itself_names_that_process(hw):
+    """As SGLang's scheduler taking its launcher's --port for one of its random internal ports: the owner
+    is inside the tree, so "a previous server may still run" is not the lead; the verdict names it."""
+    port = free_port()
+    out = hw(
+        "run", "--quiet", "--stall-after", "6", "--",
+        *program("port_in_use", "--port", str(port), "--then-hang", "--helper-holds-port"),
+    )  # fmt: skip
+    v = out.verdict
+    assert (v["state"], v["cause"]) == ("stalled", "port-in-use"), v
+    root = out.report["processes"][0]["pid"]
+    (helper,) = {
+        p["pid"] for t in out.report["timeline"] for p in t["processes"] if port in p["listening_ports"]
+    }
+    assert f"port {port} is held by" in v["summary"] and f"[{helper}] of this very tree" in v["summary"], v
+    assert v["culprits"] == [root], (v, out.report["processes"])  # stuck in its shutdown
+    assert "healthy idle server" not in v["summary"], v  # its listening port is the one it could not take
 
 
 def test_rank_sigkilled_while_peer_waits_on_queue(hw, tmp_path):

@@ -10,6 +10,10 @@ killed, so a mistake in the test setup shows up as a hang, not as a false crash.
 that follows joins a thread that never ends, while a helper process waits for messages from it: no
 exit, a tree that just stops, with the log's line as the only word of why.
 
+``--helper-holds-port`` (with ``--then-hang``; SGLang's scheduler, whose random internal ports took the
+launcher's --port in a fault-matrix run): the helper process binds and listens on the port first, so
+the owner is inside the tree itself. The caller then passes a free port, not a taken one.
+
 Example::
 
     python tests/programs/port_in_use.py --port 8000
@@ -38,18 +42,23 @@ def bind_http_socket(port: int) -> socket.socket:
     return sock
 
 
-def _helper(conn: Connection) -> None:
-    """Waits for its parent's messages, polling with a timeout (as an engine's helper does)."""
+def _helper(conn: Connection, port: int | None) -> None:
+    """Waits for its parent's messages, polling with a timeout (as an engine's helper does); with
+    ``port``, listens on it first and says so to its parent."""
+    held = bind_http_socket(port) if port is not None else None
+    conn.send("bound" if held is not None else "idle")
     sel = selectors.DefaultSelector()
     sel.register(conn.fileno(), selectors.EVENT_READ)
     while True:
         sel.select(timeout=1.0)
 
 
-def _hang_after_the_error(port: int) -> None:
+def _hang_after_the_error(port: int, helper_holds_port: bool) -> None:
     ours, theirs = mp.Pipe()
-    helper = mp.get_context("spawn").Process(target=_helper, args=(theirs,), daemon=True)
+    held = port if helper_holds_port else None
+    helper = mp.get_context("spawn").Process(target=_helper, args=(theirs, held), daemon=True)
     helper.start()
+    ours.recv()  # the helper is up (and holds the port, when asked to)
     try:
         sock = bind_http_socket(port)
     except OSError as exc:
@@ -72,12 +81,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, required=True, help="the port to (fail to) bind")
     parser.add_argument("--then-hang", action="store_true", help="log the error and hang in shutdown")
+    parser.add_argument(
+        "--helper-holds-port",
+        action="store_true",
+        help="with --then-hang: a helper process listens on it first",
+    )
     add_ready_file_arg(parser)
     args = parser.parse_args()
 
     log(f"Starting server on 127.0.0.1:{args.port}")
     if args.then_hang:
-        _hang_after_the_error(args.port)
+        _hang_after_the_error(args.port, args.helper_holds_port)
         return
     sock = bind_http_socket(args.port)
     log("listening")

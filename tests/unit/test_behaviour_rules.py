@@ -149,6 +149,26 @@ def exc(t: float, line: str, pid: int | None = None, rank: str | None = None) ->
     return LogFinding(t, Cause.EXCEPTION, line, pid, rank)
 
 
+def test_a_bind_refused_on_a_port_the_tree_itself_listens_on_names_the_holder():
+    line = "[2026-12-04 14:48:54] ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 33105)"
+    refused = LogFinding(5.0, Cause.PORT_IN_USE, line)
+    holder = replace(proc(7), name="sglang::scheduler", listening_ports=(27697, 33105))
+    window = [Tick(t, (proc(1), holder)) for t in (4.0, 5.0)]
+    stalled = causes.diagnose_stall(window, [refused])
+    assert (
+        stalled.cause is Cause.PORT_IN_USE
+        and "port 33105 is held by sglang::scheduler[7]" in stalled.explanation
+    )
+    crashed = causes.diagnose_crash([exit_(1, 6.0, code=1)], [refused], root_pids={1}, window=window)
+    assert (
+        crashed.cause is Cause.PORT_IN_USE and "sglang::scheduler[7] of this very tree" in crashed.explanation
+    )
+    # Held outside the tree (a previous server): nothing inside is named, the timestamp's numbers neither.
+    elsewhere = [Tick(t, (proc(1), replace(holder, listening_ports=(27697,)))) for t in (4.0, 5.0)]
+    assert "this very tree" not in causes.diagnose_stall(elsewhere, [refused]).explanation
+    assert causes.port_held_by_tree(line, [Tick(5.0, (replace(holder, listening_ports=(48, 54)),))]) is None
+
+
 def test_a_kill_before_the_exceptions_is_the_cause():
     failures = [exit_(20, 10.40, sig=signal.SIGKILL, rank="TP1"), exit_(10, 11.2, code=1)]
     findings = [exc(10.52, "RuntimeError: Engine core initialization failed. See root cause above.", pid=10)]

@@ -614,7 +614,13 @@ class Assessor:
             diagnosis = raised
         summary = f"stalled: nothing progressed for {quiet:.0f} s; {diagnosis.explanation}"
         hints = self._port_hints(tick)
-        if hints and not self.policy.has_readiness and closed is None:
+        # A bind refused: the tree's listening port is the one it could not take, not an idle server's.
+        if (
+            hints
+            and not self.policy.has_readiness
+            and closed is None
+            and diagnosis.cause is not Cause.PORT_IN_USE
+        ):
             summary += f"; {hints[0]}"
         if closed is not None:
             summary += (

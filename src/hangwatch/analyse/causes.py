@@ -171,10 +171,44 @@ def diagnose_stall(window: Sequence[Tick], findings: Sequence[LogFinding]) -> Di
     by_cause = {f.cause: f for f in findings}
     for cause in (Cause.CUDA_OOM, Cause.PORT_IN_USE, Cause.EXCEPTION):
         if cause in by_cause:
-            return Diagnosis(
-                cause, (), f"the log reported it and nothing moved since: {by_cause[cause].line[:200]}"
-            )
+            line = by_cause[cause].line
+            text = f"the log reported it and nothing moved since: {line[:200]}"
+            owner = port_held_by_tree(line, window) if cause is Cause.PORT_IN_USE else None
+            return Diagnosis(cause, (), f"{text}; {owner}" if owner else text)
     return Diagnosis(Cause.UNKNOWN, (), "no process state or log line names a cause")
+
+
+# A port in a bind error: "('127.0.0.1', 33105)", "0.0.0.0:8000", "[::]:8000", "port 8000". Not any
+# number after a colon: the line's own timestamp (14:48:54) has those.
+_PORT_IN_LINE = re.compile(
+    r"""['"],\s*(\d{1,5})\)"""
+    r"|(?:\d{1,3}(?:\.\d{1,3}){3}|\[[0-9a-fA-F:.]*\]|localhost|[\w-]+(?:\.[\w-]+)+):(\d{1,5})\b"
+    r"|\bport[\s=:]+(\d{1,5})\b",
+    re.IGNORECASE,
+)
+
+
+def port_held_by_tree(line: str, window: Sequence[Tick]) -> str | None:
+    """Who holds the port a bind was refused on, when a member of the tree itself listens on it.
+
+    An engine picks its internal ports (ZeroMQ, gloo, its store) at random, and one of them can take the
+    port its HTTP server is told to bind: SGLang's scheduler held the launcher's --port in a fault-matrix
+    run (2026-12-04), and the launcher then waited forever in its shutdown. "A previous server may still
+    run" is then the wrong lead: the owner is inside the tree, and a new start picks other ports."""
+    wanted = {int(n) for groups in _PORT_IN_LINE.findall(line) for n in groups if n and 0 < int(n) < 65536}
+    if not wanted:
+        return None
+    for tick in reversed(window):
+        for p in tick.processes:
+            held = wanted.intersection(p.listening_ports)
+            if held:
+                port = min(held)
+                return (
+                    f"port {port} is held by {p.name}[{p.pid}] of this very tree, not by another server: "
+                    "the tree took its own port (an engine picks its internal ports at random), so start it "
+                    "again or give the server another port"
+                )
+    return None
 
 
 # Two events closer than this are not ordered: a line's arrival and a death are stamped by two threads.
@@ -246,8 +280,10 @@ def diagnose_crash(
         k = killed[0]
         return Diagnosis(Cause.OOM_KILLED, (k.pid,), f"{_death(k)} was OOM-killed: {k.oom_evidence}")
     if Cause.PORT_IN_USE in by_cause:
-        line = by_cause[Cause.PORT_IN_USE].line[:200]
-        return Diagnosis(Cause.PORT_IN_USE, culprits, f"{_death(first)}: {line}")
+        line = by_cause[Cause.PORT_IN_USE].line
+        owner = port_held_by_tree(line, window)
+        text = f"{_death(first)}: {line[:200]}"
+        return Diagnosis(Cause.PORT_IN_USE, culprits, f"{text}; {owner}" if owner else text)
     exceptions = sorted((f for f in findings if f.cause is Cause.EXCEPTION), key=lambda f: f.t)
     raised_first = (
         bool(exceptions)
