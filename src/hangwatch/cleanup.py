@@ -29,7 +29,6 @@ from hangwatch.model.cleanup import GpuHeld
 from hangwatch.model.cleanup import Member
 from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import ProcessId
-from hangwatch.model.samples import ProcState
 from hangwatch.render.cleanup_text import outcome_text
 from hangwatch.render.cleanup_text import plan_text
 from hangwatch.supervise import shm
@@ -228,13 +227,16 @@ def execute(
 
 
 def _wait_zombies(identities: set[ProcessId], timeout_s: float) -> tuple[tuple[int, int], ...]:
-    """Members that exited but are not reaped yet, after giving their parents ``timeout_s`` to do it."""
+    """Members that exited but are not reaped yet, after giving their parents ``timeout_s`` to do it.
+
+    Exited as ``Stat.exited`` says: a zombie main thread with other threads still running has not
+    ended (its parent cannot reap it yet), and ``stop_tree`` already lists it among the remaining."""
     deadline = time.monotonic() + timeout_s
     while True:
         zombies = []
         for pid, start in identities:
             stat = procfs.read_stat(pid)
-            if stat is not None and stat.starttime_ticks == start and stat.state == ProcState.ZOMBIE:
+            if stat is not None and stat.starttime_ticks == start and stat.exited:
                 zombies.append((pid, stat.ppid))
         if not zombies or time.monotonic() >= deadline:
             return tuple(sorted(zombies))
