@@ -177,3 +177,26 @@ def test_a_server_whose_loop_is_blocked_is_named_by_the_requests_it_leaves_unrea
     assert len(pids) == 1 and v["culprits"] == pids, (v, out.report["processes"])  # the stub, alone
     assert "unread in the kernel" in v["summary"], v
     assert_all_gone(out.report)
+
+
+@pytest.mark.parametrize("wedge", ["event", "lock", "spin"])
+def test_a_thread_per_request_server_is_named_by_the_handler_that_never_returns(hw, wedge):
+    """http.server's ThreadingHTTPServer: the completion handler's thread waits on an Event nobody sets,
+    on a lock a background thread holds forever, or spins, while the main thread keeps accepting and
+    /health stays 200. Beside them a housekeeping thread on a timer and a pool's idle worker, which are
+    no wedge. The requests are in the handler's thread: its process is the culprit, that thread the
+    place."""
+    port = free_port()
+    out = hw(
+        "run", "--quiet", "--engine", "vllm", "--stall-after", str(STALL),
+        "--ready-url", f"http://127.0.0.1:{port}/health", "--",
+        *program("threaded_server", "--port", str(port), "--wedge", wedge),
+    )  # fmt: skip
+    v = out.verdict
+    assert out.rc == 3, v
+    assert v["state"] == "stalled" and v["summary"].startswith("stalled while serving"), v
+    pids = [p["pid"] for p in out.report["processes"]]
+    assert len(pids) == 1 and v["culprits"] == pids, (v, out.report["processes"])
+    assert "process_request_thread) is " + ("spinning" if wedge == "spin" else "stuck") in v["summary"], v
+    assert "_wedge" in v["summary"] and "pool_0" not in v["summary"] and "housekeeping" not in v["summary"], v
+    assert_all_gone(out.report)

@@ -19,9 +19,11 @@ from hangwatch.analyse.causes import Diagnosis
 from hangwatch.analyse.gpustate import gpu_state
 from hangwatch.analyse.stackcontext import StackContext
 from hangwatch.analyse.stackcontext import stack_context
+from hangwatch.analyse.stackwaits import CPU_BUSY_CORES
 from hangwatch.analyse.stackwaits import ProcessView
 from hangwatch.analyse.stackwaits import ThreadView
 from hangwatch.analyse.stackwaits import Wait
+from hangwatch.model.kernelwaits import Waker
 from hangwatch.model.samples import STOPPED_STATES
 from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import ProcState
@@ -736,6 +738,69 @@ def rule_stuck_worker(ctx: StackContext) -> Diagnosis | None:
     return Diagnosis(Cause.UNKNOWN, tuple(v.pid for v in stuck), text, Confidence.MEDIUM)
 
 
+def rule_stuck_handler(ctx: StackContext) -> Diagnosis | None:
+    """Requests wait for an answer, and a thread of a server other than its main thread stays in place
+    outside any wait for messages: parked where only its own process can wake it (the kernel's futex
+    waker: an Event, a lock, a condition), or spinning on CPU. A thread-per-request server's handler
+    wedged in its request (http.server, a framework's worker thread) while its main thread accepts and
+    answers /health: the requests are in that thread, and its process is the one to name, though its
+    main thread looks like an idle server's (2026-12-04, tenth session: "no rule matched", no culprit).
+    A spinning handler also starves the main thread of the GIL, which is then caught anywhere in its
+    loop (starting the next handler's thread), so the main thread's place is not asked for.
+
+    Only when every other process waits for messages too (or joins its children), so that no one else
+    is stuck that this server could be waiting on; and only threads whose wait has no timeout: a
+    housekeeping thread waking on a timer, or a pool's idle worker waiting for work on its queue, is no
+    handler stuck."""
+    if not ctx.over_time or not ctx.requests_waiting:
+        return None
+    dumped = [v for v in ctx.views if v.outcome is DumpOutcome.OK and v.main is not None]
+    stuck: dict[int, list[ThreadView]] = {}
+    for v in dumped:
+        main_tid = v.main.tid if v.main is not None else v.pid
+        threads = [t for t in v.threads if t.tid != main_tid and _stuck_thread(v, t)]
+        if threads:
+            stuck[v.pid] = sorted(threads, key=lambda t: not t.active)  # a spinner first: it starves the rest
+    if not stuck or len(stuck) > 2:
+        return None
+    others = [v for v in dumped if v.pid not in stuck]
+    if any(not v.blocked or not (_receiving(ctx, v) or _joining(ctx, v)) for v in others):
+        return None
+    views = {v.pid: v for v in dumped}
+    parts = []
+    for pid, threads in stuck.items():
+        v = views[pid]
+        said = "; ".join(
+            f"its thread {t.name or t.tid} is {'spinning' if t.active else 'stuck'} in {t.where} "
+            f"({t.location})" + (f": `{t.code}`" if t.code else "")
+            for t in threads[:2]
+        )
+        loop = "still takes input in its main thread" if _receiving(ctx, v) else "has its main thread"
+        parts.append(f"{_who(v)} {loop} ({v.main.where if v.main else '?'}), but {said}")
+    text = (
+        "requests wait on a handler that never returns: "
+        + "; ".join(parts)
+        + " (in place: a wait only its own threads can end, or a spin)"
+    )
+    return Diagnosis(Cause.UNKNOWN, tuple(stuck), text, Confidence.MEDIUM)
+
+
+# A thread pool's worker waiting for its next task: a wait for work (a message), not a stuck handler.
+_WORK_QUEUE = re.compile(r"Queue\.get|SimpleQueue_get|concurrent/futures/|queue\.py")
+
+
+def _stuck_thread(v: ProcessView, t: ThreadView) -> bool:
+    """A thread in place outside any wait for messages: spinning on CPU, or in a wait with no timeout
+    that only its own process can end."""
+    if not t.in_place or t.wait is Wait.IDLE_LOOP or t.receiving:
+        return False
+    if _MESSAGES.search(f"{t.where} {t.at}") or _WORK_QUEUE.search(f"{t.where} {t.at} {t.location}"):
+        return False
+    if t.active:
+        return v.cpu_cores is not None and v.cpu_cores >= CPU_BUSY_CORES
+    return t.waker is Waker.ITSELF
+
+
 def rule_unknown(ctx: StackContext) -> Diagnosis:
     """Nothing matched: say where everyone is, so a person can take it from there."""
     dumped = [v for v in ctx.views if v.outcome is DumpOutcome.OK]
@@ -766,6 +831,7 @@ RULES: tuple[Rule, ...] = (
     rule_gpu_spin,
     rule_odd_one_out,
     rule_stuck_worker,
+    rule_stuck_handler,
 )
 
 

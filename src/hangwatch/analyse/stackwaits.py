@@ -21,6 +21,7 @@ from hangwatch.analyse.stackmotion import in_place
 from hangwatch.analyse.stackranks import peer_pids
 from hangwatch.analyse.stackranks import rank_label
 from hangwatch.model.kernelwaits import RECEIVE_CALLS
+from hangwatch.model.kernelwaits import Waker
 from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import Frame
 from hangwatch.model.stacks import ProcessStacks
@@ -282,6 +283,10 @@ class ThreadView:
     # Its innermost Python frame is an op call of a compiled graph (``OpOverload.__call__``, generated
     # code): running a model's forward, where a collective shows as nothing more than an op call.
     op_call: bool = False
+    # Found in the same place by every capture of the samples (stackmotion.in_place; needs two or more).
+    in_place: bool = False
+    # Who can end its wait, as the kernel said at the latest capture (None: not read).
+    waker: Waker | None = None
 
 
 @dataclass(frozen=True)
@@ -405,7 +410,10 @@ def process_views(
             main_calls.setdefault(p.pid, []).append(_main_call(p))
     views = []
     for p in latest.processes:
-        threads = tuple(_thread_view(t) for t in p.threads)
+        wakers = {w.tid: w.waker for w in p.kernel.threads} if p.kernel is not None else {}
+        threads = tuple(
+            _thread_view(t, placed.get((p.pid, t.tid), False), wakers.get(t.tid)) for t in p.threads
+        )
         cpu = None
         if p.cpu_s is not None and p.pid in first_cpu and latest.t - first_cpu[p.pid][0] > 0.5:
             t0, c0 = first_cpu[p.pid]
@@ -473,14 +481,16 @@ _RECEIVE_NATIVE = re.compile(
 )
 
 
-def _thread_view(t: ThreadStack) -> ThreadView:
+def _thread_view(t: ThreadStack, placed: bool = False, waker: Waker | None = None) -> ThreadView:
     wait, frame = classify_thread(t)
     code, location, at = memo("view", t.frames, lambda frames: _leaf_facts(frames, frame, wait_point(t)))
     leaf = t.frames[-1] if t.frames else None
     receiving = leaf is not None and leaf.native and _RECEIVE_NATIVE.match(leaf.name) is not None
     python = [f for f in t.frames if not f.native]
     op_call = bool(python) and _OP_CALL.match(_text(python[-1])) is not None
-    return ThreadView(t.tid, t.name, wait, t.active, wait_point(t), code, location, at, receiving, op_call)
+    return ThreadView(
+        t.tid, t.name, wait, t.active, wait_point(t), code, location, at, receiving, op_call, placed, waker
+    )
 
 
 def _leaf_facts(
