@@ -16,6 +16,7 @@ from hangwatch.analyse.assess import Policy
 from hangwatch.analyse.echoes import ProbeEchoes
 from hangwatch.analyse.progress import ProgressClock
 from hangwatch.analyse.progress import ProgressSignal
+from hangwatch.analyse.progress import progress_signals
 from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackmotion import in_place
 from hangwatch.analyse.stackrules import classify
@@ -112,6 +113,21 @@ def test_a_long_native_call_whose_inner_code_moves_is_work():
     a = thread(*top, native("at::native::mm"), native("gemm_driver"), native("kernel_a"))
     b = thread(*top, native("at::native::mm"), native("gemm_driver"), native("pack_b"))
     assert not in_place([a, b], native=[a, b])
+
+
+def test_two_calls_of_a_poll_loop_part_at_the_leaf_and_a_gemms_kernels_are_work_there_too():
+    from hangwatch.analyse.stackmotion import apart_at_the_leaf
+
+    top = (py("all_reduce", 10, "parallel_state.py"), py("OpOverload.__call__", 841, "torch/_ops.py"))
+    loop = (native("shm_cc_loop"), native("wait_for_all"), native("wait_for_one"))
+    a = thread(*top, *loop, native("get_curr_stamp"))
+    b = thread(*top, *loop, native("get_ready_stamp"))
+    assert not in_place([a, b], native=[a, b]) and apart_at_the_leaf([a, b], native=[a, b])
+    moved = thread(py("all_reduce", 11, "parallel_state.py"), *top[1:], *loop, native("get_ready_stamp"))
+    assert not apart_at_the_leaf([a, moved], native=[a, moved])  # the caller moved on
+    gemm = (py("main", 10), py("forward", 42), native("at::native::mm"), native("gemm_driver"))
+    k1, k2 = thread(*gemm, native("kernel_a")), thread(*gemm, native("kernel_b"))
+    assert not apart_at_the_leaf([k1, k2], native=[k1, k2])  # a compute library: work
 
 
 def test_a_c_poll_loop_is_in_place_inside_or_outside_its_syscall():
@@ -281,6 +297,40 @@ def test_our_own_request_pending_counts_as_waiting():
 
 
 # -- probe echoes by timing ------------------------------------------------------------------------
+
+
+def test_a_probe_that_timed_out_while_our_capture_paused_the_server_does_not_recover_into_progress():
+    """vllm-tp2-TP1-serving-spin-run (2026-12-04): a native capture round of 10.4 s paused the API server
+    for 5 s, the /health probe sent in it timed out, the next answered 200: not progress."""
+    from hangwatch.analyse.stackwatch import StackHistory
+
+    a = _serving_assessor()
+    a.stacks = StackHistory()
+    a.stacks.add(StackSample(3.0, (), 10.4))  # a round from 3.0 to 13.4
+    timeout = ProbeResult(6.2, "http://127.0.0.1:8000/health", ProbeOutcome.TIMEOUT, None, "no answer", 2.0)
+    green = ProbeResult(8.2, "http://127.0.0.1:8000/health", ProbeOutcome.HTTP, 200, None, 0.2)
+    assert a._paused_by_capture(timeout) and not a._paused_by_capture(green)
+    assert not progress_signals(
+        Tick(5.0, (proc(1),)),
+        Tick(13.5, (proc(1),), probes=(timeout, green)),
+        None,
+        serving=True,
+        paused=a._paused_by_capture,
+    )
+    # The same failure away from any capture, then the server answering again: that is news.
+    later = replace(timeout, t=20.0)
+    assert not a._paused_by_capture(later)
+    kinds = [
+        s.kind
+        for s in progress_signals(
+            Tick(19.0, (proc(1),)),
+            Tick(23.0, (proc(1),), probes=(later, replace(green, t=22.0))),
+            None,
+            serving=True,
+            paused=a._paused_by_capture,
+        )
+    ]
+    assert kinds == ["probe"], kinds
 
 
 def test_a_line_at_a_slow_probe_answer_is_an_echo_and_news_away_from_probes_is_not():
@@ -631,7 +681,6 @@ def test_ranks_saying_the_same_thing_in_one_output_are_news_each_not_one_writer_
 
 
 def test_resident_memory_growing_is_progress_even_with_the_stack_in_place():
-    from hangwatch.analyse.progress import progress_signals
 
     before = ProcessSample(5, 1, "w", ("w",), "R", 10.0, 1.0, 0, 0, 0, 4, 1 << 30, (), None, None)
     after = ProcessSample(

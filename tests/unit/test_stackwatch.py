@@ -252,3 +252,42 @@ def test_a_spell_re_dated_by_a_spin_found_late_keeps_the_captures_made_since():
     assert [s.t for s in h.spell] == [46.2, 56.2, 66.2]
     # A spell that starts after the captures (something moved since) starts empty, as before.
     assert h.due(80.0, solid_since=76.0, quiet_since=76.0) and not h.spell
+
+
+def test_a_move_between_two_captures_the_burst_holds_in_place_does_not_date_the_spin():
+    """vllm-tp2-TP1-serving-block-run (2026-12-04): TP0 spins in the CPU all-reduce TP1 never joined.
+    The burst's two native captures found it in ``get_curr_stamp`` then ``get_ready_stamp``, which two
+    captures alone call a move; the Python-only captures after them hold it in place, and it spins. The
+    spin dates from the quiet spell, not from the second capture (the stall came 6.6 s late)."""
+    import json
+    from pathlib import Path
+
+    from hangwatch.model.stacks import DumpOutcome
+    from hangwatch.model.stacks import Frame
+    from hangwatch.model.stacks import ProcessStacks
+    from hangwatch.model.stacks import ThreadStack
+
+    raw = json.loads(
+        (Path(__file__).resolve().parent / "data" / "vllm_tp0_allreduce_spin_stacks.json").read_text()
+    )
+
+    def process(p: dict) -> ProcessStacks:  # type: ignore[type-arg]
+        threads = tuple(
+            ThreadStack(
+                t["tid"], t["name"], t["active"], t["owns_gil"], tuple(Frame(**f) for f in t["frames"])
+            )
+            for t in p["threads"]
+        )
+        fields = {k: v for k, v in p.items() if k not in ("threads", "outcome")}
+        return ProcessStacks(**fields, outcome=DumpOutcome(p["outcome"]), threads=threads)
+
+    samples = [
+        StackSample(s["t"], tuple(process(p) for p in s["processes"]), s["elapsed_s"]) for s in raw["stacks"]
+    ]
+    pid = samples[0].processes[0].pid
+    h = StackHistory()
+    assert h.due(now=samples[0].t, solid_since=59.0, quiet_since=59.0)
+    for s in samples:
+        h.add(s)
+    assert h.spinning(pid)
+    assert h.spin_since(pid) == 59.0, h.spin_since(pid)  # not 64.13, the second capture

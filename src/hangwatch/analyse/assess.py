@@ -145,7 +145,13 @@ class Assessor:
         self._parked = self._parked_since()
         spinning = self._discount.__contains__
         signals = progress_signals(
-            self._prev, tick, self.last_probe, self.policy.thresholds, spinning, serving=self.serving
+            self._prev,
+            tick,
+            self.last_probe,
+            self.policy.thresholds,
+            spinning,
+            serving=self.serving,
+            paused=self._paused_by_capture,
         )
         signals += self._heartbeats(tick)
         if self.stacks is not None:
@@ -206,6 +212,14 @@ class Assessor:
             return None
         self._verdict = verdict
         return verdict
+
+    def _paused_by_capture(self, probe: ProbeResult) -> bool:
+        """The probe was under way while a stack capture of ours ran (a dump pauses its target), and got
+        no answer: that failure may be our own doing. An answer, whatever its status, is the server's."""
+        if self.stacks is None or probe.outcome is ProbeOutcome.HTTP:
+            return False
+        end = probe.t + probe.elapsed_s
+        return any(s.t <= end and probe.t <= s.t + s.elapsed_s for s in self.stacks.kept)
 
     def observe_stacks(self, sample: StackSample) -> Verdict | None:
         """Fold a stack capture in (taken because the status asked); a verdict if it settles one."""

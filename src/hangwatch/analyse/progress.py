@@ -72,12 +72,19 @@ def progress_signals(
     spinning: Callable[[int], bool] = lambda pid: False,
     *,
     serving: bool = False,
+    paused: Callable[[ProbeResult], bool] = lambda probe: False,
 ) -> tuple[ProgressSignal, ...]:
     """Everything at ``tick`` that counts as progress since ``prev``.
 
     ``serving``: the server was ready. A probe that then turns from green to failing, or flaps between
     failures (SGLang's /health answers 503 after 20 s while its scheduler is wedged, and the next probe
     times out), is evidence of a wedge (serving.py), not progress; only turning green again is.
+
+    ``paused``: the probe ran while a stack capture of hangwatch's had the tree's processes paused.
+    Turning from such a probe's failure back to green is hangwatch's own doing, not progress: a native
+    dump of a loaded TP=2 tree paused vLLM's API server for 5 s, the /health probe timed out, the next
+    answered, and that "recovery" put the wedge's verdict 10 s late (vllm-tp2-TP1-serving-spin-run,
+    2026-12-04, tenth session).
     """
     if prev is None:
         return (ProgressSignal(SignalKind.PROCESS, None, "supervision started"),)
@@ -119,7 +126,7 @@ def progress_signals(
         first = last_probe
         for probe in tick.probes:
             green = probe.outcome is ProbeOutcome.HTTP and 200 <= (probe.status or 0) < 300
-            if first is not None and probe.key != first.key and (green or not serving):
+            if first is not None and probe.key != first.key and (green or not serving) and not paused(first):
                 signals.append(
                     ProgressSignal(SignalKind.PROBE, None, f"probe {first.describe()} -> {probe.describe()}")
                 )

@@ -85,6 +85,24 @@ def in_place(stacks: Sequence[ThreadStack], native: Sequence[ThreadStack] = ()) 
     return any(len(tail) == common for tail in tails) and all(len(tail) <= common + 1 for tail in tails)
 
 
+def apart_at_the_leaf(stacks: Sequence[ThreadStack], native: Sequence[ThreadStack] = ()) -> bool:
+    """The same Python frames, and native calls that part only at their last frame: the two calls of a
+    poll loop caught one in each (``wait_for_one`` reading ``get_curr_stamp``, then
+    ``get_ready_stamp``), which ``in_place`` accepts only once a capture is in the loop frame itself.
+    Not a proof of a loop on its own (a GEMM's driver caught in two kernels parts there too); only
+    where later captures already hold the thread in place, as the same loop. Never inside a compute
+    library: that is work, whichever kernel two captures catch."""
+    if len(stacks) < 2 or not _python_in_place([t.python_frames for t in stacks]):
+        return False
+    if any(in_compute(t) for t in native):
+        return False
+    tails = [native_tail(t) for t in native]
+    if not tails:
+        return True
+    common = _shared_length(tails)
+    return all(len(tail) <= common + 1 for tail in tails)
+
+
 def _shared_length(paths: Sequence[Sequence[tuple[str, str]]]) -> int:
     """How many frames, outermost first, every path shares."""
     common = 0

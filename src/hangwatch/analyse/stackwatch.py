@@ -30,6 +30,7 @@ from hangwatch.analyse.progress import data_moved
 from hangwatch.analyse.progress import flowing_over
 from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackframes import signature
+from hangwatch.analyse.stackmotion import apart_at_the_leaf
 from hangwatch.analyse.stackrules import classify
 from hangwatch.analyse.stackwaits import ProcessView
 from hangwatch.analyse.stackwaits import Wait
@@ -83,7 +84,8 @@ class StackHistory:
         self._gpu: GpuSample | None = None
         self._moved_seen: StackSample | None = None
         self._solid_since = 0.0
-        self._moved_at: dict[int, float] = {}  # pid -> the latest capture that found its code moved
+        # pid -> the latest capture that found its code moved (not only at the leaf: see spin_since)
+        self._moved_at: dict[int, float] = {}
         # What moved data in each of the latest tick intervals (end time, pids), for the data that
         # flows through each process over the samples' span; computed once per tick.
         self._last_tick: Tick | None = None
@@ -188,7 +190,12 @@ class StackHistory:
         histories = thread_histories([before, after])
         for (pid, _), history in histories.items():
             every = history[0]
-            if len(every) == 2 and any(t.active for t in every) and not thread_in_place(history):
+            if (
+                len(every) == 2
+                and any(t.active for t in every)
+                and not thread_in_place(history)
+                and not apart_at_the_leaf(every, history[1])
+            ):
                 self._moved_at[pid] = after.t
 
     def parked(self, pid: int) -> bool:
@@ -230,6 +237,13 @@ class StackHistory:
         The latest capture that found its code moving, else the start of the quiet spell (the last
         progress other than CPU): the samples begin ``quiet_before_s`` after it and find the code
         already in place.
+
+        Asked only of a process the solid window's captures hold in place (spinning, or parked). A move
+        that two captures saw only at the leaf of a native call does not date it: two captures of a
+        poll loop can find it in its two calls, and the loop is what the later captures hold in place.
+        vLLM's CPU all-reduce, caught in ``get_curr_stamp`` then ``get_ready_stamp``, had its spin dated
+        from the second capture, and the stall came 6.6 s late (vllm-tp2-TP1-serving-block-run,
+        2026-12-04, tenth session: 37.4 s for a bound of 35).
         """
         return max(self._solid_since, self._moved_at.get(pid, self._solid_since))
 
