@@ -15,7 +15,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
+from typing import Any
 
 import pytest
 
@@ -159,24 +161,30 @@ def test_attach_sees_clients_waiting_and_sends_nothing_of_its_own(hw, tmp_path):
     assert sys.executable  # the CLI ran under this interpreter
 
 
+def _wedged_alone(hw: Callable[..., Any], port: int, server: list[str]) -> dict[str, Any]:
+    """``hangwatch run`` on a one-process server that wedges on hangwatch's own request: stalled while
+    serving, the server alone named, nothing left behind. The verdict, for the caller's own checks."""
+    out = hw(
+        "run", "--quiet", "--engine", "vllm", "--stall-after", str(STALL),
+        "--ready-url", f"http://127.0.0.1:{port}/health", "--", *server,
+    )  # fmt: skip
+    v = out.verdict
+    assert out.rc == 3, v
+    assert v["state"] == "stalled" and v["summary"].startswith("stalled while serving"), v
+    pids = [p["pid"] for p in out.report["processes"]]
+    assert len(pids) == 1 and v["culprits"] == pids, (v, out.report["processes"])  # the server, alone
+    assert_all_gone(out.report)
+    return dict(v)
+
+
 @pytest.mark.parametrize("how", ["pipe", "event", "spin"])
 def test_a_server_whose_loop_is_blocked_is_named_by_the_requests_it_leaves_unread(hw, tmp_path, how):
     """The handler of hangwatch's own request blocks the loop: in a bare read of a pipe (its frames look
     like a receive), an Event, or a spin. The probes and requests that follow sit unread in the kernel's
     queues, which names the server as the one not reading, whatever it is parked in."""
     port = free_port()
-    out = hw(
-        "run", "--quiet", "--engine", "vllm", "--stall-after", str(STALL),
-        "--ready-url", f"http://127.0.0.1:{port}/health", "--",
-        *_stub(port, "--block-loop-after", "0", "--block-how", how),
-    )  # fmt: skip
-    v = out.verdict
-    assert out.rc == 3, v
-    assert v["state"] == "stalled" and v["summary"].startswith("stalled while serving"), v
-    pids = [p["pid"] for p in out.report["processes"]]
-    assert len(pids) == 1 and v["culprits"] == pids, (v, out.report["processes"])  # the stub, alone
+    v = _wedged_alone(hw, port, _stub(port, "--block-loop-after", "0", "--block-how", how))
     assert "unread in the kernel" in v["summary"], v
-    assert_all_gone(out.report)
 
 
 @pytest.mark.parametrize("wedge", ["event", "lock", "spin"])
@@ -187,16 +195,6 @@ def test_a_thread_per_request_server_is_named_by_the_handler_that_never_returns(
     no wedge. The requests are in the handler's thread: its process is the culprit, that thread the
     place."""
     port = free_port()
-    out = hw(
-        "run", "--quiet", "--engine", "vllm", "--stall-after", str(STALL),
-        "--ready-url", f"http://127.0.0.1:{port}/health", "--",
-        *program("threaded_server", "--port", str(port), "--wedge", wedge),
-    )  # fmt: skip
-    v = out.verdict
-    assert out.rc == 3, v
-    assert v["state"] == "stalled" and v["summary"].startswith("stalled while serving"), v
-    pids = [p["pid"] for p in out.report["processes"]]
-    assert len(pids) == 1 and v["culprits"] == pids, (v, out.report["processes"])
+    v = _wedged_alone(hw, port, program("threaded_server", "--port", str(port), "--wedge", wedge))
     assert "process_request_thread) is " + ("spinning" if wedge == "spin" else "stuck") in v["summary"], v
     assert "_wedge" in v["summary"] and "pool_0" not in v["summary"] and "housekeeping" not in v["summary"], v
-    assert_all_gone(out.report)
