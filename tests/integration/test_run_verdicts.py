@@ -124,8 +124,10 @@ def test_a_port_taken_by_a_process_of_the_tree_itself_names_that_process(hw):
     """As SGLang's scheduler taking its launcher's --port for one of its random internal ports: the owner
     is inside the tree, so "a previous server may still run" is not the lead; the verdict names it."""
     port = free_port()
+    # 15 s, as above: the stacks that name the stuck launcher need captures over time (the first comes
+    # after 3 s of quiet, then every 2 s); with 6 s a loaded run judged on one capture and named nobody.
     out = hw(
-        "run", "--quiet", "--stall-after", "6", "--",
+        "run", "--quiet", "--stall-after", "15", "--",
         *program("port_in_use", "--port", str(port), "--then-hang", "--helper-holds-port"),
     )  # fmt: skip
     v = out.verdict
