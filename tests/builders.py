@@ -6,6 +6,8 @@ stalled four-rank run), ``stalled_report`` (a deadlock with a merged stack tree)
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 from typing import Any
 
 from hangwatch.analyse.stacktree import build_tree
@@ -82,6 +84,25 @@ def process_stacks(pid: int, name: str, stack: tuple[Frame, ...], **changes: Any
 
 def stack_sample(t: float, *processes: ProcessStacks) -> StackSample:
     return StackSample(t=t, processes=processes, elapsed_s=0.05)
+
+
+def report_stack_samples(path: Path) -> list[StackSample]:
+    """The stack rounds of a real run, kept in a report's JSON shape (``{"stacks": [...]}``), as samples."""
+
+    def process(raw: dict[str, Any]) -> ProcessStacks:
+        threads = tuple(
+            ThreadStack(
+                t["tid"], t["name"], t["active"], t["owns_gil"], tuple(Frame(**f) for f in t["frames"])
+            )
+            for t in raw["threads"]
+        )
+        fields = {k: v for k, v in raw.items() if k not in ("threads", "outcome")}
+        return ProcessStacks(**fields, outcome=DumpOutcome(raw["outcome"]), threads=threads)
+
+    return [
+        StackSample(s["t"], tuple(process(p) for p in s["processes"]), s["elapsed_s"])
+        for s in json.loads(path.read_text())["stacks"]
+    ]
 
 
 def chain(

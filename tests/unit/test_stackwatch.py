@@ -7,7 +7,9 @@ fixture whenever ``StackHistory.due`` says a capture is due: no process, no cloc
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
+from builders import report_stack_samples
 from fixtures.stacks import loader
 from hangwatch import engines
 from hangwatch.analyse.assess import Assessor
@@ -259,31 +261,9 @@ def test_a_move_between_two_captures_the_burst_holds_in_place_does_not_date_the_
     The burst's two native captures found it in ``get_curr_stamp`` then ``get_ready_stamp``, which two
     captures alone call a move; the Python-only captures after them hold it in place, and it spins. The
     spin dates from the quiet spell, not from the second capture (the stall came 6.6 s late)."""
-    import json
-    from pathlib import Path
-
-    from hangwatch.model.stacks import DumpOutcome
-    from hangwatch.model.stacks import Frame
-    from hangwatch.model.stacks import ProcessStacks
-    from hangwatch.model.stacks import ThreadStack
-
-    raw = json.loads(
-        (Path(__file__).resolve().parent / "data" / "vllm_tp0_allreduce_spin_stacks.json").read_text()
+    samples = report_stack_samples(
+        Path(__file__).resolve().parent / "data" / "vllm_tp0_allreduce_spin_stacks.json"
     )
-
-    def process(p: dict) -> ProcessStacks:  # type: ignore[type-arg]
-        threads = tuple(
-            ThreadStack(
-                t["tid"], t["name"], t["active"], t["owns_gil"], tuple(Frame(**f) for f in t["frames"])
-            )
-            for t in p["threads"]
-        )
-        fields = {k: v for k, v in p.items() if k not in ("threads", "outcome")}
-        return ProcessStacks(**fields, outcome=DumpOutcome(p["outcome"]), threads=threads)
-
-    samples = [
-        StackSample(s["t"], tuple(process(p) for p in s["processes"]), s["elapsed_s"]) for s in raw["stacks"]
-    ]
     pid = samples[0].processes[0].pid
     h = StackHistory()
     assert h.due(now=samples[0].t, solid_since=59.0, quiet_since=59.0)

@@ -6,43 +6,28 @@ receive, multiprocessing's resource tracker in a ``read`` of its pipe."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
+from builders import report_stack_samples
 from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackrules import classify
 from hangwatch.analyse.stackwatch import with_native_detail
 from hangwatch.model.samples import ConnectionSample
 from hangwatch.model.samples import ServerConnection
 from hangwatch.model.samples import Tick
-from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import Frame
 from hangwatch.model.stacks import ProcessStacks
 from hangwatch.model.stacks import StackSample
-from hangwatch.model.stacks import ThreadStack
 from hangwatch.model.vocabulary import Cause
 
 DATA = Path(__file__).resolve().parent / "data" / "sglang_tp2_idle_stacks.json"
 LAUNCHER, TP0, TP1 = 24334, 24484, 24485
 
 
-def _process(raw: dict[str, Any]) -> ProcessStacks:
-    threads = tuple(
-        ThreadStack(t["tid"], t["name"], t["active"], t["owns_gil"], tuple(Frame(**f) for f in t["frames"]))
-        for t in raw["threads"]
-    )
-    fields = {k: v for k, v in raw.items() if k not in ("threads", "outcome")}
-    return ProcessStacks(**fields, outcome=DumpOutcome(raw["outcome"]), threads=threads)
-
-
 def _samples() -> list[StackSample]:
     """As ``hangwatch stacks`` analyses them: later rounds borrow the first round's native frames."""
-    rounds = [
-        StackSample(s["t"], tuple(_process(p) for p in s["processes"]), s["elapsed_s"])
-        for s in json.loads(DATA.read_text())["stacks"]
-    ]
+    rounds = report_stack_samples(DATA)
     return [*rounds[:-1], with_native_detail(rounds)]
 
 
