@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import signal
 import socket
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -101,6 +103,25 @@ def test_port_already_in_use(hw):
     assert out.verdict["cause"] == "port-in-use"
 
 
+def _bind_refused_then_hang(
+    hw: Callable[..., Any], port: int, *extra: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``port_in_use.py --then-hang`` under ``hangwatch run``: stalled, ``port-in-use``, its launcher (the
+    root) named as stuck in its shutdown. The verdict and the report, for the caller's own checks.
+
+    15 s of --stall-after: the stacks that name the stuck launcher need captures over time (the first
+    after 3 s of quiet, then every 2 s); with 6 s a loaded run was judged on one capture, naming nobody."""
+    out = hw(
+        "run", "--quiet", "--stall-after", "15", "--",
+        *program("port_in_use", "--port", str(port), "--then-hang", *extra),
+    )  # fmt: skip
+    v = out.verdict
+    assert (v["state"], v["cause"]) == ("stalled", "port-in-use"), v
+    root = out.report["processes"][0]["pid"]
+    assert v["culprits"] == [root], (v, out.report["processes"])
+    return dict(v), dict(out.report)
+
+
 def test_a_bind_error_logged_then_a_hang_is_port_in_use_with_the_stuck_process_named(hw):
     """As SGLang's launcher: uvicorn logs the bind error, and its shutdown joins a thread forever. The
     log says why, the stacks who is stuck: the verdict gives both."""
@@ -108,14 +129,7 @@ def test_a_bind_error_logged_then_a_hang_is_port_in_use_with_the_stuck_process_n
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        out = hw(
-            "run", "--quiet", "--stall-after", "15", "--",
-            *program("port_in_use", "--port", str(port), "--then-hang"),
-        )  # fmt: skip
-    v = out.verdict
-    assert (v["state"], v["cause"]) == ("stalled", "port-in-use"), v
-    root = out.report["processes"][0]["pid"]
-    assert v["culprits"] == [root], (v, out.report["processes"])
+        v, _ = _bind_refused_then_hang(hw, port)
     assert "address already in use" in v["summary"] and "Thread.join" in v["summary"], v
     assert "of this very tree" not in v["summary"], v  # the owner is outside it
 
@@ -124,20 +138,9 @@ def test_a_port_taken_by_a_process_of_the_tree_itself_names_that_process(hw):
     """As SGLang's scheduler taking its launcher's --port for one of its random internal ports: the owner
     is inside the tree, so "a previous server may still run" is not the lead; the verdict names it."""
     port = free_port()
-    # 15 s, as above: the stacks that name the stuck launcher need captures over time (the first comes
-    # after 3 s of quiet, then every 2 s); with 6 s a loaded run judged on one capture and named nobody.
-    out = hw(
-        "run", "--quiet", "--stall-after", "15", "--",
-        *program("port_in_use", "--port", str(port), "--then-hang", "--helper-holds-port"),
-    )  # fmt: skip
-    v = out.verdict
-    assert (v["state"], v["cause"]) == ("stalled", "port-in-use"), v
-    root = out.report["processes"][0]["pid"]
-    (helper,) = {
-        p["pid"] for t in out.report["timeline"] for p in t["processes"] if port in p["listening_ports"]
-    }
+    v, report = _bind_refused_then_hang(hw, port, "--helper-holds-port")
+    (helper,) = {p["pid"] for t in report["timeline"] for p in t["processes"] if port in p["listening_ports"]}
     assert f"port {port} is held by" in v["summary"] and f"[{helper}] of this very tree" in v["summary"], v
-    assert v["culprits"] == [root], (v, out.report["processes"])  # stuck in its shutdown
     assert "healthy idle server" not in v["summary"], v  # its listening port is the one it could not take
 
 
