@@ -142,3 +142,28 @@ def test_a_server_spinning_in_a_handler_is_named_by_its_unread_requests_whatever
         for t, n in ((4.0, True), (6.0, True), (8.0, False))
     ]
     assert rule_requests_unread(replace(stack_context(polling), unread=((7, 8000, 6.0),))) is None
+
+
+def test_a_handler_thread_spinning_beside_a_starved_main_thread_is_where_the_server_stopped_reading() -> None:
+    """A thread-per-request server (tests/programs/threaded_server.py --wedge spin, 2026-12-04): the handler
+    thread spins and holds the GIL, the main thread starves in ``Thread.start`` of the next handler and
+    stops accepting. Requests sit unread; the spinner is named first, the main thread beside it."""
+    starved = (
+        Frame("serve_forever", "socketserver.py", 240),
+        Frame("ThreadingMixIn.process_request", "socketserver.py", 705),
+        Frame("Thread.start", "threading.py", 969),
+        Frame("Event.wait", "threading.py", 629),
+    )
+    main = ThreadStack(7, "MainThread", False, False, starved)
+    spin = (Frame("Handler.do_POST", "threaded_server.py", 84), Frame("_wedge", "threaded_server.py", 56))
+    handler = ThreadStack(9, "Thread-4 (process_request_thread)", True, True, spin)
+    samples = [
+        StackSample(
+            t, (ProcessStacks(7, "python", None, None, DumpOutcome.OK, (main, handler), "R", cpu),), 0.05
+        )
+        for t, cpu in ((4.0, 3.0), (6.0, 5.0), (8.0, 7.0))
+    ]
+    d = rule_requests_unread(replace(stack_context(samples), unread=((7, 8000, 6.0),)))
+    assert d is not None and d.culprits == (7,), d
+    assert "Thread-4 (process_request_thread) is spinning in _wedge" in d.explanation, d.explanation
+    assert "its main thread in Event.wait" in d.explanation, d.explanation

@@ -261,11 +261,25 @@ def rule_requests_unread(ctx: StackContext) -> Diagnosis | None:
         if pid in named:
             ports[port] = max(ports.get(port, 0.0), seconds)
     where = ", ".join(f"port {port} for {seconds:.0f} s" for port, seconds in sorted(ports.items()))
-    how = "; ".join(
-        f"{_who(v)} is {'spinning' if v.spinning else 'stuck'} in {_where(v)}" for v in fronts[:3]
-    )
+    how = "; ".join(_front_place(v) for v in fronts[:3])
     text = f"requests sit unread in the kernel ({where}): {how}, outside its event loop, and reads none"
     return Diagnosis(Cause.UNKNOWN, tuple(v.pid for v in fronts), text, Confidence.MEDIUM)
+
+
+def _front_place(v: ProcessView) -> str:
+    """Where a server that reads nothing is: its main thread, or, when another thread of it is the one
+    spinning in place, that thread first. A handler thread spinning in a thread-per-request server
+    starves the main thread of the GIL, which then stops accepting too (caught in ``Thread.start`` of the
+    next handler), and the spinner is where it began."""
+    main = v.main.tid if v.main is not None else v.pid
+    spinners = [t for t in v.threads if t.tid != main and t.active and t.in_place] if v.spinning else []
+    if not spinners:
+        return f"{_who(v)} is {'spinning' if v.spinning else 'stuck'} in {_where(v)}"
+    t = spinners[0]
+    return (
+        f"{_who(v)}'s thread {t.name or t.tid} is spinning in {t.where} ({t.location}), "
+        f"its main thread in {_where(v)}"
+    )
 
 
 def _in_event_loop(v: ProcessView) -> bool:
@@ -755,21 +769,22 @@ def rule_stuck_handler(ctx: StackContext) -> Diagnosis | None:
     if not ctx.over_time or not ctx.requests_waiting:
         return None
     dumped = [v for v in ctx.views if v.outcome is DumpOutcome.OK and v.main is not None]
-    stuck: dict[int, list[ThreadView]] = {}
+    stuck: list[tuple[ProcessView, list[ThreadView]]] = []
     for v in dumped:
         main_tid = v.main.tid if v.main is not None else v.pid
         threads = [t for t in v.threads if t.tid != main_tid and _stuck_thread(v, t)]
         if threads:
-            stuck[v.pid] = sorted(threads, key=lambda t: not t.active)  # a spinner first: it starves the rest
+            stuck.append(
+                (v, sorted(threads, key=lambda t: not t.active))
+            )  # a spinner first: it starves the rest
     if not stuck or len(stuck) > 2:
         return None
-    others = [v for v in dumped if v.pid not in stuck]
+    named = {v.pid for v, _ in stuck}
+    others = [v for v in dumped if v.pid not in named]
     if any(not v.blocked or not (_receiving(ctx, v) or _joining(ctx, v)) for v in others):
         return None
-    views = {v.pid: v for v in dumped}
     parts = []
-    for pid, threads in stuck.items():
-        v = views[pid]
+    for v, threads in stuck:
         said = "; ".join(
             f"its thread {t.name or t.tid} is {'spinning' if t.active else 'stuck'} in {t.where} "
             f"({t.location})" + (f": `{t.code}`" if t.code else "")
@@ -782,7 +797,7 @@ def rule_stuck_handler(ctx: StackContext) -> Diagnosis | None:
         + "; ".join(parts)
         + " (in place: a wait only its own threads can end, or a spin)"
     )
-    return Diagnosis(Cause.UNKNOWN, tuple(stuck), text, Confidence.MEDIUM)
+    return Diagnosis(Cause.UNKNOWN, tuple(v.pid for v, _ in stuck), text, Confidence.MEDIUM)
 
 
 # A thread pool's worker waiting for its next task: a wait for work (a message), not a stuck handler.
