@@ -180,25 +180,41 @@ def our_traffic(prev: Tick, tick: Tick) -> dict[int, int]:
 # all_reduce of 16 floats every 0.25-1 s, writes 640 bytes a step per rank.
 FLOW_TICKS = 2
 FLOW_BYTES_PER_S_MIN = 256
+# Fresh memory touched is data moving too: page faults at this rate (1 MiB/s of 4 KiB pages). A spin
+# re-reading a flag faults nothing; CPU work that allocates or copies faults all the time (2026-12-04,
+# tests/programs/work_loops.py on the 2-core machine: a loop of a recursion, a sort and a dict build
+# 38,000 faults/s, hashing a 4 MiB buffer 88,000/s, JSON 64,000/s, regular expressions 1,000/s; a
+# spinning Python loop 0).
+FLOW_FAULTS_PER_S_MIN = 256
 
 
 def data_moved(prev: Tick, tick: Tick, min_rate: float = FLOW_BYTES_PER_S_MIN) -> frozenset[int]:
     """The processes that read or wrote ``min_rate`` bytes a second or more between two ticks, hangwatch's
-    own traffic with the server left out.
+    own traffic with the server left out, or that faulted in fresh memory at ``FLOW_FAULTS_PER_S_MIN``.
 
     Below the I/O threshold this is not progress of its own (a log line is bytes too); it is what
     ``data_flowing`` is made of. Counts what /proc/PID/io counts: write() and read() of sockets and
-    pipes (gloo's sends are writes), not send()/recv() (gloo's receives, ZeroMQ's traffic).
+    pipes (gloo's sends are writes), not send()/recv() (gloo's receives, ZeroMQ's traffic); and the
+    page faults /proc/PID/stat counts, the one trace CPU work that touches memory leaves when it does
+    no I/O (a weight-layout pass, a tokenizer's table build): its code moves whatever three stack
+    captures caught, as a transfer's does.
     """
     dt = max(tick.t - prev.t, 1e-3)
     ours = our_traffic(prev, tick)
-    before = {p.pid for p in prev.processes}
+    before = {p.pid: p.faults for p in prev.processes}
     return frozenset(
         p.pid
         for p in tick.processes
         if p.pid in before
-        and (p.io_delta_bytes - sum(ours.get(port, 0) for port in p.listening_ports)) / dt >= min_rate
+        and (
+            (p.io_delta_bytes - sum(ours.get(port, 0) for port in p.listening_ports)) / dt >= min_rate
+            or _faulted(before[p.pid], p.faults) / dt >= FLOW_FAULTS_PER_S_MIN
+        )
     )
+
+
+def _faulted(before: int | None, after: int | None) -> int:
+    return after - before if before is not None and after is not None and after > before else 0
 
 
 def data_flowing(ticks: Sequence[Tick], start: float, end: float) -> frozenset[int]:

@@ -21,6 +21,7 @@ from hangwatch.analyse.stackmotion import in_place
 from hangwatch.analyse.stackranks import peer_pids
 from hangwatch.analyse.stackranks import rank_label
 from hangwatch.model.kernelwaits import RECEIVE_CALLS
+from hangwatch.model.kernelwaits import ThreadWait
 from hangwatch.model.kernelwaits import Waker
 from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import Frame
@@ -312,6 +313,11 @@ class ProcessView:
     # its polls (SGLang's idle scheduler, once in on_idle's bookkeeping: sglang-tp1-detok-serving-block-run,
     # 2026-12-04, "no rule matched"). Its code moves, yet it waits for a message.
     polls_for_input: bool = False
+    # Under the busy threshold, its main thread in a wait that ends by itself and woken again and again
+    # between the captures (the kernel's count of its runs rising): a poll of a lock file, a port, a
+    # store or a flag, which ends whenever what it polls for turns up, inside the tree or not. Never a
+    # wait nothing can end.
+    retrying: bool = False
 
     @property
     def spinning(self) -> bool:
@@ -402,12 +408,12 @@ def process_views(
     for key in histories:
         by_pid.setdefault(key[0], []).append(key)
     first_cpu: dict[int, tuple[float, float]] = {}
-    main_calls: dict[int, list[str | None]] = {}  # the kernel's call of each main thread, per capture
+    main_kernel: dict[int, list[ThreadWait | None]] = {}  # the kernel's wait of each main thread, per capture
     for sample in samples:
         for p in sample.processes:
             if p.cpu_s is not None and p.pid not in first_cpu:
                 first_cpu[p.pid] = (sample.t, p.cpu_s)
-            main_calls.setdefault(p.pid, []).append(_main_call(p))
+            main_kernel.setdefault(p.pid, []).append(_main_wait(p))
     views = []
     for p in latest.processes:
         wakers = {w.tid: w.waker for w in p.kernel.threads} if p.kernel is not None else {}
@@ -427,8 +433,8 @@ def process_views(
             not moving
             and cpu is not None
             and cpu < CPU_BUSY_CORES
-            and len(main_calls[p.pid]) >= 2
-            and all(call in RECEIVE_CALLS for call in main_calls[p.pid])
+            and len(main_kernel[p.pid]) >= 2
+            and all(w is not None and w.call in RECEIVE_CALLS for w in main_kernel[p.pid])
         )
         views.append(
             ProcessView(
@@ -446,16 +452,32 @@ def process_views(
                 detail=p.detail,
                 burners_in_place=burners,
                 polls_for_input=polls,
+                retrying=cpu is not None and cpu < CPU_BUSY_CORES and _retries(main_kernel[p.pid]),
             )
         )
     return tuple(views)
 
 
-def _main_call(p: ProcessStacks) -> str | None:
-    """The system call the kernel showed its main thread in at the capture (None: not read)."""
+# A thread in a timed wait that was put on a CPU this many times more between the first and the last
+# capture wakes and looks again: a poll (a lock file tried every 50 ms, a store asked every second). A
+# thread parked in one wait keeps its count, however long its timeout (gloo's hour, a sleep(3600)).
+RETRY_WAKES = 3
+
+
+def _retries(waits: Sequence[ThreadWait | None]) -> bool:
+    """The main thread in a wait that ends by itself at some capture, and woken again and again between
+    the captures (its schedstat count rising), as the kernel shows it."""
+    read = [w for w in waits if w is not None and w.wakeups is not None]
+    if len(read) < 2 or not any(w.waker is Waker.TIMEOUT for w in read):
+        return False
+    wakeups = [w.wakeups for w in read if w.wakeups is not None]
+    return wakeups[-1] - wakeups[0] >= RETRY_WAKES
+
+
+def _main_wait(p: ProcessStacks) -> ThreadWait | None:
     if p.kernel is None:
         return None
-    return next((t.call for t in p.kernel.threads if t.tid == p.pid), None)
+    return next((t for t in p.kernel.threads if t.tid == p.pid), None)
 
 
 def _burners_in_place(

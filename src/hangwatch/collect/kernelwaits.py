@@ -20,6 +20,7 @@ Anything else blocked in the kernel is taken as able to end by itself or be ende
 from __future__ import annotations
 
 import platform
+from dataclasses import replace
 from pathlib import Path
 
 from hangwatch.collect import procfs
@@ -68,7 +69,8 @@ def read_waits(pid: int, root: Path = procfs.PROC, machine: str | None = None) -
         call = procfs.read_syscall(pid, tid, root)
         if isinstance(call, procfs.Denied):
             return None
-        threads.append(_thread_wait(pid, tid, call, names, links, root=root))
+        wait = _thread_wait(pid, tid, call, names, links, root=root)
+        threads.append(replace(wait, wakeups=procfs.read_wakeups(pid, tid, root)))
     if not threads:
         return None
     writes = tuple(

@@ -363,6 +363,7 @@ class TreeSampler:
             role=role,
             rank=rank,
             io_error=io_error,
+            faults=stat.faults,
         )
 
     def _attribute_ports(self, listening: dict[int, int], members: set[int]) -> None:

@@ -42,6 +42,9 @@ class ThreadWait:
         str, ...
     ] = ()  # for OBJECTS: what it waits on ("pipe:[123]", "socket:[45]", "lock:08:01:77 /path")
     child: int | None = None  # for CHILDREN: wait4's pid argument (-1: any child)
+    # Times the thread was put on a CPU so far (schedstat): compared across captures, a thread in a timed
+    # wait whose count rises wakes and looks again (a poll); one whose count stays is parked.
+    wakeups: int | None = None
 
 
 @dataclass(frozen=True)

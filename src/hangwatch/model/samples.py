@@ -72,6 +72,9 @@ class ProcessSample:
     role: str | None
     rank: str | None
     io_error: str | None = None
+    # Page faults (minor + major) since the process started: fresh memory touched, the mark of work that
+    # allocates or copies (None where not read, as in samples from another node's older collector).
+    faults: int | None = None
 
 
 class ExitHow(StrEnum):

@@ -1,0 +1,200 @@
+"""Evidence of work that stacks alone miss, and waits that end by themselves.
+
+Two shapes that three stack captures misread (2026-12-04, tests/programs/work_loops.py and
+lock_file_poll.py on the 2-core machine):
+
+- CPU work with no log line and no I/O whose loop calls a few helpers (a recursion, a sort, a dict build)
+  is caught inside the loop's few lines, as a poll loop ``while not ready(): pass`` is: it was called a
+  spin and stalled at a 10 s window. Work that allocates or copies touches fresh memory all the time, and
+  the kernel counts it (page faults); a spin re-reading a flag faults nothing.
+- A rank polling for a file lock (a non-blocking try, then a sleep) that another build holds was "nothing
+  inside the tree can end this wait" when three captures all found it asleep. A thread that wakes again
+  and again (the kernel's count of its runs rising) looks again: its wait ends when the lock comes free.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hangwatch.analyse.progress import FLOW_FAULTS_PER_S_MIN
+from hangwatch.analyse.progress import data_flowing
+from hangwatch.analyse.stackcontext import stack_context
+from hangwatch.analyse.stackrules import classify
+from hangwatch.analyse.stackwaits import RETRY_WAKES
+from hangwatch.analyse.stackwaits import process_views
+from hangwatch.analyse.stackwatch import StackHistory
+from hangwatch.collect import procfs
+from hangwatch.model.kernelwaits import ProcessWaits
+from hangwatch.model.kernelwaits import ThreadWait
+from hangwatch.model.kernelwaits import Waker
+from hangwatch.model.samples import ProcessSample
+from hangwatch.model.samples import Tick
+from hangwatch.model.stacks import DumpOutcome
+from hangwatch.model.stacks import Frame
+from hangwatch.model.stacks import ProcessStacks
+from hangwatch.model.stacks import StackSample
+from hangwatch.model.stacks import ThreadStack
+from hangwatch.model.vocabulary import Cause
+
+WORKER, WAITER = 20, 21
+
+
+def proc(pid: int, faults: int | None, cpu_delta: float) -> ProcessSample:
+    return ProcessSample(
+        pid, 1, f"rank{pid - 20}", ("python",), "R", 10.0, cpu_delta, 0, 0, 0, 1, 1 << 20, (), None,
+        str(pid - 20), faults=faults,
+    )  # fmt: skip
+
+
+def ticks(faults_per_s: int, until: int = 8) -> list[Tick]:
+    """The worker faulting ``faults_per_s`` and burning a core; the waiter idle."""
+    return [
+        Tick(float(t), (proc(WORKER, 1000 + faults_per_s * t, 1.0), proc(WAITER, 50, 0.0)))
+        for t in range(until + 1)
+    ]
+
+
+def worker_loop(line: int) -> ThreadStack:
+    """The worker's loop caught in one of its helpers: on stacks alone, a poll loop's shape."""
+    frames = (
+        Frame("<module>", "boot.py", 90),
+        Frame("build_tables", "boot.py", 40),
+        Frame({41: "sort_some", 42: "table", 43: "fib"}[line], "boot.py", line + 20),
+    )
+    return ThreadStack(WORKER, "MainThread", True, True, frames)
+
+
+def waiter_in_barrier() -> ThreadStack:
+    frames = (
+        Frame("<module>", "boot.py", 90),
+        Frame("barrier", "torch/distributed/distributed_c10d.py", 4100),
+    )
+    return ThreadStack(WAITER, "MainThread", False, False, frames)
+
+
+def samples() -> list[StackSample]:
+    out = []
+    for t, line in ((3.0, 41), (5.0, 42), (7.0, 41)):
+        worker = ProcessStacks(
+            WORKER, "rank0", None, "0", DumpOutcome.OK, (worker_loop(line),), "R", 10.0 + t, world_size=2
+        )
+        waiter = ProcessStacks(
+            WAITER, "rank1", None, "1", DumpOutcome.OK, (waiter_in_barrier(),), "S", 5.0, world_size=2
+        )
+        out.append(StackSample(t, (worker, waiter), 0.1))
+    return out
+
+
+def test_fresh_memory_touched_in_every_interval_is_the_code_moving():
+    assert data_flowing(ticks(38_000), 3.0, 7.0) == frozenset({WORKER})
+    # A spin faults nothing; a background thread's odd allocation is under the rate.
+    assert data_flowing(ticks(0), 3.0, 7.0) == frozenset()
+    assert data_flowing(ticks(FLOW_FAULTS_PER_S_MIN // 4), 3.0, 7.0) == frozenset()
+
+
+def test_faults_not_read_say_nothing():
+    window = [Tick(float(t), (proc(WORKER, None, 1.0),)) for t in range(9)]
+    assert data_flowing(window, 3.0, 7.0) == frozenset()
+
+
+def test_a_rank_working_while_its_peer_waits_in_a_barrier_is_neither_a_spin_nor_a_closed_wait():
+    # Rank 0 builds its tables (the stacks find it in its loop's helpers, in place by their shape) while
+    # rank 1 waits for it in the barrier: the faults say rank 0 works.
+    working = ticks(38_000)
+    d = classify(stack_context(samples(), working))
+    assert not d.closed, d
+    history = StackHistory()
+    for s in samples():
+        history.add(s)
+    for t in working:
+        history.observe_tick(t)
+    assert not history.spinning(WORKER)
+
+
+def test_the_same_stacks_without_faults_are_still_a_spin():
+    # The guard is the kernel's count, not the frames' names: with nothing touched, the loop spins.
+    still = ticks(0)
+    d = classify(stack_context(samples(), still))
+    assert d.cause is Cause.COLLECTIVE_WAIT and d.culprits == (WORKER,) and d.closed, d
+    history = StackHistory()
+    for s in samples():
+        history.add(s)
+    for t in still:
+        history.observe_tick(t)
+    assert history.spinning(WORKER)
+
+
+def test_stat_counts_the_faults_of_fresh_memory():
+    before = procfs.read_stat(os.getpid())
+    assert before is not None
+    buffer = bytearray(32 << 20)  # 32 MiB touched: 8,192 pages
+    for i in range(0, len(buffer), 4096):
+        buffer[i] = 1
+    after = procfs.read_stat(os.getpid())
+    assert after is not None and after.faults - before.faults >= 4096
+
+
+def test_schedstat_counts_the_wakes_of_a_thread():
+    import time
+
+    first = procfs.read_wakeups(os.getpid(), os.getpid())
+    for _ in range(5):
+        time.sleep(0.001)
+    second = procfs.read_wakeups(os.getpid(), os.getpid())
+    assert first is not None and second is not None and second - first >= 5
+
+
+# A rank that polls for a lock (a try, then a sleep) while its peer waits for it in the all-reduce.
+POLLER, PEER = 30, 31
+
+
+def poller_thread() -> ThreadStack:
+    frames = (
+        Frame("<module>", "job.py", 90),
+        Frame("take_lock", "job.py", 40),
+        Frame("time_sleep", "libpython3.11.so", 0, native=True),
+    )
+    return ThreadStack(POLLER, "MainThread", False, False, frames)
+
+
+def peer_thread() -> ThreadStack:
+    frames = (
+        Frame("<module>", "job.py", 90),
+        Frame("all_reduce", "torch/distributed/distributed_c10d.py", 2806),
+    )
+    return ThreadStack(PEER, "MainThread", False, False, frames)
+
+
+def lock_samples(wakes_per_capture: int) -> list[StackSample]:
+    out = []
+    for i, t in enumerate((3.0, 5.0, 7.0)):
+        sleeping = ThreadWait(POLLER, "clock_nanosleep", Waker.TIMEOUT, wakeups=100 + i * wakes_per_capture)
+        waiting = ThreadWait(PEER, "futex", Waker.ITSELF, wakeups=7)
+        poller = ProcessStacks(
+            POLLER, "rank1", None, "1", DumpOutcome.OK, (poller_thread(),), "S", 1.0, world_size=2,
+            kernel=ProcessWaits(POLLER, (sleeping,)),
+        )  # fmt: skip
+        peer = ProcessStacks(
+            PEER, "rank0", None, "0", DumpOutcome.OK, (peer_thread(),), "S", 1.0, world_size=2,
+            kernel=ProcessWaits(PEER, (waiting,)),
+        )  # fmt: skip
+        out.append(StackSample(t, (poller, peer), 0.1))
+    return out
+
+
+def test_a_rank_that_wakes_and_looks_again_is_a_poll_and_never_a_closed_wait():
+    views = {v.pid: v for v in process_views(lock_samples(40))}
+    assert views[POLLER].retrying and not views[PEER].retrying
+    d = classify(stack_context(lock_samples(40)))
+    # Still named: the others wait for it. But whatever it polls for may come: the window applies.
+    assert d.cause is Cause.COLLECTIVE_WAIT and d.culprits == (POLLER,), d
+    assert not d.closed, d
+
+
+def test_a_rank_parked_in_one_long_sleep_is_still_a_closed_wait():
+    # The same frames, the kernel's count unchanged: a sleep(3600) in a loop looks at nothing between.
+    views = {v.pid: v for v in process_views(lock_samples(0))}
+    assert not views[POLLER].retrying
+    assert RETRY_WAKES > 0
+    d = classify(stack_context(lock_samples(0)))
+    assert d.cause is Cause.COLLECTIVE_WAIT and d.culprits == (POLLER,) and d.closed, d
