@@ -9,6 +9,10 @@
         event (``poll``: 100 % of a core on frames no rule names), or in a loop that polls and sleeps
         (``sleep``). With --arrive both ranks run barriers and GEMMs for S seconds, silently, then
         print DONE (the healthy shape of the same code).
+    python gpu_waits.py gpu-work --host-wait poll|launch --seconds S
+        Tensor-core GEMMs for S seconds, silently: on a side stream with the host polling each chunk's
+        completion event between 5 ms sleeps (``poll``), or launched back to back with the host blocked
+        in the launch once the queue is full (``launch``); then DONE. GPU work that must never be stalled.
     python gpu_waits.py compile --seconds S
         torch.compile(mode="max-autotune") of a small MLP into a fresh Inductor cache (Triton autotuning,
         compile workers in child processes), its output sent to /dev/null, then DONE.
@@ -169,6 +173,41 @@ def host_wait(how: str) -> None:
             time.sleep(0.002)
 
 
+def gpu_work(host: str, seconds: float, ready_file: str | None) -> None:
+    """Tensor-core GEMMs for ``seconds``, silently, the host never in a synchronize until the end.
+
+    ``poll``: the GEMMs run on a side stream in chunks, and the host polls each chunk's completion
+    event in a Python loop with 5 ms sleeps (a few percent of a core, frames no rule names).
+    ``launch``: the host launches GEMMs back to back on the default stream with no synchronize, so it
+    spends its time blocked in the launch call once the GPU's queue is full.
+    """
+    import torch
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty_like(a)
+    torch.cuda.synchronize()
+    print(f"gpu work begins ({host})", flush=True)
+    if ready_file:
+        Path(ready_file).write_text("ready\n")
+    end = time.monotonic() + seconds
+    side = torch.cuda.Stream()
+    while time.monotonic() < end:
+        if host == "poll":
+            with torch.cuda.stream(side):
+                for _ in range(200):
+                    torch.matmul(a, b, out=c)
+                done = torch.cuda.Event()
+                done.record(side)
+            while not done.query():
+                time.sleep(0.005)
+        else:
+            for _ in range(200):
+                torch.matmul(a, b, out=c)
+    torch.cuda.synchronize()
+    print("DONE", flush=True)
+
+
 def compile_autotune(seconds: float, ready_file: str | None) -> None:
     """max-autotune into a fresh cache: minutes of Triton benchmarking with every line silenced."""
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
@@ -281,8 +320,8 @@ def capture_decoder(seconds: float, ready_file: str | None) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["ipc", "ipc-rank", "compile", "capture"])
-    parser.add_argument("--host-wait", choices=["sync", "poll", "sleep"], default="sync")
+    parser.add_argument("mode", choices=["ipc", "ipc-rank", "compile", "capture", "gpu-work"])
+    parser.add_argument("--host-wait", choices=["sync", "poll", "sleep", "launch"], default="sync")
     parser.add_argument("--absent", choices=["wait", "spin"], default="wait")
     parser.add_argument("--arrive", action="store_true", help="both ranks arrive: the healthy shape")
     parser.add_argument("--seconds", type=float, default=40.0)
@@ -300,9 +339,11 @@ def main() -> None:
         ipc_rank(args)
     elif args.mode == "compile":
         compile_autotune(args.seconds, args.ready_file)
+    elif args.mode == "gpu-work":
+        gpu_work("launch" if args.host_wait == "launch" else "poll", args.seconds, args.ready_file)
     else:
         capture_decoder(args.seconds, args.ready_file)
-    if args.mode in ("compile", "capture"):
+    if args.mode in ("compile", "capture", "gpu-work"):
         while True:  # stay up after DONE, as a server would; hangwatch ends the tree
             time.sleep(3600)
 

@@ -14,7 +14,10 @@ Runs ``hangwatch run`` (stacks, NVML and GPM on) over gpu_waits.py and checks:
               cudaDeviceSynchronize between -> ready, never stalled (a working GPU's heartbeat counts);
   compile:    torch.compile max-autotune into a fresh cache, silenced -> ready, never stalled;
   capture:    CUDA graph capture of a 16-layer decoder for 17 batch sizes, silently -> ready;
-  gemm:       the long silent GEMM loop of stack_program.py -> ready, never stalled.
+  gemm:       the long silent GEMM loop of stack_program.py -> ready, never stalled;
+  side-gemm-poll: tensor-core GEMMs on a side stream, the host polling their completion event with 5 ms
+              sleeps, --stall-after 20 -> ready, never stalled (GPU work is progress whatever the host does);
+  gemm-blocked-launch: GEMMs launched back to back, the host blocked in the launch -> ready, never stalled.
 Writes $OUT/gpu_waits_validation.json and, for the hang shapes, raw py-spy fixtures of the whole tree
 ($OUT/fixture_gpu_ipc_*.json, the format of tests/fixtures/stacks/capture.py).
 
@@ -55,7 +58,9 @@ HANGS = {
     "ipc-sleep": ["--host-wait", "sleep", "--absent", "spin"],
     "ipc-sync-logs": ["--host-wait", "sync", "--absent", "wait", "--log"],
 }
-CASES = (*HANGS, "ipc-healthy", "ipc-healthy-logs", "compile", "capture", "gemm")
+# GPU work whose host is in no synchronize (issue 23): progress from the GPU itself, never stalled.
+GPU_WORK = {"side-gemm-poll": ["--host-wait", "poll"], "gemm-blocked-launch": ["--host-wait", "launch"]}
+CASES = (*HANGS, "ipc-healthy", "ipc-healthy-logs", "compile", "capture", "gemm", *GPU_WORK)
 PROGRESS = ["--until-ready", "--ready-pattern", "^DONE$", "--stall-after", "10"]
 
 
@@ -65,6 +70,10 @@ def run_case(name: str, seconds: float) -> dict[str, Any]:
     elif name in ("ipc-healthy", "ipc-healthy-logs"):
         logs = ["--log"] if name.endswith("-logs") else []
         report = hangwatch("ipc", PROGRESS, ["--arrive", "--seconds", str(seconds), *logs], program=PROGRAM)
+    elif name in GPU_WORK:
+        report = hangwatch(
+            "gpu-work", [*PROGRESS[:-1], "20"], [*GPU_WORK[name], "--seconds", str(seconds)], program=PROGRAM
+        )
     elif name in ("compile", "capture"):
         report = hangwatch(name, PROGRESS, ["--seconds", str(seconds)], timeout=600, program=PROGRAM)
     else:

@@ -17,7 +17,9 @@ from __future__ import annotations
 import os
 
 from hangwatch.analyse.progress import FLOW_FAULTS_PER_S_MIN
+from hangwatch.analyse.progress import SignalKind
 from hangwatch.analyse.progress import data_flowing
+from hangwatch.analyse.progress import progress_signals
 from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackrules import classify
 from hangwatch.analyse.stackwaits import RETRY_WAKES
@@ -27,6 +29,9 @@ from hangwatch.collect import procfs
 from hangwatch.model.kernelwaits import ProcessWaits
 from hangwatch.model.kernelwaits import ThreadWait
 from hangwatch.model.kernelwaits import Waker
+from hangwatch.model.samples import GpuProcessMemory
+from hangwatch.model.samples import GpuReading
+from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import ProcessSample
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import DumpOutcome
@@ -198,3 +203,38 @@ def test_a_rank_parked_in_one_long_sleep_is_still_a_closed_wait():
     assert RETRY_WAKES > 0
     d = classify(stack_context(lock_samples(0)))
     assert d.cause is Cause.COLLECTIVE_WAIT and d.culprits == (POLLER,) and d.closed, d
+
+
+# GPU work is progress whatever the host does: tensor-core GEMMs on a side stream while the host polls
+# the completion event with short sleeps (CPU under the threshold, no log, GPU memory steady).
+HOST, TENANT = 40, 41
+
+
+def gpu_tick(mem_util: float, holders: tuple[tuple[int, float | None], ...], t: float = 5.0) -> Tick:
+    gpu = GpuSample(
+        gpus=(GpuReading(0, "NVIDIA H200", 99.0, mem_util, 40 << 30, 141 << 30, 690.0, 1980),),
+        processes=tuple(GpuProcessMemory(pid, 0, 20 << 30, sm) for pid, sm in holders),
+    )
+    return Tick(t, (proc(HOST, 100, 0.02),), gpu=gpu)
+
+
+def test_a_gpu_moving_memory_for_the_tree_is_progress_whatever_its_host_does():
+    signals = progress_signals(gpu_tick(0.0, (), 4.0), gpu_tick(38.0, ((HOST, None),)), None)
+    assert [s.kind for s in signals] == [SignalKind.GPU_WORK], signals
+    assert signals[0].pid == HOST
+
+
+def test_a_spinning_gpu_is_not_progress():
+    # A kernel spinning on a flag: 100 % utilisation, 0 % memory utilisation (docs/gpu-signals.md).
+    assert progress_signals(gpu_tick(0.0, (), 4.0), gpu_tick(0.0, ((HOST, None),)), None) == ()
+
+
+def test_another_tenants_work_on_the_same_gpu_is_not_the_trees():
+    # Without per-process samples a GPU shared with a process outside the tree proves nothing...
+    shared = gpu_tick(38.0, ((HOST, None), (TENANT, None)))
+    assert progress_signals(gpu_tick(0.0, (), 4.0), shared, None) == ()
+    # ...with them, only the tree's own kernels running count.
+    theirs = gpu_tick(38.0, ((HOST, 0.0), (TENANT, 97.0)))
+    assert progress_signals(gpu_tick(0.0, (), 4.0), theirs, None) == ()
+    ours = gpu_tick(38.0, ((HOST, 95.0), (TENANT, 0.0)))
+    assert [s.kind for s in progress_signals(gpu_tick(0.0, (), 4.0), ours, None)] == [SignalKind.GPU_WORK]

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from hangwatch.analyse.gpustate import MEM_UTIL_WORK
 from hangwatch.model.samples import ProbeOutcome
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import Tick
@@ -48,6 +49,7 @@ class SignalKind(StrEnum):
     STACK = "stack"
     MEMORY = "memory"
     GPU_MEMORY = "gpu-memory"
+    GPU_WORK = "gpu-work"  # a GPU the tree computes on moves memory (NVML's memory-bandwidth utilisation)
     PORT = "port"
     PROBE = "probe"
     PROCESS = "process"
@@ -121,6 +123,7 @@ def progress_signals(
             ports = ", ".join(map(str, sorted(new_ports)))
             signals.append(ProgressSignal(SignalKind.PORT, p.pid, f"{p.name} [{p.pid}] listens on {ports}"))
     signals.extend(_gpu_memory_signals(prev, tick, thresholds))
+    signals.extend(gpu_work_signals(tick))
     signals.extend(_serving_signals(prev, tick))
     if tick.probes:
         first = last_probe
@@ -132,6 +135,47 @@ def progress_signals(
                 )
             first = probe
     return tuple(signals)
+
+
+def gpu_work_signals(tick: Tick) -> list[ProgressSignal]:
+    """A GPU of the tree's doing real work, whatever its host does (polls an event between short sleeps,
+    sits in a blocked launch, waits in a synchronize): progress of its own, as solid as GPU memory moving.
+
+    Work is memory moved: NVML's memory-bandwidth utilisation at ``MEM_UTIL_WORK`` or more (a spinning
+    kernel reads 0 %, a GEMM 23-47 %, a copy 100 %: docs/gpu-signals.md). The GPU is the tree's when a
+    process of the tree holds memory on it and, where NVML gives per-process samples, one of the tree's
+    kernels ran on its SMs; without those samples, only when no process outside the tree holds memory
+    there (another tenant's work is not ours). 2026-12-04: 80 s of tensor-core GEMMs on a side stream,
+    the host polling the completion event with short sleeps, was "stalled / unknown" at a 20 s window:
+    only GPU memory moving counted then.
+    """
+    if tick.gpu is None or tick.gpu.unavailable or not tick.gpu.gpus:
+        return []
+    members = {p.pid for p in tick.processes}
+    signals = []
+    for g in tick.gpu.gpus:
+        if g.mem_util_pct is None or g.mem_util_pct < MEM_UTIL_WORK:
+            continue
+        held = [p for p in tick.gpu.processes if p.gpu_index == g.index]
+        ours = [p for p in held if p.pid in members]
+        if not ours:
+            continue
+        sampled = [p for p in held if p.sm_util_pct is not None]
+        if sampled:
+            running = [p for p in ours if p.sm_util_pct]
+            if not running:
+                continue
+            pid: int | None = running[0].pid
+        elif len(ours) < len(held):
+            continue
+        else:
+            pid = ours[0].pid if len(ours) == 1 else None
+        signals.append(
+            ProgressSignal(
+                SignalKind.GPU_WORK, pid, f"GPU {g.index} working (memory {g.mem_util_pct:.0f} % busy)"
+            )
+        )
+    return signals
 
 
 def _gpu_memory_signals(prev: Tick, tick: Tick, thresholds: Thresholds) -> list[ProgressSignal]:
