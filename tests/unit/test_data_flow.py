@@ -147,10 +147,12 @@ def test_a_loop_of_short_steps_that_exchanges_data_is_not_a_closed_wait():
 
 def test_the_same_stacks_without_data_are_still_judged_on_the_stacks():
     # Nothing flows: the stacks alone say the others wait in the all_reduce for rank 3 (they would, were
-    # rank 3 out of the loop), as before: the guard is data, not names.
+    # rank 3 out of the loop), as before: the guard is data, not names. Rank 3 burns CPU in place outside
+    # any wait its frames name, so its code runs and may yet leave the loop: named, but not closed (the
+    # window applies; 2026-12-04, issue 23: a fast verdict only for a wait nothing inside can end).
     still = ticks({})
     d = classify(stack_context(samples(0.2), still))
-    assert d.closed and d.cause is Cause.COLLECTIVE_WAIT and d.culprits == (13,), d
+    assert d.cause is Cause.COLLECTIVE_WAIT and d.culprits == (13,) and not d.closed, d
     history = StackHistory()
     for s in samples(0.2):
         history.add(s)

