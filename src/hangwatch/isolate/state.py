@@ -100,6 +100,7 @@ def _run_dict(r: RunResult) -> dict[str, Any]:
             "evidence": list(v.evidence),
             "next_steps": list(v.next_steps),
             "confidence": v.confidence,
+            "decided_by": list(v.decided_by),
         },
         "duration_s": r.duration_s,
         "run_dir": r.run_dir,
@@ -119,6 +120,7 @@ def verdict_from(d: dict[str, Any]) -> Verdict:
         evidence=tuple(d.get("evidence", ())),
         next_steps=tuple(d.get("next_steps", ())),
         confidence=Confidence(d["confidence"]) if d.get("confidence") else None,
+        decided_by=tuple(d.get("decided_by", ())),
     )
 
 

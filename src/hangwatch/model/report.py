@@ -26,6 +26,9 @@ class Verdict:
     evidence: tuple[str, ...]
     next_steps: tuple[str, ...] = ()
     confidence: Confidence | None = None  # when stacks named the cause
+    # The rules that decided it, in order: the state's, then the cause's and culprit's, then refinements
+    # (ids of the rulebook, analyse/rulebook.py; docs/verdicts.md says what each requires).
+    decided_by: tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> int:

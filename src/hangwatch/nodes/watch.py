@@ -301,6 +301,7 @@ def no_answer_verdict(o: NodesAttachOptions) -> Verdict:
         f"no node answered with a process of {o.selector} within the {o.window_s:g} s --window",
         (),
         (),
+        decided_by=("nodes:none-answered",),
     )
 
 
@@ -337,6 +338,7 @@ def ray_unreadable_verdict(o: NodesAttachOptions, results: Sequence[NodeResult])
             f"for stacks only, `hangwatch stacks --ray {o.ray.url}` uses the dashboard's traceback endpoint "
             f"where the head runs with {ray_transport.PROFILING_ENV}=1",
         ),
+        decided_by=("nodes:none-readable",),
     )
 
 

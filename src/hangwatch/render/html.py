@@ -20,6 +20,7 @@ from markupsafe import escape
 from hangwatch import __version__
 from hangwatch.model.report import ProcessRecord
 from hangwatch.model.report import Report
+from hangwatch.model.rulebook import statement_of
 from hangwatch.model.stacks import StackNode
 from hangwatch.redact import scrub
 from hangwatch.render.files import write_atomically
@@ -110,6 +111,7 @@ def html_report(report: Report) -> str:
         "verdict": v,
         "summary": scrub(v.summary),
         "culprits": culprits,
+        "decided_by": [(r, statement_of(r)) for r in v.decided_by],
         "evidence": [scrub(e) for e in v.evidence],
         "notes": [scrub(n) for n in report.notes],
         "command": scrub(" ".join(report.command)),

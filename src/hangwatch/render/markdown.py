@@ -49,6 +49,8 @@ def markdown_report(report: Report) -> str:
         facts.append(f"- phase: {_inline(v.phase)}")
     if v.culprits:
         facts.append(f"- culprits: {', '.join(culprit_labels(report, _inline))}")
+    if v.decided_by:
+        facts.append(f"- decided by: {' > '.join(f'`{r}`' for r in v.decided_by)}")
     command = " ".join(report.command).replace("\n", " ").replace("`", "")  # one code span, unbreakable
     facts.append(f"- command: `{_safe(command)[:300]}`")
     lines.extend(facts)

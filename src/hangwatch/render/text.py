@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hangwatch.model.report import Report
+from hangwatch.model.rulebook import statement_of
 from hangwatch.model.vocabulary import State
 from hangwatch.redact import scrub
 from hangwatch.render.stacktext import tree_lines
@@ -44,6 +45,8 @@ def verdict_text(report: Report) -> str:
         lines.append(f"  phase: {v.phase}")
     if v.culprits:
         lines.append(f"  culprits: {', '.join(culprit_labels(report))}")
+    if v.decided_by:
+        lines.append(f"  decided by: {' > '.join(v.decided_by)} ({statement_of(v.decided_by[-1])})")
     if v.evidence:
         lines.append("  evidence:")
         lines.extend(f"    - {e}" for e in v.evidence)
