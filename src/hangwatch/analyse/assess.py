@@ -665,11 +665,13 @@ class Assessor:
         summary = f"stalled: nothing progressed for {quiet:.0f} s; {diagnosis.explanation}"
         hints = self._port_hints(tick)
         # A bind refused: the tree's listening port is the one it could not take, not an idle server's.
+        # A cause named (a rendezvous waiting on its store's port, a collective) is no idle server either:
+        # the hint is for a tree nothing explains.
         if (
             hints
             and not self.policy.has_readiness
             and closed is None
-            and diagnosis.cause is not Cause.PORT_IN_USE
+            and diagnosis.cause in (Cause.UNKNOWN, Cause.IDLE)
         ):
             summary += f"; {hints[0]}"
         if closed is not None:

@@ -17,6 +17,8 @@ from hangwatch.analyse.stackwaits import ProcessView
 from hangwatch.analyse.stackwaits import process_views
 from hangwatch.analyse.waitgraph import WaitGraph
 from hangwatch.analyse.waitgraph import wait_graph
+from hangwatch.analyse.world import ExpectedWorld
+from hangwatch.analyse.world import expected_world
 from hangwatch.model.samples import ENDED_STATES
 from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import GpuSample
@@ -58,6 +60,8 @@ class StackContext:
     # (pid, port, seconds): a member listening on a port where a connection's bytes have sat unread in
     # the kernel this long (or where a connection waits, never accepted): that member is not reading.
     unread: tuple[tuple[int, int, float], ...] = ()
+    # The world the launcher's command line expects (more than one node), for what never came.
+    world: ExpectedWorld | None = None
 
     @property
     def peers(self) -> tuple[ProcessView, ...]:
@@ -149,6 +153,7 @@ def stack_context(
         connections_read=read,
         waits=wait_graph(samples, dict(parents)),
         unread=_unread(window),
+        world=expected_world([p.cmdline for p in window[-1].processes]) if window else None,
     )
 
 

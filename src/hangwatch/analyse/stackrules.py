@@ -457,6 +457,10 @@ def rule_rendezvous_wait(ctx: StackContext) -> Diagnosis | None:
     if not waiting or any(v.working for v in waiting):
         return None
     sizes = [v.world_size for v in waiting if v.world_size]
+    if ctx.world is not None and ctx.world.missing():
+        # The launcher's own words say who was due: what never came, and where it was to meet us.
+        text = f"{_waiting_in(ctx, waiting)}: rendezvous incomplete: {ctx.world.describe()}"
+        return Diagnosis(Cause.RENDEZVOUS_WAIT, (), text, ctx.confidence(*(v.pid for v in waiting)))
     missing = (
         f"world size {max(sizes)}, {len(ctx.peers)} ranks here"
         if sizes
