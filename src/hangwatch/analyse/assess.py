@@ -694,7 +694,9 @@ class Assessor:
             evidence,
             decided_by=(rule, *diagnosis.rules),
         )
-        return replace(verdict, confidence=diagnosis.confidence)
+        # Steps that fit this very case (a lock's holder to stop) before the cause's usual ones.
+        steps = (*diagnosis.steps, *verdict.next_steps)
+        return replace(verdict, confidence=diagnosis.confidence, next_steps=steps)
 
     def _crashed(self, tick: Tick, rule: str) -> Verdict:
         ended = {e.pid for e in self.exits}

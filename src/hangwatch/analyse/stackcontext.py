@@ -62,6 +62,9 @@ class StackContext:
     unread: tuple[tuple[int, int, float], ...] = ()
     # The world the launcher's command line expects (more than one node), for what never came.
     world: ExpectedWorld | None = None
+    # (pid, path, holder pid, holder's command or None inside the tree): a member holds a file open whose
+    # lock another process holds (/proc/locks), at the latest capture: a poller's lock and who has it.
+    locks: tuple[tuple[int, str, int, str | None], ...] = ()
 
     @property
     def peers(self) -> tuple[ProcessView, ...]:
@@ -154,7 +157,22 @@ def stack_context(
         waits=wait_graph(samples, dict(parents)),
         unread=_unread(window),
         world=expected_world([p.cmdline for p in window[-1].processes]) if window else None,
+        locks=_locks_held_by_others(samples[-1]) if samples else (),
     )
+
+
+def _locks_held_by_others(sample: StackSample) -> tuple[tuple[int, str, int, str | None], ...]:
+    holders: dict[str, set[int]] = {}
+    for key, pid in sample.lock_holders:
+        holders.setdefault(key, set()).add(pid)
+    owners = dict(sample.lock_owners)
+    out = []
+    for p in sample.processes:
+        for entry in p.kernel.files if p.kernel is not None else ():
+            key, _, path = entry.partition(" ")
+            for holder in sorted(holders.get(key, set()) - {p.pid}):
+                out.append((p.pid, path, holder, owners.get(holder)))
+    return tuple(out)
 
 
 # A server's event loop reads what arrives within a tick; bytes left unread this long mean nobody reads.

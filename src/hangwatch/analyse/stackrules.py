@@ -862,7 +862,8 @@ def classify(ctx: StackContext) -> Diagnosis:
     for rule in RULES:
         found = rule(ctx)
         if found is not None:
-            return _unless_it_polls(ctx, replace(found, rules=(stack_rule_id(rule.__name__),)))
+            found = _unless_it_polls(ctx, replace(found, rules=(stack_rule_id(rule.__name__),)))
+            return _lock_held_elsewhere(ctx, found)
     return replace(rule_unknown(ctx), rules=("stacks:no-rule-matched",))
 
 
@@ -888,6 +889,43 @@ def _unless_it_polls(ctx: StackContext, found: Diagnosis) -> Diagnosis:
     if not (polling or running):
         return found
     return replace(found, closed=False, rules=(*found.rules, "stall:open-while-it-moves"))
+
+
+def _lock_held_elsewhere(ctx: StackContext, found: Diagnosis) -> Diagnosis:
+    """Where the wait ends at a process that keeps trying a file lock (it holds the file open, polls, and
+    another process holds the lock: /proc/locks), the chain goes on to that holder: named with its
+    command when it is outside the tree (an earlier run's leftover, another build), and never signalled.
+    A lock file itself blocks nobody once its holder lets go: the holder is what to wait for or stop."""
+    ends = set(found.culprits) or {v.pid for v in ctx.views if v.retrying or v.blocked}
+    polled = [entry for entry in ctx.locks if entry[0] in ends and entry[2] not in ends]
+    if not polled:
+        return found
+    names = {v.pid: _who(v) for v in ctx.views}
+    words, holders = [], []
+    for pid, path, holder, command in polled[:3]:
+        who = (
+            f"[{holder}] `{command}`, outside the tree"
+            if command
+            else f"{names.get(holder, holder)} of this tree"
+        )
+        words.append(f"{names.get(pid, pid)} keeps trying the lock on {path}, held by {who}")
+        holders.append(holder)
+    culprits = tuple(dict.fromkeys([*found.culprits, *holders]))
+    explanation = f"{found.explanation}; {'; '.join(words)}"
+    path, holder = polled[0][1], polled[0][2]
+    step = (
+        f"The lock on {path} is held by [{holder}]: wait for it to finish, or stop it yourself if it is a "
+        "leftover of an earlier run (hangwatch never signals a process it did not start). Deleting the "
+        "lock file does not help while the holder lives: an flock lock is the holder's, not the file's."
+    )
+    return replace(
+        found,
+        culprits=culprits,
+        explanation=explanation,
+        closed=False,  # its holder may let go any moment
+        rules=(*found.rules, "stall:lock-held-elsewhere"),
+        steps=(step, *found.steps),
+    )
 
 
 def _spins_in_a_wait(v: ProcessView) -> bool:

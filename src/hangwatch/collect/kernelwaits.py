@@ -77,7 +77,26 @@ def read_waits(pid: int, root: Path = procfs.PROC, machine: str | None = None) -
         sorted({t for fd, t in links.items() if t.startswith("pipe:") and _writable(pid, fd, root)})
     )
     sockets = tuple(sorted(procfs.sockets_among(links.values())))
-    return ProcessWaits(pid, tuple(threads), writes, sockets)
+    return ProcessWaits(pid, tuple(threads), writes, sockets, _open_files(pid, links, root))
+
+
+# Where a process's open files can hold a lock someone else takes: not devices, /proc or /sys. Bounded,
+# since each costs a stat: a process keeps few regular files open (its log, a lock, a cache index).
+_NOT_FILES = ("/dev/", "/proc/", "/sys/")
+MAX_FILES = 64
+
+
+def _open_files(pid: int, links: dict[int, str], root: Path) -> tuple[str, ...]:
+    out = []
+    for fd, target in sorted(links.items()):
+        if not target.startswith("/") or target.startswith(_NOT_FILES) or target.endswith(" (deleted)"):
+            continue
+        key = procfs.file_key(pid, fd, root)
+        if key is not None:
+            out.append(f"{key} {target}")
+        if len(out) >= MAX_FILES:
+            break
+    return tuple(sorted(set(out)))
 
 
 def _thread_wait(

@@ -50,6 +50,7 @@ from hangwatch.model.stacks import ProcessStacks
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.stacks import ThreadStack
 from hangwatch.model.stacks import intern_frames
+from hangwatch.redact import redact_argv
 
 # SGLang gives a scheduler's dump 8 s with --native and 4 s without (docs/engine-facts.md). A native
 # dump of a torch process takes 0.4-1.2 s here (symbol loading), Python-only 0.03 s: 5 s and 3 s keep
@@ -181,7 +182,13 @@ class StackDumper:
             for obj in w.on
             if obj.startswith("lock:")
         }
+        # ...and the files members hold open, whose locks a poller keeps trying (LOCK_NB, then a sleep).
+        locks |= {f.split(" ", 1)[0] for r in results if r.kernel is not None for f in r.kernel.files}
         holders = tuple(sorted(h for h in procfs.read_locks(self._root) if h[0] in locks)) if locks else ()
+        members = {p.pid for p in processes}
+        owners = tuple(
+            (pid, _command_of(pid, self._root)) for pid in sorted({h for _, h in holders} - members)
+        )
         return StackSample(
             t,
             tuple(results),
@@ -189,6 +196,7 @@ class StackDumper:
             unix_peers=tuple(sorted(peers.items())),
             tcp_peers=tuple(sorted(tcp.items())),
             lock_holders=holders,
+            lock_owners=owners,
         )
 
     def dump(self, p: ProcessSample, native: bool) -> ProcessStacks:
@@ -424,3 +432,10 @@ def _read_lines(path: Path) -> list[str] | None:
 def _sigcont(pid: int) -> None:
     with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGCONT)
+
+
+def _command_of(pid: int, root: Path) -> str:
+    """A process outside the tree, in words for a verdict: its command line, redacted and cut (read, never
+    signalled: hangwatch names such a holder and leaves it alone)."""
+    argv = procfs.read_cmdline(pid, root)
+    return " ".join(redact_argv(argv))[:200] if argv else f"[{pid}]"

@@ -56,6 +56,10 @@ class ProcessWaits:
     threads: tuple[ThreadWait, ...]
     writes: tuple[str, ...] = ()  # sorted; tuples, not sets, so that reports and node bundles carry them
     sockets: tuple[int, ...] = ()
+    # Regular files it holds open, as /proc/locks names them, with their paths ("08:01:77 /tmp/x.lock"):
+    # a process polling for a file lock (a non-blocking try, then a sleep) shows no lock wait in the
+    # kernel, only the file it keeps trying; whoever holds that file's lock is whom it waits for.
+    files: tuple[str, ...] = ()
 
     def untimed(self) -> bool:
         """Every thread waits for someone else to act: none runs, none ends its wait by itself."""

@@ -137,6 +137,11 @@ RULEBOOK: tuple[RuleEntry, ...] = (
         "the process the others wait for logged an exception near the quiet spell's start and lived on",
     ),
     RuleEntry(
+        "stall:lock-held-elsewhere",
+        "the process the wait ends at keeps trying a file lock another process holds (/proc/locks): "
+        "that holder is named",
+    ),
+    RuleEntry(
         "stall:open-while-it-moves",
         "a wait the stack rule closed ends at a process that polls or burns CPU outside a wait: the window "
         "applies",

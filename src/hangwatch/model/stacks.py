@@ -199,8 +199,10 @@ class StackSample:
     unix_peers: tuple[tuple[int, int], ...] = ()
     # socket inode -> the other end of its loopback TCP connection, both ends held by the tree
     tcp_peers: tuple[tuple[int, int], ...] = ()
-    # file locks a member waits for (``MAJ:MIN:INODE``) -> a pid holding it (/proc/locks)
+    # file locks a member waits for or holds a file of (``MAJ:MIN:INODE``) -> a pid holding it (/proc/locks)
     lock_holders: tuple[tuple[str, int], ...] = ()
+    # holders of those locks outside the tree: pid -> its command line (redacted, cut), for the words
+    lock_owners: tuple[tuple[int, str], ...] = ()
 
     def process(self, pid: int) -> ProcessStacks | None:
         for p in self.processes:
