@@ -332,3 +332,26 @@ def timeline_report() -> Report:
         last_progress_t=20.0,
         stall_after_s=10.0,
     )
+
+
+def dense_burst(samples: list[StackSample], total: int = 6, gap: float = 1.0) -> list[StackSample]:
+    """The captures as the watch takes them for a busy process found in place: ``samples`` extended to
+    ``total`` by Python-level copies of the last one, ``gap`` seconds apart, each process's CPU advanced
+    at the rate it burnt over the given samples (a spin stays where it is and keeps burning)."""
+    out = list(samples)
+    rate = {}
+    if len(out) >= 2:
+        before = {p.pid: p for p in out[0].processes}
+        span = max(out[-1].t - out[0].t, 1e-3)
+        for p in out[-1].processes:
+            old = before.get(p.pid)
+            if p.cpu_s is not None and old is not None and old.cpu_s is not None:
+                rate[p.pid] = max(0.0, p.cpu_s - old.cpu_s) / span
+    while len(out) < total:
+        last = out[-1]
+        processes = tuple(
+            dataclasses.replace(p, cpu_s=p.cpu_s + rate.get(p.pid, 0.0) * gap) if p.cpu_s is not None else p
+            for p in last.processes
+        )
+        out.append(dataclasses.replace(last, t=last.t + gap, processes=processes))
+    return out

@@ -40,8 +40,13 @@ def test_a_retry_loop_that_logs_is_a_wait_not_progress(hw, tmp_path):
     # Its lines are named for what they are, never "log silent".
     assert any("still waiting" in e and "attempt" in e for e in v["evidence"]), v["evidence"]
     assert not any(e.startswith("log silent") for e in v["evidence"]), v["evidence"]
-    # Nothing inside the tree can end it: well before the 30 s window.
-    assert out.report["duration_s"] < 30, out.report["duration_s"]
+    # Its lines are no progress: the window counts from before them (stalled within the 30 s window and
+    # the start-up, not held off by every line). A retry loop wakes and looks again, so it may end the
+    # wait itself: never "nothing inside the tree can end this wait" once the kernel shows it waking
+    # (issue 23, 2026-12-04: a poll is never a closed wait; before, this closed in 11 s).
+    assert out.report["duration_s"] < 45, out.report["duration_s"]
+    if "stall:open-while-it-moves" in v["decided_by"]:
+        assert "nothing inside the tree can end" not in v["summary"], v["summary"]
     assert_all_gone(out.report)
 
 

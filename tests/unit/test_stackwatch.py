@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from builders import dense_burst
 from builders import report_stack_samples
 from fixtures.stacks import loader
 from hangwatch import engines
@@ -99,9 +100,15 @@ def test_spin_veto_whatever_the_frames_are_called():
         for kind in ("native", "python", None):
             h = StackHistory()
             captured = loader.samples(name, kind) if kind else loader.samples(name)
-            for s in [*captured, replace(captured[-1], t=captured[-1].t + 2)]:  # a third, as the burst takes
+            burst = [*captured, replace(captured[-1], t=captured[-1].t + 2)]  # a third, as the burst takes
+            for s in burst:
                 h.add(s)
             spinner = loader.pid_of(name, "spin_wait:r0")
+            # No frame names this loop's wait: three captures make it a candidate, not yet a spin...
+            assert not h.spinning(spinner), (name, kind)
+            # ...the dense captures that follow, all in place, make it one.
+            for s in dense_burst(burst)[len(burst) :]:
+                h.add(s)
             assert h.spinning(spinner), (name, kind)
             waiter = loader.pid_of(name, "spin_wait:r1")
             assert not h.spinning(waiter), (name, kind)  # asleep: no CPU to veto

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 
+from builders import dense_burst
 from hangwatch.analyse.progress import FLOW_FAULTS_PER_S_MIN
 from hangwatch.analyse.progress import SignalKind
 from hangwatch.analyse.progress import data_flowing
@@ -52,7 +53,7 @@ def proc(pid: int, faults: int | None, cpu_delta: float) -> ProcessSample:
     )  # fmt: skip
 
 
-def ticks(faults_per_s: int, until: int = 8) -> list[Tick]:
+def ticks(faults_per_s: int, until: int = 12) -> list[Tick]:
     """The worker faulting ``faults_per_s`` and burning a core; the waiter idle."""
     return [
         Tick(float(t), (proc(WORKER, 1000 + faults_per_s * t, 1.0), proc(WAITER, 50, 0.0)))
@@ -78,9 +79,11 @@ def waiter_in_barrier() -> ThreadStack:
     return ThreadStack(WAITER, "MainThread", False, False, frames)
 
 
-def samples() -> list[StackSample]:
+def samples(lines: tuple[int, int, int] = (41, 41, 41)) -> list[StackSample]:
+    """The worker caught three times in its loop: by default in one helper every time (a poll loop's
+    shape, re-reading one condition); ``(41, 42, 41)`` walks two helpers."""
     out = []
-    for t, line in ((3.0, 41), (5.0, 42), (7.0, 41)):
+    for t, line in zip((3.0, 5.0, 7.0), lines, strict=True):
         worker = ProcessStacks(
             WORKER, "rank0", None, "0", DumpOutcome.OK, (worker_loop(line),), "R", 10.0 + t, world_size=2
         )
@@ -124,7 +127,7 @@ def test_the_same_stacks_without_faults_are_still_a_spin():
     d = classify(stack_context(samples(), still))
     assert d.cause is Cause.COLLECTIVE_WAIT and d.culprits == (WORKER,) and not d.closed, d
     history = StackHistory()
-    for s in samples():
+    for s in dense_burst(samples()):  # the burst, then the captures that confirm a spin no frame names
         history.add(s)
     for t in still:
         history.observe_tick(t)
@@ -248,13 +251,30 @@ def test_a_lone_burner_in_place_that_nobody_waits_for_is_work():
     # it or is stuck beside it. Its stacks cannot tell it from a spin, and a spin waits for someone: its
     # CPU stays progress. The same burner with a rank blocked beside it is a spin (the test above).
     alone = [
-        StackSample(s.t, tuple(p for p in s.processes if p.pid == WORKER), s.elapsed_s) for s in samples()
+        StackSample(s.t, tuple(p for p in s.processes if p.pid == WORKER), s.elapsed_s)
+        for s in dense_burst(samples())
     ]
     history = StackHistory()
     for s in alone:
         history.add(s)
-    for t in ticks(0):
+    for t in ticks(0, until=12):
         history.observe_tick(t)
     assert not history.spinning(WORKER)
     # Requests waiting for the tree's answer make it part of a wait (a server owes them).
     assert history.spinning(WORKER, awaited=True)
+
+
+def test_a_loop_walking_several_helpers_works_without_a_fault():
+    # torch.multiprocessing.spawn, 2026-12-04: a rank building tables (a sort, a dict build) while its peer
+    # waited in the all-reduce touched no fresh memory (its allocator kept its pages) and was caught in
+    # its sort, its dict build, its sort: a loop walking helpers is work, a poll re-reads one condition.
+    walking = samples((41, 42, 41))
+    still = ticks(0)
+    d = classify(stack_context(walking, still))
+    assert not d.closed, d
+    history = StackHistory()
+    for s in walking:
+        history.add(s)
+    for t in still:
+        history.observe_tick(t)
+    assert not history.spinning(WORKER)

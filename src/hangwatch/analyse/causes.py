@@ -514,7 +514,12 @@ def _killed_by_writer(
         return False
     parents = {p.pid: p.ppid for tick in window for p in tick.processes}
     burst = [e for e in ordered if e.signal is not None and e.t - first.t <= TOGETHER_S]
-    return len(burst) >= 2 and all(parents.get(e.pid) == writer for e in burst)
+    # One hand kills with one signal: a first death by another signal than the rest was not the writer's
+    # doing (torch.multiprocessing.spawn: rank 1 SIGKILLed from outside, its parent then SIGTERMs rank 0
+    # within milliseconds and raises "process 1 terminated with signal SIGKILL": the launcher was
+    # blamed, 2026-12-04, issue 23).
+    one_signal = len({e.signal for e in burst}) == 1
+    return len(burst) >= 2 and one_signal and all(parents.get(e.pid) == writer for e in burst)
 
 
 def _torn_down(ordered: Sequence[ExitRecord]) -> bool:

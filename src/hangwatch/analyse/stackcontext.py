@@ -65,6 +65,9 @@ class StackContext:
     # (pid, path, holder pid, holder's command or None inside the tree): a member holds a file open whose
     # lock another process holds (/proc/locks), at the latest capture: a poller's lock and who has it.
     locks: tuple[tuple[int, str, int, str | None], ...] = ()
+    # Pairs of members connected to each other by a loopback TCP connection (both ends the tree's): the
+    # ranks of one gloo or NCCL group are, whatever names them (torch.multiprocessing.spawn names none).
+    linked: frozenset[tuple[int, int]] = frozenset()
 
     @property
     def peers(self) -> tuple[ProcessView, ...]:
@@ -158,7 +161,18 @@ def stack_context(
         unread=_unread(window),
         world=expected_world([p.cmdline for p in window[-1].processes]) if window else None,
         locks=_locks_held_by_others(samples[-1]) if samples else (),
+        linked=_tcp_linked(samples[-1]) if samples else frozenset(),
     )
+
+
+def _tcp_linked(sample: StackSample) -> frozenset[tuple[int, int]]:
+    owner = {inode: p.pid for p in sample.processes if p.kernel is not None for inode in p.kernel.sockets}
+    pairs = set()
+    for inode, peer in sample.tcp_peers:
+        a, b = owner.get(inode), owner.get(peer)
+        if a is not None and b is not None and a != b:
+            pairs |= {(a, b), (b, a)}
+    return frozenset(pairs)
 
 
 def _locks_held_by_others(sample: StackSample) -> tuple[tuple[int, str, int, str | None], ...]:

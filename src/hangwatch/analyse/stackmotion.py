@@ -85,6 +85,21 @@ def in_place(stacks: Sequence[ThreadStack], native: Sequence[ThreadStack] = ()) 
     return any(len(tail) == common for tail in tails) and all(len(tail) <= common + 1 for tail in tails)
 
 
+def walks_helpers(stacks: Sequence[ThreadStack]) -> bool:
+    """Captures that find the loop frame calling different functions: a loop walking through several
+    helpers (a recursion, then a sort, then a table build) works, where a poll loop re-reads one
+    condition (``while not ready(): pass`` is found in the loop frame, in ``ready`` or below it, never in
+    another function beside ``ready``). Within ``POLL_DEPTH`` both shapes look in place; which helpers
+    the captures found is what tells them apart (2026-12-04: a rank of torch.multiprocessing.spawn
+    building tables while its peer waited in the all-reduce, caught in its sort, its dict build and its
+    sort, touched no fresh memory inside a process whose allocator kept its pages, and was stalled
+    as a spin at an 8 s window)."""
+    keys = [[(f.name, f.file) for f in t.python_frames] for t in stacks]
+    common = _shared_length(keys)
+    helpers = {k[common] for k in keys if len(k) > common}
+    return len(helpers) >= 2
+
+
 def apart_at_the_leaf(stacks: Sequence[ThreadStack], native: Sequence[ThreadStack] = ()) -> bool:
     """The same Python frames, and native calls that part only at their last frame: the two calls of a
     poll loop caught one in each (``wait_for_one`` reading ``get_curr_stamp``, then

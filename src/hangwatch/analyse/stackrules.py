@@ -391,9 +391,12 @@ def rule_collective_wait(ctx: StackContext) -> Diagnosis | None:
         # The process that started the ranks is their launcher, not a rank that never came; and where
         # nothing names the ranks (every process counts), a helper waiting for messages (a resource
         # tracker reading its pipe) is not one either (a p2p deadlock under torch.multiprocessing.spawn
-        # blamed its launcher and tracker, 2026-12-02).
+        # blamed its launcher and tracker, 2026-12-02), unless a loopback TCP connection joins it to the
+        # ranks in the collective: then it is one of the group, whatever it waits in (a rank in
+        # queue.get for its own stuck loader thread under mp.spawn was "every rank waits in the same
+        # collective", no culprit, 2026-12-04).
         and v.pid not in launchers
-        and (ranked or not _receiving(ctx, v))
+        and (ranked or not _receiving(ctx, v) or any((v.pid, w) in ctx.linked for w in in_collective))
     ]
     unread = [v for v in ctx.peers if v.outcome in _UNREAD]
     if unread and not elsewhere:

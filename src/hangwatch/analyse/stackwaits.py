@@ -18,6 +18,7 @@ from hangwatch.analyse.stackframes import significant_frames
 from hangwatch.analyse.stackframes import wait_point
 from hangwatch.analyse.stackmotion import in_compute
 from hangwatch.analyse.stackmotion import in_place
+from hangwatch.analyse.stackmotion import walks_helpers
 from hangwatch.analyse.stackranks import peer_pids
 from hangwatch.analyse.stackranks import rank_label
 from hangwatch.model.kernelwaits import RECEIVE_CALLS
@@ -383,8 +384,12 @@ def thread_histories(
 
 
 def thread_in_place(history: tuple[list[ThreadStack], list[ThreadStack]]) -> bool:
+    """In place by its stacks (stackmotion.in_place), and not a loop walking several helpers, unless its
+    frames name a known wait (a collective's or a broadcast's poll loop calls what it calls)."""
     every, native = history
-    return in_place(every, native)
+    if not in_place(every, native):
+        return False
+    return not walks_helpers(every) or any(classify_thread(t)[0] in SPIN_WAITS for t in every)
 
 
 def process_views(

