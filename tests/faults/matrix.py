@@ -79,6 +79,9 @@ VLLM_WHO = {
     "TP0": "title:VLLM::Worker_TP0",
     "TP1": "title:VLLM::Worker_TP1",
     "core": "title:VLLM::EngineCore",
+    # TP=1, the most common deployment: no worker process, the engine core runs the model itself
+    # (vLLM V1's in-process executor), so the workers' targets fire in the engine core.
+    "model": "title:VLLM::EngineCore",
     "api": "cmdline:*vllm.entrypoints.openai.api_server*",
 }
 SGLANG_WHO = {
@@ -133,7 +136,7 @@ SGLANG_TARGETS: dict[tuple[str, str], str] = {
 
 def target_for(engine: str, proc: str, phase: str) -> tuple[str, str]:
     if engine == "vllm":
-        kind = "worker" if proc in ("TP0", "TP1") else proc
+        kind = "worker" if proc in ("TP0", "TP1", "model") else proc
         return VLLM_TARGETS[(kind, phase)], VLLM_WHO[proc]
     kind = "sched" if proc in ("TP0", "TP1", "sched") else proc
     return SGLANG_TARGETS[(kind, phase)], SGLANG_WHO[proc]
@@ -296,6 +299,11 @@ def _cells() -> list[Cell]:
         # 2026-12-04 (tenth session): a request handler that spins in the API server's event loop, which
         # then reads no request: the loop's frames sit above the handler's, not at the leaf.
         ("vllm", 2, "api", "serving", "spin", "run"),
+        # 2026-12-04 (eleventh session, issue 23): vLLM at TP=1, its model wedged inside the engine core.
+        ("vllm", 1, "model", "serving", "block", "run"),
+        ("vllm", 1, "model", "serving", "spin", "run"),
+        ("vllm", 1, "model", "serving", "block", "attach"),
+        ("vllm", 1, "model", "weights", "block", "run"),
         ("sglang", 1, "api", "serving", "spin", "run"),
         ("sglang", 1, "api", "serving", "spin", "attach"),
     ):
