@@ -3,8 +3,11 @@ title is not that rank (it would otherwise be blamed as one)."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
+from hwrun import PROGRAMS
 from hwrun import program
 
 pytestmark = pytest.mark.timeout(120)
@@ -34,6 +37,17 @@ def test_ranks_named_by_their_environment_under_a_launcher_with_the_same_title(h
     assert out.verdict["state"] == "ready", out.verdict
     ranks = sorted((p["role"], p["rank"]) for p in out.report["processes"] if p["role"] == "rank")
     assert ranks == [("rank", "0"), ("rank", "1")], out.report["processes"]
+
+
+def test_ranks_a_launch_script_execs_are_named_by_the_environment_the_exec_brings(hw):
+    """Each rank is first seen as the shell before `RANK=$r exec python`, whose environment has no RANK:
+    read again once it execs (issue 23: the count of ranks in the summary changed from run to run)."""
+    out = hw(
+        "run", "--quiet", "--no-doctor", "--stall-after", "8", "--",
+        str(PROGRAMS / "exec_ranks.sh"), env={"PYTHON": sys.executable},
+    )  # fmt: skip
+    ranks = sorted(p["rank"] for p in out.report["processes"] if p["role"] == "rank")
+    assert ranks == ["0", "1"], out.report["processes"]
 
 
 def test_a_tree_supervised_after_another_does_not_adopt_the_last_one_leftovers():

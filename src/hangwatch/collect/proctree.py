@@ -311,6 +311,14 @@ class TreeSampler:
     def _sample_of(self, stat: procfs.Stat, known: _Known, listening: dict[int, int]) -> ProcessSample:
         pid = stat.pid
         cmdline = procfs.read_cmdline(pid, self._root) or ()
+        if cmdline and known.argv and cmdline != known.argv:
+            # It exec'd (or set its title): an exec brings a new environment, so read its ranks again. A
+            # launch script's ranks are first seen as the shell before `exec python`, without the RANK
+            # the exec gives them, and the count of ranks changed from run to run (issue 23). Kept when
+            # the new read finds none: setproctitle overwrites the environment's area with the title.
+            fresh = procfs.read_environ(pid, RANK_ENV_KEYS, self._root)
+            if fresh:
+                known.rank_env = fresh
         # Titles change during startup (VLLM::Worker becomes VLLM::Worker_TP1), so rename every tick.
         name = procfs.process_title(cmdline, stat.comm)
         hint = self._hints.get(pid)
