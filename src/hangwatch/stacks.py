@@ -103,7 +103,7 @@ def take_snapshot(options: SnapshotOptions) -> int:
             "pid": options.pid,
             "engine": profile.name,
             "diagnosis": plain(dataclasses.asdict(diagnosis)),
-            "next_steps": list(causes.NEXT_STEPS.get(diagnosis.cause, ())),
+            "next_steps": [*diagnosis.steps, *causes.NEXT_STEPS.get(diagnosis.cause, ())],
             "stacks": plain([dataclasses.asdict(s) for s in samples]),
             "stack_tree": plain(dataclasses.asdict(tree)),
         }
@@ -124,7 +124,9 @@ def snapshot_text(pid: int, lines: list[str], diagnosis: causes.Diagnosis) -> li
     out.append(f"  {diagnosis.explanation}")
     if diagnosis.culprits:
         out.append(f"  culprits: {', '.join(str(p) for p in diagnosis.culprits)}")
-    steps = causes.NEXT_STEPS.get(diagnosis.cause, ())
+    if diagnosis.rules:
+        out.append(f"  decided by: {' > '.join(diagnosis.rules)}")
+    steps = (*diagnosis.steps, *causes.NEXT_STEPS.get(diagnosis.cause, ()))
     if steps:
         out.append("next:")
         out.extend(f"  - {s}" for s in steps)
