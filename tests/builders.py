@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from hangwatch.analyse.stacktree import build_tree
+from hangwatch.model.kernelwaits import ProcessWaits
+from hangwatch.model.kernelwaits import ThreadWait
+from hangwatch.model.kernelwaits import Waker
 from hangwatch.model.report import PhaseSpan
 from hangwatch.model.report import ProcessRecord
 from hangwatch.model.report import Report
@@ -96,11 +99,35 @@ def report_stack_samples(path: Path) -> list[StackSample]:
             )
             for t in raw["threads"]
         )
-        fields = {k: v for k, v in raw.items() if k not in ("threads", "outcome")}
-        return ProcessStacks(**fields, outcome=DumpOutcome(raw["outcome"]), threads=threads)
+        fields = {k: v for k, v in raw.items() if k not in ("threads", "outcome", "kernel")}
+        return ProcessStacks(
+            **fields, outcome=DumpOutcome(raw["outcome"]), threads=threads, kernel=kernel(raw.get("kernel"))
+        )
+
+    def kernel(raw: dict[str, Any] | None) -> ProcessWaits | None:
+        if raw is None:
+            return None
+        threads = tuple(
+            ThreadWait(t["tid"], t["call"], Waker(t["waker"]), tuple(t["on"]), t["child"], t.get("wakeups"))
+            for t in raw["threads"]
+        )
+        return ProcessWaits(
+            raw["pid"], threads, tuple(raw["writes"]), tuple(raw["sockets"]), tuple(raw.get("files", ()))
+        )
+
+    def pairs(raw: list[list[Any]] | None) -> tuple[Any, ...]:
+        return tuple(tuple(x) for x in raw or ())
 
     return [
-        StackSample(s["t"], tuple(process(p) for p in s["processes"]), s["elapsed_s"])
+        StackSample(
+            s["t"],
+            tuple(process(p) for p in s["processes"]),
+            s["elapsed_s"],
+            unix_peers=pairs(s.get("unix_peers")),
+            tcp_peers=pairs(s.get("tcp_peers")),
+            lock_holders=pairs(s.get("lock_holders")),
+            lock_owners=pairs(s.get("lock_owners")),
+        )
         for s in json.loads(path.read_text())["stacks"]
     ]
 

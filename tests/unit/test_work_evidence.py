@@ -15,8 +15,11 @@ lock_file_poll.py on the 2-core machine):
 from __future__ import annotations
 
 import os
+from dataclasses import replace
+from pathlib import Path
 
 from builders import dense_burst
+from builders import report_stack_samples
 from hangwatch.analyse.progress import FLOW_FAULTS_PER_S_MIN
 from hangwatch.analyse.progress import SignalKind
 from hangwatch.analyse.progress import data_flowing
@@ -278,3 +281,51 @@ def test_a_loop_walking_several_helpers_works_without_a_fault():
     for t in still:
         history.observe_tick(t)
     assert not history.spinning(WORKER)
+
+
+# vLLM at TP=1 (vllm-tp1-model-serving-block-run, 2026-12-04): its one worker blocked in execute_model (an
+# Event nobody sets), its engine core polling for the answer, the API server answering /health all the
+# while: "no rule matched", no culprit, though the worker waits where only its own threads can wake it.
+def test_a_tp1_worker_parked_on_its_own_event_is_named_while_the_front_answers_probes():
+    samples = report_stack_samples(
+        Path(__file__).resolve().parent / "data" / "vllm_tp1_worker_wedge_stacks.json"
+    )
+    names = {p.pid: p.name for p in samples[-1].processes}
+    worker = next(pid for pid, name in names.items() if name.startswith("VLLM::Worker"))
+    front = [pid for pid, name in names.items() if name in ("VLLM::APIServer", "VLLM::EngineCore")]
+    # The front moves data every tick (its /health answers, its polls of the engine core).
+    window = [
+        Tick(
+            samples[0].t - 2 + i,
+            tuple(
+                ProcessSample(
+                    pid,
+                    1,
+                    name,
+                    ("python",),
+                    "S",
+                    10.0,
+                    0.01,
+                    0,
+                    0,
+                    4096 if pid in front else 0,
+                    4,
+                    1 << 20,
+                    (),
+                    None,
+                    None,
+                )
+                for pid, name in names.items()
+            ),
+        )
+        for i in range(int(samples[-1].t - samples[0].t) + 4)
+    ]
+    context = replace(
+        stack_context(samples, window), requests_waiting=("3 client connections got no answer",)
+    )
+    d = classify(context)
+    assert d.culprits == (worker,), d.explanation
+    assert "main thread is stuck in" in d.explanation and "Event.wait" in d.explanation, d.explanation
+    assert d.rules == ("stacks:stuck-handler",), d.rules
+    # Without requests waiting, an idle server's parked thread is nobody's wedge.
+    assert classify(stack_context(samples, window)).culprits != (worker,)

@@ -782,20 +782,36 @@ def rule_stuck_handler(ctx: StackContext) -> Diagnosis | None:
     for v in dumped:
         main_tid = v.main.tid if v.main is not None else v.pid
         threads = [t for t in v.threads if t.tid != main_tid and _stuck_thread(v, t)]
+        # Its main thread too, when it waits where only its own process can wake it: vLLM's TP=1 worker
+        # blocked in its forward while its engine core polls for the answer and the API server, answering
+        # /health, moves data all the while (2026-12-04, issue 23: "no rule matched", no culprit).
+        if v.main is not None and not v.main.active and _stuck_thread(v, v.main):
+            threads.append(v.main)
         if threads:
             stuck.append(
                 (v, sorted(threads, key=lambda t: not t.active))
             )  # a spinner first: it starves the rest
+    # A process whose main thread is stuck is the likelier holder of the request than one with a utility
+    # thread parked on an Event of its own (vLLM's engine core keeps a signal-callback thread so, by design).
+    mains = [
+        (v, threads)
+        for v, threads in stuck
+        if any(v.main is not None and t.tid == v.main.tid for t in threads)
+    ]
+    stuck = mains or stuck
     if not stuck or len(stuck) > 2:
         return None
     named = {v.pid for v, _ in stuck}
     others = [v for v in dumped if v.pid not in named]
-    if any(not v.blocked or not (_receiving(ctx, v) or _joining(ctx, v)) for v in others):
+    # A wait only its own threads can end holds up whoever waits for messages, moving or not (a front
+    # answering probes moves data); a spinning handler is judged only beside processes that are still.
+    parked = all(not t.active for _, threads in stuck for t in threads)
+    if any(not (_receiving(ctx, v) or _joining(ctx, v)) or not (v.blocked or parked) for v in others):
         return None
     parts = []
     for v, threads in stuck:
         said = "; ".join(
-            f"its thread {t.name or t.tid} is {'spinning' if t.active else 'stuck'} in {t.where} "
+            f"its {_thread_name(v, t)} is {'spinning' if t.active else 'stuck'} in {t.where} "
             f"({t.location})" + (f": `{t.code}`" if t.code else "")
             for t in threads[:2]
         )
@@ -807,6 +823,10 @@ def rule_stuck_handler(ctx: StackContext) -> Diagnosis | None:
         + " (in place: a wait only its own threads can end, or a spin)"
     )
     return Diagnosis(Cause.UNKNOWN, tuple(v.pid for v, _ in stuck), text, Confidence.MEDIUM)
+
+
+def _thread_name(v: ProcessView, t: ThreadView) -> str:
+    return "main thread" if v.main is not None and t.tid == v.main.tid else f"thread {t.name or t.tid}"
 
 
 # A thread pool's worker waiting for its next task: a wait for work (a message), not a stuck handler.
