@@ -774,7 +774,13 @@ def rule_stuck_handler(ctx: StackContext) -> Diagnosis | None:
     Only when every other process waits for messages too (or joins its children), so that no one else
     is stuck that this server could be waiting on; and only threads whose wait has no timeout: a
     housekeeping thread waking on a timer, or a pool's idle worker waiting for work on its queue, is no
-    handler stuck."""
+    handler stuck.
+
+    A process's main thread counts too, parked where only its own process can wake it or spinning in
+    place (2026-12-04, issue 23: vLLM at TP=1, its one worker wedged in execute_model while the engine
+    core polls for the answer and the API server answers /health; "no rule matched", no culprit). Such a
+    wait holds up the fronts waiting for messages even while they move data answering probes; a process
+    with its main thread stuck goes before one with only a utility thread on an Event of its own."""
     if not ctx.over_time or not ctx.requests_waiting:
         return None
     dumped = [v for v in ctx.views if v.outcome is DumpOutcome.OK and v.main is not None]
@@ -785,7 +791,7 @@ def rule_stuck_handler(ctx: StackContext) -> Diagnosis | None:
         # Its main thread too, when it waits where only its own process can wake it: vLLM's TP=1 worker
         # blocked in its forward while its engine core polls for the answer and the API server, answering
         # /health, moves data all the while (2026-12-04, issue 23: "no rule matched", no culprit).
-        if v.main is not None and not v.main.active and _stuck_thread(v, v.main):
+        if v.main is not None and _stuck_thread(v, v.main) and (not v.main.active or v.spinning):
             threads.append(v.main)
         if threads:
             stuck.append(
@@ -803,10 +809,11 @@ def rule_stuck_handler(ctx: StackContext) -> Diagnosis | None:
         return None
     named = {v.pid for v, _ in stuck}
     others = [v for v in dumped if v.pid not in named]
-    # A wait only its own threads can end holds up whoever waits for messages, moving or not (a front
-    # answering probes moves data); a spinning handler is judged only beside processes that are still.
-    parked = all(not t.active for _, threads in stuck for t in threads)
-    if any(not (_receiving(ctx, v) or _joining(ctx, v)) or not (v.blocked or parked) for v in others):
+    # A wait only its own threads can end, or a main thread spinning in place, holds up whoever waits for
+    # messages, moving or not (a front answering probes moves data); a handler thread spinning beside a
+    # main thread that still serves is judged only beside processes that are still.
+    held = all(not t.active or (v.main is not None and t.tid == v.main.tid) for v, ts in stuck for t in ts)
+    if any(not (_receiving(ctx, v) or _joining(ctx, v)) or not (v.blocked or held) for v in others):
         return None
     parts = []
     for v, threads in stuck:

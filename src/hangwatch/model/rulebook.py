@@ -116,8 +116,8 @@ RULEBOOK: tuple[RuleEntry, ...] = (
     ),
     RuleEntry(
         "stacks:stuck-handler",
-        "requests wait and a thread other than the main one stays in place in an untimed wait of its own "
-        "process, or spinning",
+        "requests wait and a thread stays in place in an untimed wait only its own process can end, or "
+        "spinning, while the others wait for messages",
     ),
     RuleEntry("stacks:no-rule-matched", "no stack rule matched: where every process is, for a person"),
     # -- the cause from process states and the log (causes.diagnose_stall) -----------------------------
