@@ -524,7 +524,8 @@ class Assessor:
             evidence = [f"last progress: {', '.join(s.text for s in self.clock.last_signals[:3])}"]
             hint = self._spin_hint()
             evidence = [*([hint] if hint else []), *evidence]
-            return self._make(State.TIMEOUT, None, summary, (), evidence, decided_by=("timeout:limit",))
+            rule = "timeout:window" if self.policy.timeout_label else "timeout:limit"
+            return self._make(State.TIMEOUT, None, summary, (), evidence, decided_by=(rule,))
         return None
 
     def _decisive_failure_over(self, now: float) -> bool:

@@ -65,7 +65,8 @@ RULEBOOK: tuple[RuleEntry, ...] = (
         "nothing moved for --stall-after s",
     ),
     RuleEntry("serving:stopped-member", "requests wait, a member is stopped, nothing solid moved for 10 s"),
-    RuleEntry("timeout:limit", "--timeout (or attach's --window) ran out while the tree still progressed"),
+    RuleEntry("timeout:limit", "the time limit given ran out while the tree still progressed, not ready"),
+    RuleEntry("timeout:window", "attach's window ended while the tree still progressed, not ready"),
     RuleEntry("interrupted", "hangwatch was stopped (Ctrl-C, SIGTERM) before a verdict"),
     RuleEntry("nodes:none-answered", "no node answered with a process of the selector within --window"),
     RuleEntry(
