@@ -1,7 +1,7 @@
 """Write the rulebook's table into docs/verdicts.md, between its markers (or check it with --check).
 
-    .venv/bin/python scripts/rulebook_doc.py          # rewrite the section
-    .venv/bin/python scripts/rulebook_doc.py --check  # exit 1 when the page and the table disagree
+.venv/bin/python scripts/rulebook_doc.py          # rewrite the section
+.venv/bin/python scripts/rulebook_doc.py --check  # exit 1 when the page and the table disagree
 """
 
 from __future__ import annotations
