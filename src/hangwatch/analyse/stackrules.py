@@ -459,16 +459,15 @@ def rule_rendezvous_wait(ctx: StackContext) -> Diagnosis | None:
     if not waiting or any(v.working for v in waiting):
         return None
     sizes = [v.world_size for v in waiting if v.world_size]
-    if ctx.world is not None and ctx.world.missing():
-        # The launcher's own words say who was due: what never came, and where it was to meet us.
-        text = f"{_waiting_in(ctx, waiting)}: rendezvous incomplete: {ctx.world.describe()}"
-        return Diagnosis(Cause.RENDEZVOUS_WAIT, (), text, ctx.confidence(*(v.pid for v in waiting)))
     missing = (
         f"world size {max(sizes)}, {len(ctx.peers)} ranks here"
         if sizes
         else "the other ranks never checked in"
     )
     text = f"{_waiting_in(ctx, waiting)}: rendezvous incomplete ({missing}; not started, or on another node)"
+    if ctx.world is not None and ctx.world.missing():
+        # The launcher's own words say who was due: what never came, and where it was to meet us.
+        text = f"{_waiting_in(ctx, waiting)}: rendezvous incomplete: {ctx.world.describe()}"
     return Diagnosis(Cause.RENDEZVOUS_WAIT, (), text, ctx.confidence(*(v.pid for v in waiting)))
 
 
@@ -891,12 +890,12 @@ def classify(ctx: StackContext) -> Diagnosis:
     for rule in RULES:
         found = rule(ctx)
         if found is not None:
-            found = _unless_it_polls(ctx, replace(found, rules=(stack_rule_id(rule.__name__),)))
+            found = _open_while_it_moves(ctx, replace(found, rules=(stack_rule_id(rule.__name__),)))
             return _lock_held_elsewhere(ctx, found)
     return replace(rule_unknown(ctx), rules=("stacks:no-rule-matched",))
 
 
-def _unless_it_polls(ctx: StackContext, found: Diagnosis) -> Diagnosis:
+def _open_while_it_moves(ctx: StackContext, found: Diagnosis) -> Diagnosis:
     """A wait ends where nothing moves: a closed diagnosis stays closed only while the processes its wait
     ends at are still. The diagnosis stands; the stall window applies when one of them may yet end it:
 
