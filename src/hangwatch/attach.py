@@ -19,6 +19,7 @@ from hangwatch.collect.logtail import FileLog
 from hangwatch.collect.nvml import NvmlGpuSource
 from hangwatch.collect.oom import OomWitness
 from hangwatch.collect.proctree import TreeSampler
+from hangwatch.collect.proctree import check_target
 from hangwatch.collect.proctree import own_processes
 from hangwatch.errors import PTRACE_HELP
 from hangwatch.errors import NoSuchProcess
@@ -41,6 +42,7 @@ class AttachOptions:
     pid: int
     window: float
     log: Path | None
+    whole_machine: bool = False
 
 
 def find_log(pid: int) -> Path | None:
@@ -58,6 +60,10 @@ def run_attached(options: AttachOptions) -> int:
         raise NoSuchProcess(f"no process with PID {options.pid}")
     if stat.exited:
         raise NoSuchProcess(f"PID {options.pid} has already exited (it is a zombie waiting to be reaped)")
+    # Not hangwatch itself or its parent chain (it would watch nothing but itself, left out, to a TIMEOUT),
+    # not a kernel thread, not the whole machine unless asked for by name: as cleanup refuses them.
+    check_target(f"--pid {options.pid}", [options.pid], whole_machine_flag="--whole-machine",
+                 whole_machine=options.whole_machine)  # fmt: skip
     cmdline = procfs.read_cmdline(options.pid) or (stat.comm,)
     # The window is a timeout: still progressing when it ends is a 'timeout' verdict, with the evidence,
     # worded as the end of the window unless the user's own --timeout is the shorter limit.

@@ -10,7 +10,6 @@ own host process). hangwatch itself and its ancestors are never part of a tree i
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,6 +19,7 @@ from hangwatch.collect.host import listeners
 from hangwatch.collect.host import process_label
 from hangwatch.collect.nvml import GpuSource
 from hangwatch.collect.nvml import NvmlGpuSource
+from hangwatch.collect.proctree import check_target
 from hangwatch.errors import NoSuchProcess
 from hangwatch.errors import UsageError
 from hangwatch.model.cleanup import CleanupOutcome
@@ -71,7 +71,8 @@ def tree_pids(root: int | None, session: int | None, stats: dict[int, procfs.Sta
                     todo.append(child)
     if session is not None:
         found |= {s.pid for s in stats.values() if s.session == session}
-    return found
+    # Never a kernel thread, whatever the parentage says (kthreadd's children, session 0).
+    return {p for p in found if not (p in stats and stats[p].kernel_thread)}
 
 
 def _members(pids: Iterable[int], stats: dict[int, procfs.Stat]) -> tuple[Member, ...]:
@@ -79,17 +80,6 @@ def _members(pids: Iterable[int], stats: dict[int, procfs.Stat]) -> tuple[Member
         Member(s.pid, s.starttime_ticks, s.ppid, s.session, s.state, process_label(s.pid), s.exited)
         for s in sorted((stats[p] for p in pids if p in stats), key=lambda s: s.pid)
     )
-
-
-def _guard(pids: set[int], stats: dict[int, procfs.Stat], target: str) -> None:
-    mine = _ancestors(os.getpid(), stats)
-    if 1 in pids:
-        raise UsageError(f"{target}: refusing to stop a tree that contains pid 1 (init)")
-    if pids & mine:
-        raise UsageError(
-            f"{target}: the tree contains hangwatch itself or its parent shell (pid "
-            f"{', '.join(map(str, sorted(pids & mine)))}); run cleanup from outside it"
-        )
 
 
 def _gpu_held(sample: GpuSample, pids: set[int]) -> tuple[tuple[GpuHeld, ...], str | None]:
@@ -121,10 +111,13 @@ def _plan(
     gpu: GpuSource,
     notes: tuple[str, ...] = (),
 ) -> CleanupPlan:
+    if root is not None:
+        check_target(target, [root], stats=stats)  # pid 2 before its tree: kernel threads are never members
     pids = tree_pids(root, session, stats)
     if not pids:
         raise TreeGone(f"{target}: no process of that tree is left")
-    _guard(pids, stats, target)
+    # init, hangwatch and its ancestors, a kernel thread: never stopped (cleanup has no whole-machine flag).
+    check_target(target, pids, stats=stats)
     members = _members(pids, stats)
     held, note = _gpu_held(gpu.read(), pids)
     return CleanupPlan(

@@ -1,10 +1,14 @@
 """Remove secrets from command lines, environments, URLs and free text before anything is shown or stored.
 
 Applied at the collection boundary (so no sample ever holds a secret), and by every writer to every
-string it writes (``scrub``: the JSON, HTML and Markdown reports, the verdict and the other texts):
+string it writes (``scrub``: the JSON, HTML and Markdown reports, the verdict and the other texts, the
+live view's lines):
 known token shapes (``hf_...``, ``sk-...``, bearer headers, ``token=...``) and the exact values of the
 secret-named environment variables (``*TOKEN*``, ``*KEY*``, ``*SECRET*``, ``*PASSWORD*``) that
 hangwatch passes to the tree it launches (its own environment), wherever they appear.
+
+Only what is a secret goes: after a colon a word of a sentence stays ("token: Permission denied"), and a
+name about a secret (``token_count``, ``HF_TOKEN_PATH``) is not a secret's name.
 """
 
 from __future__ import annotations
@@ -31,11 +35,26 @@ _ASSIGNMENT = re.compile(
     rf"(?i)\b([\w.-]*{_SENSITIVE_WORDS}[\w.-]*)(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;&\"']+)"
 )
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/@\s:]+)(?::([^/@\s]*))?@")
-_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}")
-# Well-known token shapes that can appear anywhere (HF, OpenAI-style, GitHub, AWS, Slack).
+# An authorization scheme and its credential. Outside an Authorization header the same two words are
+# English ("Basic configuration", "bearer authentication"): there only a credential-shaped word counts.
+_BEARER = re.compile(r"(?i)(\bauthorization\s*[:=]\s*)?\b(bearer|basic)\s+([A-Za-z0-9._~+/=-]{8,})")
+MIN_BARE_CREDENTIAL = 20  # a run of letters this long is no English word
+# Well-known token shapes that can appear anywhere (HF, OpenAI-style, GitHub, AWS long-term and temporary
+# key ids, Slack).
 _TOKEN_SHAPES = re.compile(
-    r"\b(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16}|xox[abpr]-[A-Za-z0-9-]{10,})\b"
+    r"\b(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
+    r"|xox[abpr]-[A-Za-z0-9-]{10,})\b"
 )
+# After "token:" or "password:" (a colon: prose as often as a setting), what is a word of the sentence
+# and not the value: "could not read token: Permission denied", "HF_TOKEN: not set", a token printed
+# spaced out ("token: h f _ a b"). A value is one word, of letters only, cased as words are, with more
+# words after it; or one of the words that say a value is absent. Anything else there is masked.
+_PROSE_WORD = re.compile(r"[A-Za-z]|[a-z]{2,15}|[A-Z][a-z]{1,14}")
+_NEXT_WORD = re.compile(r"[ \t]+[A-Za-z_(]")
+_ABSENT_WORDS = frozenset(
+    {"none", "null", "nil", "missing", "unset", "empty", "invalid", "expired", "denied", "required",
+     "revoked", "not", "no", "true", "false"}
+)  # fmt: skip
 
 
 _SECRET_PARTS = frozenset(
@@ -53,11 +72,19 @@ _SECRET_PARTS = frozenset(
     }
 )
 _KEY_QUALIFIERS = frozenset({"api", "access", "private", "secret", "hf", "openai", "signing", "encryption"})
+# Parts that make a secret's name the name of something about it: how many tokens (token_count,
+# max_token, token_ids), where it is kept (HF_TOKEN_PATH). Their values are numbers and paths.
+_NOT_THE_SECRET = frozenset(
+    {"count", "counts", "num", "len", "length", "ids", "limit", "max", "min", "budget", "usage", "size",
+     "total", "per", "path", "file", "dir"}
+)  # fmt: skip
 
 
 def is_secret_name(name: str) -> bool:
     """True for HF_TOKEN, api_key, --hf-token, NCCL_SOCKET_PASSWORD; false for --tokenizer, max_tokens."""
     parts = set(re.split(r"[^a-z0-9]+", name.lower())) - {""}
+    if parts & _NOT_THE_SECRET:
+        return False
     if parts & _SECRET_PARTS:
         return True
     return "key" in parts and bool(parts & _KEY_QUALIFIERS)
@@ -103,15 +130,32 @@ def redact_url(url: str) -> str:
 def redact_text(text: str) -> str:
     """Best-effort redaction of secrets in free text (log lines, error messages)."""
     text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{MASK}@", text)
-    text = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
+    text = _BEARER.sub(_credential, text)
     text = _TOKEN_SHAPES.sub(MASK, text)
-
-    def _assignment(m: re.Match[str]) -> str:
-        if not is_secret_name(m.group(1)):
-            return m.group(0)
-        return f"{m.group(1)}{m.group(2)}{MASK}"
-
     return _ASSIGNMENT.sub(_assignment, text)
+
+
+def _credential(m: re.Match[str]) -> str:
+    header, scheme, credential = m.group(1), m.group(2), m.group(3)
+    if header is None and credential.isalpha() and len(credential) < MIN_BARE_CREDENTIAL:
+        return m.group(0)  # "Basic configuration": a word, not a credential
+    return f"{header or ''}{scheme} {MASK}"
+
+
+def _assignment(m: re.Match[str]) -> str:
+    name, sep, value = m.group(1), m.group(2), m.group(3)
+    if not is_secret_name(name):
+        return m.group(0)
+    if "=" not in sep and _is_prose(value, m.string, m.end()):
+        return m.group(0)
+    return f"{name}{sep}{MASK}"
+
+
+def _is_prose(value: str, text: str, end: int) -> bool:
+    """True when ``value``, after ``name:``, is a word of a sentence rather than the secret itself."""
+    if value.lower() in _ABSENT_WORDS or value.lower() in ("bearer", "basic"):
+        return True  # a scheme is not the secret: its credential, after it, was masked (_BEARER)
+    return bool(_PROSE_WORD.fullmatch(value)) and bool(_NEXT_WORD.match(text, end))
 
 
 def redact_environ(env: dict[str, str]) -> dict[str, str]:

@@ -23,13 +23,16 @@ from hangwatch.analyse.stackwatch import with_native_detail
 from hangwatch.collect import procfs
 from hangwatch.collect.connections import ConnectionWatcher
 from hangwatch.collect.proctree import TreeSampler
+from hangwatch.collect.proctree import check_target
 from hangwatch.collect.proctree import own_processes
 from hangwatch.collect.proctree import whole_machine_note
 from hangwatch.collect.stacks import StackDumper
 from hangwatch.errors import HangwatchError
 from hangwatch.errors import NoSuchProcess
+from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import StackSample
+from hangwatch.model.vocabulary import Cause
 from hangwatch.redact import scrub
 from hangwatch.render.files import write_atomically
 from hangwatch.render.files import write_outputs
@@ -53,12 +56,17 @@ class SnapshotOptions:
     every_s: float
     native: bool
     report_json: Path | None
+    whole_machine: bool = False
 
 
 def take_snapshot(options: SnapshotOptions) -> int:
     stat = procfs.read_stat(options.pid)
     if stat is None:
         raise NoSuchProcess(f"no process with PID {options.pid}")
+    # Not hangwatch itself or its parent chain (it would dump nothing but the shell), not a kernel thread,
+    # not every Python process of the machine unless asked for by name: as cleanup refuses them.
+    check_target(f"--pid {options.pid}", [options.pid], whole_machine_flag="--whole-machine",
+                 whole_machine=options.whole_machine)  # fmt: skip
     cmdline = procfs.read_cmdline(options.pid) or (stat.comm,)
     profile = engines.by_name(options.engine) if options.engine else engines.detect(cmdline)
     dumper = StackDumper(native=options.native)
@@ -96,14 +104,18 @@ def take_snapshot(options: SnapshotOptions) -> int:
     exits = tuple(e for tick in ticks for e in tick.exits)
     diagnosis = classify(stack_context(analysed, ticks, exits))
     tree = build_tree(analysed, highlight=diagnosis.culprits or None)
-    print(scrub("\n".join(snapshot_text(options.pid, tree_lines(tree, max_lines=60), diagnosis))), flush=True)
+    culprits = culprit_labels(diagnosis.culprits, ticks, exits)
+    steps = snapshot_steps(diagnosis, options.pid)
+    lines = snapshot_text(options.pid, tree_lines(tree, max_lines=60), diagnosis, culprits, steps)
+    print(scrub("\n".join(lines)), flush=True)
     if options.report_json is not None:
         data: dict[str, Any] = {
             "schema": SNAPSHOT_SCHEMA,
             "pid": options.pid,
             "engine": profile.name,
             "diagnosis": plain(dataclasses.asdict(diagnosis)),
-            "next_steps": [*diagnosis.steps, *causes.NEXT_STEPS.get(diagnosis.cause, ())],
+            "culprit_labels": list(culprits),
+            "next_steps": list(steps),
             "stacks": plain([dataclasses.asdict(s) for s in samples]),
             "stack_tree": plain(dataclasses.asdict(tree)),
         }
@@ -113,7 +125,47 @@ def take_snapshot(options: SnapshotOptions) -> int:
     return 0
 
 
-def snapshot_text(pid: int, lines: list[str], diagnosis: causes.Diagnosis) -> list[str]:
+def culprit_labels(
+    culprits: tuple[int, ...], ticks: list[Tick], exits: tuple[ExitRecord, ...]
+) -> tuple[str, ...]:
+    """Each culprit as ``name [pid] role/rank``, as a run's verdict names it (render/text.py), from the
+    latest census that saw it (or its exit, for one that ended): never a bare pid."""
+    known: dict[int, tuple[str, str | None, str | None]] = {}
+    for e in exits:
+        known[e.pid] = (e.name, e.role, e.rank)
+    for tick in ticks:
+        for p in tick.processes:
+            known[p.pid] = (p.name, p.role, p.rank)
+    labels = []
+    for pid in culprits:
+        if pid not in known:
+            labels.append(f"[{pid}]")
+            continue
+        name, role, rank = known[pid]
+        labels.append(f"{name} [{pid}]" + ((f" {role}/{rank}" if role else f" rank {rank}") if rank else ""))
+    return tuple(labels)
+
+
+def snapshot_steps(diagnosis: causes.Diagnosis, pid: int) -> tuple[str, ...]:
+    """The next steps after a snapshot: never "take the stacks" (the command just run); where no rule
+    named a cause, watching the tree over its stall window is what tells a slow step from a hang."""
+    steps = causes.steps_after_stacks((*diagnosis.steps, *causes.NEXT_STEPS.get(diagnosis.cause, ())))
+    if diagnosis.cause is Cause.UNKNOWN:
+        steps = (
+            f"Watch it over a stall window: `hangwatch attach --pid {pid} --window 120` follows every "
+            "progress signal (log, CPU, I/O, GPU, ports) and takes stacks again when it goes quiet.",
+            *steps,
+        )
+    return steps
+
+
+def snapshot_text(
+    pid: int,
+    lines: list[str],
+    diagnosis: causes.Diagnosis,
+    culprits: tuple[str, ...] = (),
+    steps: tuple[str, ...] = (),
+) -> list[str]:
     out = [f"hangwatch stacks of the tree of pid {pid}:"]
     note = whole_machine_note(pid)
     if note is not None:
@@ -123,10 +175,12 @@ def snapshot_text(pid: int, lines: list[str], diagnosis: causes.Diagnosis) -> li
     out.append(f"cause: {diagnosis.cause.value}{confidence}")
     out.append(f"  {diagnosis.explanation}")
     if diagnosis.culprits:
-        out.append(f"  culprits: {', '.join(str(p) for p in diagnosis.culprits)}")
+        out.append(f"  culprits: {', '.join(culprits or tuple(f'[{p}]' for p in diagnosis.culprits))}")
     if diagnosis.rules:
         out.append(f"  decided by: {' > '.join(diagnosis.rules)}")
-    steps = (*diagnosis.steps, *causes.NEXT_STEPS.get(diagnosis.cause, ()))
+    if diagnosis.near:
+        out.append("  closest rules (what each lacked):")
+        out.extend(f"    - {m.describe()}" for m in diagnosis.near)
     if steps:
         out.append("next:")
         out.extend(f"  - {s}" for s in steps)

@@ -199,6 +199,16 @@ def test_ctrl_c_stops_cleanly_and_resume_skips_finished_trials(tmp_path: Path) -
     state = json.loads((runs / "isolate-state.json").read_text())
     assert list(state["runs"]) and all(k.startswith("baseline") for k in state["runs"])
 
+    # The summary says how to continue; the options are kept in the state (issue 24: --resume forgot
+    # --stall-after, --ready-url and --all, and a trial that booted in 1 s came out "0 of 2 booted").
+    assert f"continue with: hangwatch isolate --resume {runs}" in out
+    # A different --stall-after is refused at once, with both values and what to do.
+    refused = run(
+        [sys.executable, "-m", "hangwatch", "isolate", "--resume", str(runs), "--stall-after", "60"]
+    )
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "--stall-after 60 given, but that isolate ran with --stall-after 3" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and len(boots(marker)) == 2
     resumed = run(
         [
             sys.executable,
@@ -207,21 +217,17 @@ def test_ctrl_c_stops_cleanly_and_resume_skips_finished_trials(tmp_path: Path) -
             "isolate",
             "--resume",
             str(runs),
-            "--stall-after",
-            "3",
-            "--ready-url",
-            f"http://127.0.0.1:{port}/health",
-            "--grace",
-            "2",
-            "--all",
             "--no-doctor",
             "--report-json",
             str(tmp_path / "resumed.json"),
         ]
-    )  # fmt: skip — no command: the one kept in the run directory
+    )  # fmt: skip — no command and no options: the ones kept in the run directory
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     report = json.loads((tmp_path / "resumed.json").read_text())
     assert len(report["trials"]) == 5 and report["interrupted"] is False
+    # Progress numbers the trials as the table and the run directories do (trial 0 is the baseline).
+    assert "trial 0 (baseline): 1 run(s) reused from --resume" in resumed.stderr
+    assert "trial 5 of 5 (" in resumed.stderr and "trial 6 of" not in resumed.stderr
     assert report["baseline"]["verdict"]["state"] == "stalled"
     # The baseline was not run again: 2 boots before the interruption, 5 trials after it.
     assert len(boots(marker)) == 2 + 5

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from hangwatch.isolate.plan import order
 from hangwatch.isolate.plan import pairs
 from hangwatch.isolate.state import IsolateState
 from hangwatch.isolate.state import load_state
+from hangwatch.isolate.state import resumed_options
 from hangwatch.isolate.toggles import apply_edits
 from hangwatch.model.isolate import Edit
 from hangwatch.model.isolate import EditKind
@@ -253,3 +255,65 @@ def test_a_command_with_secrets_is_not_kept(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="held secrets"):
         load_state(tmp_path, None)
     assert load_state(tmp_path, state.command).command == state.command
+
+
+SAVED = {"stall_after": 3.0, "ready_pattern": "listening", "run_all": True, "budget": 600.0, "grace": 2.0}
+
+
+def test_resume_keeps_every_option_and_uses_the_saved_ones(tmp_path: Path) -> None:
+    """Issue 24 item 6: --resume forgot --stall-after, --ready-pattern and --all."""
+    state = IsolateState(tmp_path / "isolate-state.json", ("prog",), 1, (), options=dict(SAVED))
+    state.save()
+    back = load_state(tmp_path, None)
+    assert back.options == SAVED
+    defaults = {"stall_after": 60.0, "ready_pattern": None, "run_all": False, "grace": 10.0, "interval": 1.0}
+    merged = resumed_options(tmp_path, back.options or {}, {}, defaults)
+    assert merged["stall_after"] == 3.0 and merged["ready_pattern"] == "listening" and merged["run_all"]
+    assert merged["interval"] == 1.0  # not kept by the earlier run: the default
+    # The same values given again, and a new --budget (this invocation's time): accepted.
+    again = resumed_options(tmp_path, SAVED, {"stall_after": 3.0, "run_all": True, "budget": 60.0}, defaults)
+    assert again["budget"] == 60.0
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"stall_after": 60.0}, "--stall-after 60 given, but that isolate ran with --stall-after 3"),
+        ({"ready_pattern": "ready now"}, "--ready-pattern 'ready now' given, but that isolate ran with "
+                                         "--ready-pattern listening"),
+        ({"pairs": True}, "--pairs given, but that isolate ran with no --pairs"),
+    ],
+)  # fmt: skip
+def test_resume_refuses_options_that_differ_from_the_saved_ones(
+    tmp_path: Path, given: dict[str, object], says: str
+) -> None:
+    with pytest.raises(UsageError) as e:
+        resumed_options(tmp_path, SAVED, given, {})
+    text = str(e.value)
+    assert says in text and "leave --" in text and "\n" not in text and not e.value.help_text
+
+
+def test_an_old_state_file_without_options_still_loads(tmp_path: Path) -> None:
+    state = IsolateState(tmp_path / "isolate-state.json", ("prog",), 1, ())
+    state.save()
+    data = json.loads(state.path.read_text())
+    del data["options"]
+    state.path.write_text(json.dumps(data))
+    assert load_state(tmp_path, None).options is None
+
+
+def test_trial_numbers_in_progress_are_the_table_s(tmp_path: Path) -> None:
+    """The table and the run directories number the baseline 0 (trial-00); progress said 'trial 1 of N'."""
+    from hangwatch.isolate.session import IsolateOptions
+    from hangwatch.isolate.session import Isolation
+    from hangwatch.render.isolate_progress import Progress
+    from hangwatch.supervise.plan import WatchOptions
+
+    options = IsolateOptions(
+        command=("prog",), watch=WatchOptions(None, None, None, (), 3.0, None, 1.0, None, True, 1.0), grace=1.0, run_dir=tmp_path, repeat=1, budget_s=None,
+        run_all=False, pairs=False, toggles=(),
+    )  # fmt: skip
+    isolation = Isolation(options, IsolateState(tmp_path / "s.json", ("prog",), 1, ()), Progress(print))
+    isolation.planned = 4  # the baseline and three changes
+    assert isolation.label(0, "baseline") == "trial 0 (baseline)"
+    assert isolation.label(3, "graphs-off") == "trial 3 of 3 (graphs-off)"

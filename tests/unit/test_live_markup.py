@@ -77,3 +77,31 @@ def test_rich_view_echo_event_and_update_survive_markup():
     text = plain(out.getvalue())
     assert text.count(SERVER_TEXT) >= 2
     assert "[hangwatch] " + SERVER_TEXT in text
+
+
+def test_every_line_the_views_print_is_redacted_as_the_reports_are(monkeypatch):
+    """The live line said "verdict crashed: ... for token VALUE" while the block under it said ***: a
+    secret of hangwatch's environment (which the tree inherits) and the known shapes are masked in the
+    events, the plain status line and the Rich table alike."""
+    from hangwatch import redact
+    from hangwatch.render.live import PlainView
+
+    secret = "hf_fakeTok3n9"  # too short for the hf_ shape: only HF_TOKEN's value says it is a secret
+    shaped = "sk-" + "A1b2C3d4E5f6G7h8I9j0K1"
+    monkeypatch.setenv("HF_TOKEN", secret)
+    redact._process_redactor.cache_clear()
+    try:
+        said = f"verdict crashed: RuntimeError: refused token {secret} and {shaped}"
+        out = io.StringIO()
+        view = PlainView(out, every_s=0)
+        view.event(said)
+        view.update(state(said))
+        c, rich_out = console()
+        c.print(event_text(said))
+        c.print(status_table(state(said)))
+        for text in (out.getvalue(), plain(rich_out.getvalue())):
+            assert secret not in text and shaped not in text, text
+            assert "refused token ***" in text
+    finally:
+        monkeypatch.delenv("HF_TOKEN")
+        redact._process_redactor.cache_clear()

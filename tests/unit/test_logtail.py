@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import os
+import stat
 import time
 from pathlib import Path
 
 from hangwatch.collect.logtail import FileLog
 from hangwatch.collect.logtail import LineSplitter
+from hangwatch.collect.logtail import PipeLog
 from hangwatch.collect.logtail import clean_text
+from hangwatch.collect.logtail import tail_lines
 
 
 def test_newlines_and_carriage_returns_split_lines():
@@ -28,7 +32,58 @@ def test_huge_line_is_cut_for_analysis_with_bounded_memory():
 
 
 def test_binary_junk_and_terminal_escapes_are_neutralised():
-    assert clean_text(b"\x00\xff ok \x1b[31mred\x07") == "\ufffd ok [31mred"
+    assert clean_text(b"\x00\xff ok \x1b[31mred\x07") == "\ufffd ok red"
+
+
+# Whole escape sequences go, not only their ESC byte (that left "[31m" in every report).
+ESCAPES = [
+    (b"\x1b[31mERROR\x1b[0m boom", "ERROR boom"),  # SGR colour
+    (b"\x1b[1;38;5;196mbold red\x1b[m", "bold red"),  # 256 colours, the empty reset
+    (b"\x1b[?25lhidden cursor\x1b[?25h", "hidden cursor"),  # private modes
+    (b"\x1b[2K\x1b[1Gprogress 50%", "progress 50%"),  # tqdm's erase-line and column
+    (b"\x1b]0;my title\x07text", "text"),  # OSC ended by BEL
+    (b"\x1b]8;;https://x.example\x1b\\link\x1b]8;;\x1b\\", "link"),  # OSC 8 hyperlink, ended by ST
+    (b"\x1b]0;cut short\x1b[32mgreen", "green"),  # an OSC that a new escape ends
+    (b"\x1b(Bcharset \x1b7saved\x1b8 \x1b=keypad", "charset saved keypad"),  # two-byte and nF escapes
+    ("\u009b31mC1 CSI\u009b0m".encode(), "C1 CSI"),  # the 8-bit CSI, as UTF-8
+    (b"\x1bPq#0;2;0;0;0\x1b\\after DCS", "after DCS"),  # a device control string (sixel)
+    (b"tail \x1b", "tail "),  # a lone ESC at the end
+    (b"plain [31m brackets stay", "plain [31m brackets stay"),  # no ESC: the server's own text
+]
+
+
+def test_whole_escape_sequences_are_stripped():
+    for raw, clean in ESCAPES:
+        assert clean_text(raw) == clean, raw
+
+
+def test_the_tail_of_a_log_file_has_no_escape_left(tmp_path: Path):
+    path = tmp_path / "output.log"
+    path.write_bytes(b"\x1b[31mERROR\x1b[0m first\n\x1b]0;t\x07\x1b[?25lsecond\r\x1b[2Kthird\n")
+    assert tail_lines(path) == ("ERROR first", "third")
+
+
+def test_the_pipe_log_is_created_for_its_owner_only(tmp_path: Path):
+    """output.log keeps the raw output, secrets included (the reports redact, the log cannot): mode 0600
+    from its creation, whatever the umask; an older one of a reused run folder is narrowed too."""
+    for existing in (False, True):
+        path = tmp_path / f"output-{existing}.log"
+        if existing:
+            path.write_bytes(b"earlier run\n")
+            path.chmod(0o644)
+        read_end, write_end = os.pipe()
+        old_umask = os.umask(0o002)
+        try:
+            log = PipeLog(read_end, path, echo=None)
+        finally:
+            os.umask(old_umask)
+        try:
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600
+            os.write(write_end, b"token hf_secret\n")
+        finally:
+            os.close(write_end)
+            log.close()
+        assert path.read_bytes().endswith(b"token hf_secret\n")
 
 
 def test_a_followed_file_stamps_each_line_when_it_was_written(tmp_path: Path):
@@ -99,3 +154,15 @@ def test_without_inotify_the_file_is_polled(tmp_path: Path, monkeypatch):
         assert chunk.lines == ("polled",) and len(chunk.times) == 1
     finally:
         log.close()
+
+
+def test_a_nodes_log_tail_is_cleaned_as_every_log_line_is(tmp_path: Path):
+    """``collect``'s bundle reads the tail of a node's log itself: the same cleaning, not its own."""
+    from hangwatch.nodes.collector import CollectOptions
+    from hangwatch.nodes.collector import log_tails
+
+    path = tmp_path / "server.log"
+    path.write_bytes(b"\x1b[31mRuntimeError\x1b[0m: boom\n\x1b]0;title\x07\x1b[?25lready\n")
+    errors: list = []  # type: ignore[type-arg]
+    (tail,) = log_tails(CollectOptions(logs=(path,)), [], Path("/proc"), errors)
+    assert tail.lines == ("RuntimeError: boom", "ready") and not errors

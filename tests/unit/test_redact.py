@@ -96,3 +96,64 @@ def test_every_writer_redacts_every_field(monkeypatch):
     finally:
         monkeypatch.delenv("MY_API_KEY")
         redact._process_redactor.cache_clear()
+
+
+# Secret shapes a server or a user's command may print: each value must be gone from the redacted line.
+SECRETS = [
+    ("token hf_Zq8RvT2mNx4LpW6yKc1BdF3hJs5GaE7u", "hf_Zq8RvT2mNx4LpW6yKc1BdF3hJs5GaE7u"),
+    ("OPENAI_API_KEY is sk-proj-4fJ9kL2mN8pQ1rS5tU7vW3xY", "sk-proj-4fJ9kL2mN8pQ1rS5tU7vW3xY"),
+    ("Authorization: Bearer abcdefghijklmnop", "abcdefghijklmnop"),
+    ("curl -H 'Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.x1y2z3'", "eyJhbGciOiJIUzI1NiJ9.e30.x1y2z3"),
+    ("sent Basic dXNlcjpwYXNzd29yZA== to the proxy", "dXNlcjpwYXNzd29yZA=="),
+    ("db password=hunter2 host=db", "hunter2"),
+    ("password: hunter2", "hunter2"),
+    ("Password: swordfish", "swordfish"),  # a plain word, but nothing of a sentence follows it
+    ('api_key = "k-123 456"', "k-123 456"),
+    ("using AKIAIOSFODNN7EXAMPLE in us-east-1", "AKIAIOSFODNN7EXAMPLE"),
+    ("temporary ASIAY34FZKBOKMUTVV7A expires", "ASIAY34FZKBOKMUTVV7A"),
+    ("aws_secret_access_key=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI/K7MDENG"),
+    ("cloning https://oauth2:glpat-x7Y8z9AbCdEf@gitlab.example.com/repo.git", "glpat-x7Y8z9AbCdEf"),
+    ("proxy http://alice:s3cret@proxy:3128 refused", "s3cret"),
+    ("HF_TOKEN: hf_short123", "hf_short123"),
+]
+
+# Ordinary words next to a secret's name, or shaped like one: each must come out exactly as it went in.
+INNOCENT = [
+    "PermissionError: [Errno 13] Permission denied",
+    "could not read token: Permission denied",  # was "token: *** denied"
+    "open /root/.cache/huggingface/token: Permission denied",
+    "token: h f _ a b c d e f",  # a spaced-out token was "token: *** f _ a b ..."
+    "HF_TOKEN: not set, using anonymous access",
+    "auth: denied",
+    "password: none",
+    "api_key: missing",
+    "Avg generation throughput: 12.0 tokens/s, Running: 1 reqs",
+    "token_count: 512",
+    "max_token=4096 num_tokens=12 prompt_tokens: 30",
+    "token_ids: [1, 2, 3]",
+    "key=value",
+    "log_level=info cache=on",
+    "send a password reset link",
+    "password reset: sent",
+    "Basic configuration loaded",
+    "bearer authentication is on",
+    "the sk-learn pipeline",
+    "ssh: Permission denied (publickey)",
+]
+
+
+def test_every_secret_shape_is_masked():
+    for line, secret in SECRETS:
+        out = redact_text(line)
+        assert secret not in out and MASK in out, (line, out)
+
+
+def test_ordinary_words_next_to_secret_names_survive():
+    for line in INNOCENT:
+        assert redact_text(line) == line
+
+
+def test_a_name_followed_by_a_word_of_a_sentence_keeps_the_sentence():
+    assert redact_text("could not read token: Permission denied") == "could not read token: Permission denied"
+    assert redact_text("token: Permission") == f"token: {MASK}"  # nothing follows: it may be the value
+    assert redact_text("password=Permission denied") == f"password={MASK} denied"  # `=` assigns

@@ -23,9 +23,10 @@ from hangwatch.render.stacktext import tree_lines
 from hangwatch.render.text import verdict_text
 
 # What a server may print: Rich markup, HTML, Markdown, a backtick fence, a terminal colour escape, a NUL
-# and a byte that is not UTF-8. The log boundary drops the control characters and replaces the bad byte.
+# and a byte that is not UTF-8. The log boundary strips the escape whole, drops the control characters and
+# replaces the bad byte.
 RAW = b" [bold]<b>`x``` \x1b[31m\x00\xff|#*_"
-JUNK = " [bold]<b>`x``` [31m\ufffd|#*_"
+JUNK = " [bold]<b>`x``` \ufffd|#*_"
 
 
 def test_the_log_boundary_lets_no_control_character_through():
@@ -49,7 +50,7 @@ hangwatch verdict: STALLED (cause: cuda-graph-capture, high confidence)
     - Confirm with --disable-cuda-graph (SGLang).
   notes:
     - cleanup: 5 processes stopped
-  log: /tmp/run/output.log"""
+  log: /tmp/run/output.log (the raw output, not redacted: mode 0600, readable by you only)"""
 
 
 def test_verdict_text():
@@ -160,11 +161,11 @@ def test_markdown():
 
 def test_markdown_escapes_the_servers_words_outside_code_and_breaks_fences_inside():
     md = markdown_report(stalled_report(JUNK)).splitlines()
-    escaped = " \\[bold\\]\\<b\\>\\`x\\`\\`\\` \\[31m\ufffd\\|\\#\\*\\_"  # shown literally, never interpreted
+    escaped = " \\[bold\\]\\<b\\>\\`x\\`\\`\\` \ufffd\\|\\#\\*\\_"  # shown literally, never interpreted
     assert md[2] == f"stalled: nothing progressed for 10 s; TP3 took another path{escaped}"
     assert md[6] == f"- culprits: sglang::scheduler\\_TP3{escaped} [204] scheduler/TP3"
     assert md[-3] == f"- cleanup: 5 processes stopped{escaped}"
-    fenced = " [bold]<b>`x`\u200b`\u200b` [31m\ufffd|#*_"  # inside ```text: only the fence is broken up
+    fenced = " [bold]<b>`x`\u200b`\u200b` \ufffd|#*_"  # inside ```text: only the fence is broken up
     assert f"last line: Capture cuda graph begin{fenced}" in md
     assert sum(line.startswith("```") for line in md) == 4  # two blocks opened and closed, none by the server
 

@@ -113,3 +113,106 @@ def test_every_output_says_which_rules_decided():
 def test_an_id_this_version_does_not_know_is_said_so_not_an_error():
     # A report written by another version, read back (isolate --resume).
     assert statement_of("stacks:from-the-future") == "a rule this version of hangwatch does not know"
+
+
+# -- "unknown": the rules that came closest and what each lacked ---------------------------------------
+
+
+def test_one_capture_of_a_spin_says_the_rule_it_almost_met_lacked_captures_over_time():
+    """A rank spinning while the others wait is the odd one out over two captures; one capture of it is
+    `unknown`, and the verdict says which rule came closest and that it lacked captures over time (the
+    shape this rule was written for is a GPU flag spin: spin_wait is a CPU one)."""
+    from fixtures.stacks import loader
+    from hangwatch.analyse.stackrules import diagnose
+
+    one = diagnose(loader.samples("spin_wait", "python", 1), loader.ticks("spin_wait", cpu_delta=0.5))
+    assert one.cause.value == "unknown" and one.rules == ("stacks:no-rule-matched",)
+    assert one.near and one.near[0].rule == "stacks:odd-one-out", one.near
+    assert "captures over time" in one.near[0].lacked
+    assert all(known(m.rule) for m in one.near)
+    # Over time the same rule decides: a named cause lists no near misses.
+    over = diagnose(loader.samples("spin_wait", "python"), loader.ticks("spin_wait", cpu_delta=0.5))
+    assert over.rules == ("stacks:odd-one-out",) and over.near == ()
+
+
+def test_a_rule_that_lacked_a_still_process_names_the_one_that_moves():
+    """A compile whose workers move is no stuck-worker: the miss says who moved, so the reader sees why."""
+    from fixtures.stacks import loader
+    from hangwatch.analyse.stackrules import diagnose
+
+    d = diagnose(loader.samples("silent_compile", "python"), loader.ticks("silent_compile", cpu_delta=0.5))
+    assert d.cause.value == "unknown"
+    assert any("moves" in m.lacked for m in d.near), d.near
+
+
+def test_a_shape_no_rule_was_written_for_gives_no_near_miss():
+    """A loader at work and a progress-then-hang tree resemble no rule's shape: no near miss is made up."""
+    from fixtures.stacks import loader
+    from hangwatch.analyse.stackrules import diagnose
+
+    for name in ("slow_loader", "progress_then_hang"):
+        d = diagnose(loader.samples(name, "python"), loader.ticks(name, cpu_delta=0.5))
+        assert d.cause.value == "unknown" and d.near == (), (name, d.near)
+
+
+def test_the_closest_are_the_ones_that_met_the_most_in_book_order_among_equals():
+    from hangwatch.model.rulebook import NEAR_MISSES_SHOWN
+    from hangwatch.model.rulebook import NearMiss
+    from hangwatch.model.rulebook import closest
+
+    misses = [NearMiss(f"stacks:r{i}", met, "x") for i, met in enumerate((1, 3, 2, 3, 1))]
+    assert [m.rule for m in closest(misses)] == ["stacks:r1", "stacks:r3", "stacks:r2"][:NEAR_MISSES_SHOWN]
+    assert closest([]) == ()
+
+
+def test_every_output_lists_the_closest_rules_of_an_unknown_verdict(tmp_path):
+    import json
+
+    from hangwatch.model.rulebook import NearMiss
+    from hangwatch.render.html import html_report
+    from hangwatch.render.json_report import write_report
+
+    near = (
+        NearMiss("stacks:odd-one-out", 1, "captures over time <b>x</b>"),
+        NearMiss("stacks:stuck-worker", 1, "every process in place (python[7] moves)"),
+    )
+    v = verdict(decided_by=("stalled:window", "stacks:no-rule-matched"), near_misses=near)
+    text = verdict_text(report(v))
+    assert "closest rules (what each lacked):" in text
+    assert "- stacks:stuck-worker: every process in place (python[7] moves)" in text
+    md = markdown_report(report(v))
+    assert "closest rules: `stacks:odd-one-out` lacked" in md and "`stacks:stuck-worker` lacked" in md
+    page = html_report(report(v))
+    assert 'id="near-misses"' in page and "<code>stacks:stuck-worker</code> lacked every process" in page
+    assert "<b>x</b>" not in page  # markup in a lacked text is text
+    write_report(report(v), tmp_path / "r.json")
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert [m["rule"] for m in data["verdict"]["near_misses"]] == [
+        "stacks:odd-one-out",
+        "stacks:stuck-worker",
+    ]
+    # A decided verdict has none, and says nothing of them.
+    assert "closest rules" not in verdict_text(report(verdict(decided_by=("stalled:window",))))
+
+
+def test_a_snapshot_and_a_resumed_isolate_keep_the_closest_rules():
+    from hangwatch.analyse import causes
+    from hangwatch.isolate.state import _run_dict
+    from hangwatch.isolate.state import _run_from
+    from hangwatch.model.isolate import RunResult
+    from hangwatch.model.rulebook import NearMiss
+    from hangwatch.model.vocabulary import Cause
+    from hangwatch.stacks import snapshot_text
+
+    near = (NearMiss("stacks:odd-one-out", 1, "captures over time"),)
+    d = causes.Diagnosis(
+        Cause.UNKNOWN, "low", "no rule matched", rules=("stacks:no-rule-matched",), near=near
+    )
+    lines = snapshot_text(7, [], d)
+    assert (
+        "  closest rules (what each lacked):" in lines
+        and "    - stacks:odd-one-out: captures over time" in lines
+    )
+    v = verdict(near_misses=near)
+    run = RunResult(verdict=v, duration_s=1.0, run_dir="/tmp/x", culprits=(), overhead_s=0.0)
+    assert _run_from(_run_dict(run)).verdict.near_misses == near

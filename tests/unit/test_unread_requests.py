@@ -8,6 +8,7 @@ import time
 from dataclasses import replace
 
 from hangwatch.analyse.stackcontext import stack_context
+from hangwatch.analyse.stackrules import Miss
 from hangwatch.analyse.stackrules import rule_requests_unread
 from hangwatch.analyse.stackwaits import Wait
 from hangwatch.analyse.stackwaits import classify_thread
@@ -141,7 +142,11 @@ def test_a_server_spinning_in_a_handler_is_named_by_its_unread_requests_whatever
         )
         for t, n in ((4.0, True), (6.0, True), (8.0, False))
     ]
-    assert rule_requests_unread(replace(stack_context(polling), unread=((7, 8000, 6.0),))) is None
+    # The shape is there (a port with requests unread), so the rule says what it lacked: for an
+    # `unknown` verdict's "closest rules".
+    near = rule_requests_unread(replace(stack_context(polling), unread=((7, 8000, 6.0),)))
+    assert isinstance(near, Miss), near
+    assert "out of its event loop" in near.lacked, near
 
 
 def test_a_handler_thread_spinning_beside_a_starved_main_thread_is_where_the_server_stopped_reading() -> None:

@@ -642,6 +642,8 @@ class Assessor:
             diagnosis = self.stacks.diagnose(
                 window, self.laggards(tick), before_ready=before_ready, departed=self._departed()
             )
+        # The stack rules that came closest, for a verdict no rule names: kept whichever says the cause.
+        near = diagnosis.near if diagnosis is not None else ()
         if diagnosis is None or diagnosis.cause is Cause.UNKNOWN:
             basic = causes.diagnose_stall(window, self.findings)
             # The process state or the log's word, unless the stacks named whom the others wait for and
@@ -697,7 +699,13 @@ class Assessor:
         )
         # Steps that fit this very case (a lock's holder to stop) before the cause's usual ones.
         steps = (*diagnosis.steps, *verdict.next_steps)
-        return replace(verdict, confidence=diagnosis.confidence, next_steps=steps)
+        unnamed = diagnosis.cause is Cause.UNKNOWN and not diagnosis.culprits
+        return replace(
+            verdict,
+            confidence=diagnosis.confidence,
+            next_steps=steps,
+            near_misses=near if unnamed else (),
+        )
 
     def _crashed(self, tick: Tick, rule: str) -> Verdict:
         ended = {e.pid for e in self.exits}

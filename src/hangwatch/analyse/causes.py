@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from hangwatch.analyse.stackranks import ended_rank
 from hangwatch.analyse.stackranks import names_a_rank
+from hangwatch.model.rulebook import NearMiss
 from hangwatch.model.samples import STOPPED_STATES
 from hangwatch.model.samples import ExitHow
 from hangwatch.model.samples import ExitRecord
@@ -119,6 +120,8 @@ class Diagnosis:
     steps: tuple[str, ...] = ()
     # The rules that decided it, in order (ids of analyse/rulebook.py): the one that named it first.
     rules: tuple[str, ...] = ()
+    # Where no rule named a cause: the rules that came closest, and what each lacked.
+    near: tuple[NearMiss, ...] = ()
 
 
 def is_significant_failure(exit_: ExitRecord, is_root: bool) -> bool:
@@ -775,3 +778,19 @@ def _names(tick: Tick, pids: tuple[int, ...]) -> str:
         p = tick.process(pid)
         parts.append(f"{p.name} [{pid}]" if p else f"[{pid}]")
     return ", ".join(parts)
+
+
+_CLAUSES = re.compile(r"(?<=[.;])\s+")
+
+
+def steps_after_stacks(steps: Sequence[str]) -> tuple[str, ...]:
+    """``steps`` as next steps of ``hangwatch stacks``: without the advice to take the stacks, which is
+    the command just run (each clause that gives it dropped, and a step left empty with it)."""
+    out = []
+    for step in steps:
+        kept = [c for c in _CLAUSES.split(step) if "hangwatch stacks" not in c]
+        if not kept:
+            continue
+        text = " ".join(kept)
+        out.append(text[:-1] + "." if text.endswith(";") else text)
+    return tuple(out)

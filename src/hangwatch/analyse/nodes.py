@@ -188,7 +188,8 @@ def report_of(results: Sequence[NodeResult], selector: str) -> NodesReport:
         ranks=analysis.merged.census,
         processes=analysis.merged.keys,
         diagnosis=NodesDiagnosis(d.cause, d.confidence, d.explanation, d.culprits),
-        next_steps=d.steps or causes.NEXT_STEPS.get(d.cause, ()),
+        # Not the advice to take stacks: this is stacks across nodes.
+        next_steps=causes.steps_after_stacks(d.steps or causes.NEXT_STEPS.get(d.cause, ())),
         stack_tree=analysis.tree,
     )
 

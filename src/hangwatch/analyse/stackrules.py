@@ -1,10 +1,14 @@
 """Rules that name a cause from the stacks of every process plus the other signals.
 
-Each rule is a named function ``rule(ctx) -> Diagnosis | None``; ``classify`` tries them in order
-(state evidence first, then the most specific stack shapes) and the first that matches names the
-cause. A diagnosis is ``closed`` when nothing inside the tree can end the wait (ranks waiting on
-each other, a stopped or dead peer, a lock cycle): the assessor may then say "stalled" without
-waiting out the whole window. Waits on something outside the tree (ranks that never joined, the
+Each rule is a named function ``rule(ctx) -> Diagnosis | Miss | None``; ``classify`` tries them in
+order (state evidence first, then the most specific stack shapes) and the first that matches names the
+cause. A rule whose shape is there but which lacks one of its requirements says so (``Miss``: how many
+held, the first that did not), so that where no rule matches the verdict names the closest ones and
+what each lacked; None means its shape is not there at all.
+
+A diagnosis is ``closed`` when nothing inside the tree can end the wait (ranks waiting on each other,
+a stopped or dead peer, a lock cycle): the assessor may then say "stalled" without waiting out the
+whole window. Waits on something outside the tree (ranks that never joined, the
 GPU, a file lock another host may hold) are never closed, and neither is anything seen in a single
 sample or with processes whose stacks could not be read.
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from collections.abc import Sequence
+from dataclasses import dataclass
 from dataclasses import replace
 
 from hangwatch.analyse.causes import Diagnosis
@@ -25,6 +30,8 @@ from hangwatch.analyse.stackwaits import ProcessView
 from hangwatch.analyse.stackwaits import ThreadView
 from hangwatch.analyse.stackwaits import Wait
 from hangwatch.model.kernelwaits import Waker
+from hangwatch.model.rulebook import NearMiss
+from hangwatch.model.rulebook import closest
 from hangwatch.model.rulebook import stack_rule_id
 from hangwatch.model.samples import STOPPED_STATES
 from hangwatch.model.samples import ExitRecord
@@ -36,6 +43,20 @@ from hangwatch.model.vocabulary import Cause
 from hangwatch.model.vocabulary import Confidence
 
 _UNREAD = frozenset({DumpOutcome.DENIED, DumpOutcome.TIMEOUT, DumpOutcome.FAILED, DumpOutcome.NO_DUMPER})
+
+
+@dataclass(frozen=True)
+class Miss:
+    """A rule's shape was there, short of what it requires: ``met`` of its requirements held (its shape
+    counts as one), and ``lacked`` says the first that did not, in words a user can check."""
+
+    met: int
+    lacked: str
+
+
+# A rule that needs the captures over time, given one: the commonest near miss of all (``stacks --pid``
+# with a single sample), and the one a user can cure by taking more.
+_ONE_CAPTURE = "captures over time (one capture cannot tell a wait from a step that passes)"
 
 
 def _where(v: ProcessView) -> str:
@@ -68,7 +89,7 @@ def _who(v: ProcessView) -> str:
     return v.label if str(v.pid) in v.label else f"{v.label} ({v.name} [{v.pid}])"
 
 
-def rule_stopped(ctx: StackContext) -> Diagnosis | None:
+def rule_stopped(ctx: StackContext) -> Diagnosis | Miss | None:
     """``stopped``: a process in state T (job control, SIGSTOP) or t (a debugger): it holds its peers up.
 
     Nothing in the tree can resume it, so the wait is closed.
@@ -87,7 +108,7 @@ def rule_stopped(ctx: StackContext) -> Diagnosis | None:
     return Diagnosis(Cause.STOPPED, tuple(stopped), text, Confidence.HIGH, closed=True)
 
 
-def rule_dead_peer(ctx: StackContext) -> Diagnosis | None:
+def rule_dead_peer(ctx: StackContext) -> Diagnosis | Miss | None:
     """``dead-peer``: a member of the tree died (or is an unreaped zombie) while the rest wait.
 
     A dead process never answers, so the survivors' wait is closed.
@@ -102,7 +123,7 @@ def rule_dead_peer(ctx: StackContext) -> Diagnosis | None:
     survivors = [v for v in ctx.views if v.pid not in dead_set and v.outcome is DumpOutcome.OK]
     waiting = [v for v in survivors if v.blocked]
     if survivors and not waiting:
-        return None
+        return Miss(1, f"a survivor waiting: {ctx.label(dead)} ended, but the others still move")
     how = {e.pid: e.status_text for e in ctx.exits}
     deaths = ", ".join(f"{ctx.label([pid])} {how.get(pid, 'died (zombie, not reaped)')}" for pid in dead)
     text = (
@@ -111,14 +132,17 @@ def rule_dead_peer(ctx: StackContext) -> Diagnosis | None:
     return Diagnosis(Cause.DEAD_PEER, tuple(dead), text, ctx.confidence(), closed=True)
 
 
-def rule_lock_deadlock(ctx: StackContext) -> Diagnosis | None:
+def rule_lock_deadlock(ctx: StackContext) -> Diagnosis | Miss | None:
     """``lock-deadlock``: in one process two or more threads wait to acquire plain locks, none runs.
 
     Each holds what another wants (the usual lock-order inversion); the culprit is the process, the
     evidence names each thread and the line it waits at. Closed: no thread of it can let go.
     """
+    missed: Miss | None = None
     for v in ctx.views:
         locked = v.waits(Wait.LOCK)
+        if locked and missed is None:
+            missed = Miss(1, f"two threads of {_who(v)} in lock acquires, none running")
         if len(locked) < 2 or v.working or any(t.wait is Wait.RUNNING for t in v.threads):
             continue
         lines = [
@@ -133,7 +157,7 @@ def rule_lock_deadlock(ctx: StackContext) -> Diagnosis | None:
             closed=ctx.over_time and v.unchanged,
             evidence=tuple(lines),
         )
-    return _lock_cycle_across_processes(ctx)
+    return _lock_cycle_across_processes(ctx) or missed
 
 
 def _lock_cycle_across_processes(ctx: StackContext) -> Diagnosis | None:
@@ -159,14 +183,21 @@ def _lock_cycle_across_processes(ctx: StackContext) -> Diagnosis | None:
     )
 
 
-def rule_wait_cycle(ctx: StackContext) -> Diagnosis | None:
+def rule_wait_cycle(ctx: StackContext) -> Diagnosis | Miss | None:
     """``wait-cycle``: the kernel's wait-for graph closes on itself (analyse/waitgraph.py): every member
     of the tree is blocked, unchanged over two captures, each until another of them acts, and nothing
     from outside or a timeout can end any wait. Whatever the frames are called. The culprits are the
     cycle the others' waits lead to, or the one process that waits only on its own threads."""
     graph = ctx.waits
-    if graph is None or not graph.closed or not graph.culprits:
+    if graph is None or not graph.waits_for:
         return None
+    if not graph.closed or not graph.culprits:
+        moving = len(graph.waits_for) - len(graph.stuck)
+        return Miss(
+            1,
+            f"every member blocked untimed, each only on stuck members ({moving} of "
+            f"{len(graph.waits_for)} not so: a timeout, a waker outside the tree, or moving)",
+        )
     culprits = graph.culprits
     lines = [
         f"{ctx.label([pid])}: {graph.describe(pid) or 'a wait of its own threads'}"
@@ -186,7 +217,7 @@ def rule_wait_cycle(ctx: StackContext) -> Diagnosis | None:
     )
 
 
-def rule_io_wait(ctx: StackContext) -> Diagnosis | None:
+def rule_io_wait(ctx: StackContext) -> Diagnosis | Miss | None:
     """``io-wait``: processes in uninterruptible sleep (D) for most of the window, with where they read."""
     if not ctx.d_state:
         return None
@@ -197,7 +228,7 @@ def rule_io_wait(ctx: StackContext) -> Diagnosis | None:
     return Diagnosis(Cause.IO_WAIT, ctx.d_state, text, Confidence.HIGH)
 
 
-def rule_cuda_graph_capture(ctx: StackContext) -> Diagnosis | None:
+def rule_cuda_graph_capture(ctx: StackContext) -> Diagnosis | Miss | None:
     """``cuda-graph-capture``: a rank is inside CUDA graph capture and does not move while peers wait.
 
     Culprits: the ranks in capture when the others have moved on (to a barrier or collective). When
@@ -207,8 +238,10 @@ def rule_cuda_graph_capture(ctx: StackContext) -> Diagnosis | None:
     capture waiting on the GPU is not closed).
     """
     capturing = [v for v in ctx.peers if v.waits(Wait.CAPTURE) and v.outcome is DumpOutcome.OK]
-    if not capturing or any(v.working for v in capturing):
+    if not capturing:
         return None
+    if any(v.working for v in capturing):
+        return Miss(1, "the ranks in capture staying in place (they move: a capture that progresses)")
     in_capture = {v.pid for v in capturing}
     others = [v for v in ctx.peers if v.pid not in in_capture and v.outcome is DumpOutcome.OK]
     pids = tuple(v.pid for v in capturing)
@@ -232,7 +265,7 @@ def rule_cuda_graph_capture(ctx: StackContext) -> Diagnosis | None:
     return Diagnosis(Cause.CUDA_GRAPH_CAPTURE, pids, text, ctx.confidence(*pids), closed=closed)
 
 
-def rule_requests_unread(ctx: StackContext) -> Diagnosis | None:
+def rule_requests_unread(ctx: StackContext) -> Diagnosis | Miss | None:
     """The process that serves a port does not read it: bytes sit unread in the kernel's receive queue
     of its connections (or connections wait in its listening socket's queue, never accepted) for
     seconds, while its main thread stays in place outside its event loop's wait. A server's loop
@@ -242,8 +275,10 @@ def rule_requests_unread(ctx: StackContext) -> Diagnosis | None:
 
     Only when nobody else is stuck outside a receive: a front whose threads all wait on a wedged backend
     leaves its queue unread too, and then the backend is the one to name (the other rules do)."""
-    if not ctx.over_time or not ctx.unread:
+    if not ctx.unread:
         return None
+    if not ctx.over_time:
+        return Miss(1, _ONE_CAPTURE)
     dumped = {v.pid: v for v in ctx.views if v.outcome is DumpOutcome.OK and v.main is not None}
     fronts = [
         dumped[pid]
@@ -253,11 +288,14 @@ def rule_requests_unread(ctx: StackContext) -> Diagnosis | None:
         and not _in_event_loop(dumped[pid])
     ]
     if not fronts:
-        return None
+        return Miss(2, "the port's server out of its event loop and in place (it reads, or moves)")
     named = {v.pid for v in fronts}
     others = [v for v in dumped.values() if v.pid not in named]
-    if any(v.blocked and not _receiving(ctx, v) and not _joining(ctx, v) for v in others):
-        return None
+    elsewhere = [v for v in others if v.blocked and not _receiving(ctx, v) and not _joining(ctx, v)]
+    if elsewhere:
+        return Miss(
+            3, f"no one else stuck ({_who(elsewhere[0])} is, outside a receive: the server may wait on it)"
+        )
     ports: dict[int, float] = {}
     for pid, port, seconds in ctx.unread:
         if pid in named:
@@ -300,7 +338,7 @@ def _in_collective(v: ProcessView) -> bool:
     return v.main.wait is Wait.COLLECTIVE or (v.main.op_call and v.spinning)
 
 
-def rule_waiting_for_work(ctx: StackContext) -> Diagnosis | None:
+def rule_waiting_for_work(ctx: StackContext) -> Diagnosis | Miss | None:
     """``idle``: the ranks in a collective wait for the rank(s) that feed them, and those wait for input
     from outside the group: parked in a read or poll of a socket or pipe, or an event loop (SGLang at
     TP > 1 between requests: TP0 in its request poll, the others in the broadcast of TP0's next
@@ -319,12 +357,17 @@ def rule_waiting_for_work(ctx: StackContext) -> Diagnosis | None:
     # poll. Everyone outside the group must be blocked, and no request may wait: a group that moves
     # while requests wait is working on them.
     moving = any(not v.blocked for v in peers)
-    if not following or not feeding or not all(v.blocked for v in dumped if not v.peer):
+    if not following or not feeding:
         return None
+    outside = [v for v in dumped if not v.peer and not v.blocked]
+    if outside:
+        return Miss(1, f"every process outside the group blocked ({_who(outside[0])} moves)")
     if moving and ctx.requests_waiting:
-        return None
-    if not all(_receiving(ctx, v) for v in feeding) or any(v.outcome in _UNREAD for v in ctx.views):
-        return None
+        return Miss(2, "a still group (it moves while requests wait: it works on them)")
+    if not all(_receiving(ctx, v) for v in feeding):
+        return Miss(2, f"{ctx.label(v.pid for v in feeding)} waiting for input (they wait on something else)")
+    if any(v.outcome in _UNREAD for v in ctx.views):
+        return Miss(2, "every stack read")
     group = (
         f"{_waiting_in(ctx, following)} for {ctx.label(v.pid for v in feeding)}, and "
         f"{'; '.join(f'{v.label} waits for input in {_where(v)}' for v in feeding[:4])}"
@@ -334,7 +377,7 @@ def rule_waiting_for_work(ctx: StackContext) -> Diagnosis | None:
     stuck = [v for v in others if not _receiving(ctx, v) and not _joining(ctx, v)]
     if stuck:
         if len(stuck) > 2:
-            return None
+            return Miss(3, f"at most two processes stuck outside the group ({len(stuck)} are: none to name)")
         text = (
             f"{group}; {'; '.join(f'{_who(v)} is stuck in {_where(v)}' for v in stuck)}: the group waits "
             "for the input it does not send"
@@ -362,7 +405,7 @@ def rule_waiting_for_work(ctx: StackContext) -> Diagnosis | None:
     return Diagnosis(Cause.IDLE, (), text, ctx.confidence())
 
 
-def rule_collective_wait(ctx: StackContext) -> Diagnosis | None:
+def rule_collective_wait(ctx: StackContext) -> Diagnosis | Miss | None:
     """``collective-wait``: ranks blocked in a collective or barrier; the culprits are the ranks elsewhere.
 
     When every rank is in a collective, the ones in a different collective (all_reduce vs barrier)
@@ -375,11 +418,14 @@ def rule_collective_wait(ctx: StackContext) -> Diagnosis | None:
     if not waiting:
         return None
     if ctx.over_time and any(not v.blocked for v in waiting):
+        moving = next(v for v in waiting if not v.blocked)
         # Caught in the collective, yet moving (data flowing all through the samples, or CPU rising
         # while the code moves): the collective completes, turn after turn. A loop of short steps is
         # caught in its all_reduce most of the time; SGLang's idle schedulers without --sleep-on-idle
         # broadcast every turn. No wait to name, whoever is elsewhere at the moment of the captures.
-        return None
+        return Miss(
+            1, f"ranks blocked in the collective ({_who(moving)} moves: it completes, turn after turn)"
+        )
     in_collective = {v.pid for v in waiting}
     launchers = _ancestors(ctx, in_collective)
     ranked = any(v.peer for v in ctx.views)
@@ -449,15 +495,17 @@ def _ancestors(ctx: StackContext, pids: set[int]) -> set[int]:
     return out - pids
 
 
-def rule_rendezvous_wait(ctx: StackContext) -> Diagnosis | None:
+def rule_rendezvous_wait(ctx: StackContext) -> Diagnosis | Miss | None:
     """``rendezvous-wait``: ranks in init_process_group or a store wait for ranks that never came.
 
     The missing ranks are not in the tree (never started, or on another node), so this is never
     closed: the stall window applies.
     """
     waiting = [v for v in ctx.peers if v.main is not None and v.main.wait is Wait.RENDEZVOUS]
-    if not waiting or any(v.working for v in waiting):
+    if not waiting:
         return None
+    if any(v.working for v in waiting):
+        return Miss(1, "the ranks in the rendezvous staying in place (they move)")
     sizes = [v.world_size for v in waiting if v.world_size]
     missing = (
         f"world size {max(sizes)}, {len(ctx.peers)} ranks here"
@@ -471,12 +519,17 @@ def rule_rendezvous_wait(ctx: StackContext) -> Diagnosis | None:
     return Diagnosis(Cause.RENDEZVOUS_WAIT, (), text, ctx.confidence(*(v.pid for v in waiting)))
 
 
-def rule_compile_stall(ctx: StackContext) -> Diagnosis | None:
+def rule_compile_stall(ctx: StackContext) -> Diagnosis | Miss | None:
     """``compile-stall``: threads inside torch.compile / Inductor / Triton / a JIT build, or waiting on a
     file lock, that do not move and use no CPU. A compile that burns CPU is progress, not this."""
-    stuck = [v for v in ctx.views if v.waits(Wait.COMPILE, Wait.FILE_LOCK) and v.blocked]
+    inside = [v for v in ctx.views if v.waits(Wait.COMPILE, Wait.FILE_LOCK)]
+    stuck = [v for v in inside if v.blocked]
     if not stuck:
-        return None
+        return (
+            Miss(1, f"{_who(inside[0])} still, using no CPU (it moves: a compile at work)")
+            if inside
+            else None
+        )
     pids = tuple(v.pid for v in stuck)
     parts = []
     for v in stuck[:4]:
@@ -486,7 +539,7 @@ def rule_compile_stall(ctx: StackContext) -> Diagnosis | None:
     return Diagnosis(Cause.COMPILE_STALL, pids, "; ".join(parts) + ", using no CPU", ctx.confidence(*pids))
 
 
-def rule_gpu_spin(ctx: StackContext) -> Diagnosis | None:
+def rule_gpu_spin(ctx: StackContext) -> Diagnosis | Miss | None:
     """``gpu-spin``: the host waits for a GPU that never finishes, whatever library put it there.
 
     Two ways in. By name: a host thread in a CUDA synchronize (any library's: torch, CuPy, the
@@ -523,6 +576,9 @@ def rule_gpu_spin(ctx: StackContext) -> Diagnosis | None:
         ]
     waiting = named + parked
     if not waiting:
+        synced = [v for v in ctx.views if v.waits(Wait.CUDA_SYNC) and v.outcome is DumpOutcome.OK]
+        if synced:
+            return Miss(1, f"a GPU that does not work under {_who(synced[0])}'s synchronize, or a host still")
         return None
     verdict = states[waiting[0].pid]
     where = "; ".join(f"{_who(v)} in {_gpu_wait_at(v)}" for v in waiting[:4])
@@ -624,7 +680,7 @@ def _gpu_note(ctx: StackContext) -> str:
     return ""
 
 
-def rule_odd_one_out(ctx: StackContext) -> Diagnosis | None:
+def rule_odd_one_out(ctx: StackContext) -> Diagnosis | Miss | None:
     """No frame names the wait, but the structure does: the ranks stay in place, most of them in the
     same place, and the odd ones out are elsewhere. The majority waits for the odd ones (a rank
     spinning in place waits actively for something); with no majority, the ranks that spin wait for
@@ -635,8 +691,13 @@ def rule_odd_one_out(ctx: StackContext) -> Diagnosis | None:
     # a worker and a resource tracker are in different places by nature, not because one is odd
     # (the stuck worker below tells who waits for whom among them).
     peers = [v for v in ctx.views if v.peer and v.outcome is DumpOutcome.OK and v.main is not None]
-    if len(peers) < 2 or not ctx.over_time or not all(v.blocked for v in peers):
+    if len(peers) < 2:
         return None
+    if not ctx.over_time:
+        return Miss(1, _ONE_CAPTURE)
+    moving = [v for v in peers if not v.blocked]
+    if moving:
+        return Miss(1, f"every rank in place ({_who(moving[0])} moves)")
     groups: dict[str, list[ProcessView]] = {}
     for v in peers:
         assert v.main is not None
@@ -657,7 +718,9 @@ def rule_odd_one_out(ctx: StackContext) -> Diagnosis | None:
         spinners = [v for v in peers if v.spinning]
         sleepers = [v for v in peers if not v.spinning]
         if not spinners or not sleepers:
-            return None
+            return Miss(
+                2, f"a majority place, or ranks behind in the log ({len(groups)} places, none larger)"
+            )
         if all(_receiving(ctx, v) for v in sleepers):
             # The sleepers wait for a message (a receive, a poll of their sockets): they wait for the
             # spinners, which are stuck in a loop of their own (vllm-tp2-TP1-kv_alloc-spin-run: TP1
@@ -684,7 +747,7 @@ def rule_odd_one_out(ctx: StackContext) -> Diagnosis | None:
     return Diagnosis(Cause.COLLECTIVE_WAIT, tuple(v.pid for v in odd), text, Confidence.MEDIUM)
 
 
-def _stuck_driver(ctx: StackContext, peers: Sequence[ProcessView]) -> Diagnosis | None:
+def _stuck_driver(ctx: StackContext, peers: Sequence[ProcessView]) -> Diagnosis | Miss | None:
     """Every rank waits in the same place, and the process that drives them (their nearest common
     parent: an engine core, a launcher) is stuck elsewhere, not waiting for requests: the ranks wait
     for it. A driver waiting for messages itself (an engine core waiting on its input queue while the
@@ -692,17 +755,15 @@ def _stuck_driver(ctx: StackContext, peers: Sequence[ProcessView]) -> Diagnosis 
     parent_of = dict(ctx.parents)
     ppids = {parent_of.get(v.pid) for v in peers}
     if len(ppids) != 1:
-        return None
+        return Miss(2, "another place than the others' for some rank, or one process driving them all")
     driver = next((v for v in ctx.views if v.pid in ppids), None)
-    if (
-        driver is None
-        or driver.outcome is not DumpOutcome.OK
-        or driver.main is None
-        or not driver.blocked
-        or _receiving(ctx, driver)
-        or _joining(ctx, driver)
-    ):
-        return None
+    if driver is None or driver.outcome is not DumpOutcome.OK or driver.main is None:
+        return Miss(2, "another place than the others' for some rank (all wait alike; their driver unread)")
+    if not driver.blocked or _receiving(ctx, driver) or _joining(ctx, driver):
+        return Miss(
+            3,
+            f"another place than the others' for some rank, or their driver {_who(driver)} stuck (it is not)",
+        )
     where = peers[0].main.where if peers[0].main else "?"
     text = (
         f"{ctx.label(v.pid for v in peers)} all wait in {where}, for the process that drives them: "
@@ -740,18 +801,25 @@ def _joining(ctx: StackContext, v: ProcessView) -> bool:
     return ctx.waits is not None and v.pid in ctx.waits.joiners
 
 
-def rule_stuck_worker(ctx: StackContext) -> Diagnosis | None:
+def rule_stuck_worker(ctx: StackContext) -> Diagnosis | Miss | None:
     """Everyone waits; all but a few wait for messages (a zmq or pipe receive, an event loop) and those
     few are stuck in a wait of their own, outside any receive: the others wait for them (an engine's
     scheduler blocked in its forward pass while the tokenizer and detokenizer wait for its output)."""
     dumped = [v for v in ctx.views if v.outcome is DumpOutcome.OK and v.main is not None]
-    if len(dumped) < 2 or not ctx.over_time or not all(v.blocked for v in dumped):
+    if len(dumped) < 2:
         return None
+    if not ctx.over_time:
+        return Miss(1, _ONE_CAPTURE)
+    moving = [v for v in dumped if not v.blocked]
+    if moving:
+        return Miss(1, f"every process in place ({_who(moving[0])} moves)")
 
     # A parent blocked in wait4 waits for its children (the kernel says so, whatever joins them).
     stuck = [v for v in dumped if not _receiving(ctx, v) and not _joining(ctx, v)]
-    if not stuck or len(stuck) == len(dumped) or len(stuck) > 2:
-        return None
+    if not stuck:
+        return Miss(2, "a process stuck outside a wait for messages (every one waits for messages: idle?)")
+    if len(stuck) == len(dumped) or len(stuck) > 2:
+        return Miss(2, f"one or two processes stuck while the rest wait for messages ({len(stuck)} stuck)")
     waiting = [v for v in dumped if _receiving(ctx, v)]
     text = (
         f"{'; '.join(f'{_who(v)} is stuck in {_where(v)}' for v in stuck)}, while "
@@ -760,7 +828,7 @@ def rule_stuck_worker(ctx: StackContext) -> Diagnosis | None:
     return Diagnosis(Cause.UNKNOWN, tuple(v.pid for v in stuck), text, Confidence.MEDIUM)
 
 
-def rule_stuck_handler(ctx: StackContext) -> Diagnosis | None:
+def rule_stuck_handler(ctx: StackContext) -> Diagnosis | Miss | None:
     """Requests wait for an answer, and a thread of a server other than its main thread stays in place
     outside any wait for messages: parked where only its own process can wake it (the kernel's futex
     waker: an Event, a lock, a condition), or spinning on CPU. A thread-per-request server's handler
@@ -780,8 +848,10 @@ def rule_stuck_handler(ctx: StackContext) -> Diagnosis | None:
     core polls for the answer and the API server answers /health; "no rule matched", no culprit). Such a
     wait holds up the fronts waiting for messages even while they move data answering probes; a process
     with its main thread stuck goes before one with only a utility thread on an Event of its own."""
-    if not ctx.over_time or not ctx.requests_waiting:
+    if not ctx.requests_waiting:
         return None
+    if not ctx.over_time:
+        return Miss(1, _ONE_CAPTURE)
     dumped = [v for v in ctx.views if v.outcome is DumpOutcome.OK and v.main is not None]
     stuck: list[tuple[ProcessView, list[ThreadView]]] = []
     for v in dumped:
@@ -804,16 +874,19 @@ def rule_stuck_handler(ctx: StackContext) -> Diagnosis | None:
         if any(v.main is not None and t.tid == v.main.tid for t in threads)
     ]
     stuck = mains or stuck
-    if not stuck or len(stuck) > 2:
-        return None
+    if not stuck:
+        return Miss(2, "a thread in place in an untimed wait of its own process, or spinning (none is)")
+    if len(stuck) > 2:
+        return Miss(2, f"one or two processes with such a thread ({len(stuck)} have one)")
     named = {v.pid for v, _ in stuck}
     others = [v for v in dumped if v.pid not in named]
     # A wait only its own threads can end, or a main thread spinning in place, holds up whoever waits for
     # messages, moving or not (a front answering probes moves data); a handler thread spinning beside a
     # main thread that still serves is judged only beside processes that are still.
     held = all(not t.active or (v.main is not None and t.tid == v.main.tid) for v, ts in stuck for t in ts)
-    if any(not (_receiving(ctx, v) or _joining(ctx, v)) or not (v.blocked or held) for v in others):
-        return None
+    unlike = [v for v in others if not (_receiving(ctx, v) or _joining(ctx, v)) or not (v.blocked or held)]
+    if unlike:
+        return Miss(3, f"every other process waiting for messages ({_who(unlike[0])} is not)")
     parts = []
     for v, threads in stuck:
         said = "; ".join(
@@ -863,7 +936,7 @@ def rule_unknown(ctx: StackContext) -> Diagnosis:
     return Diagnosis(Cause.UNKNOWN, (), text, Confidence.LOW)
 
 
-Rule = Callable[[StackContext], Diagnosis | None]
+Rule = Callable[[StackContext], Diagnosis | Miss | None]
 
 # State evidence first (it is certain), then the most specific stack shapes.
 RULES: tuple[Rule, ...] = (
@@ -886,13 +959,16 @@ RULES: tuple[Rule, ...] = (
 
 
 def classify(ctx: StackContext) -> Diagnosis:
-    """The first rule that matches, or ``unknown`` with where everyone is."""
+    """The first rule that matches, or ``unknown`` with where everyone is and the rules that came closest."""
+    misses: list[NearMiss] = []
     for rule in RULES:
         found = rule(ctx)
-        if found is not None:
+        if isinstance(found, Miss):
+            misses.append(NearMiss(stack_rule_id(rule.__name__), found.met, found.lacked))
+        elif found is not None:
             found = _open_while_it_moves(ctx, replace(found, rules=(stack_rule_id(rule.__name__),)))
             return _lock_held_elsewhere(ctx, found)
-    return replace(rule_unknown(ctx), rules=("stacks:no-rule-matched",))
+    return replace(rule_unknown(ctx), rules=("stacks:no-rule-matched",), near=closest(misses))
 
 
 def _open_while_it_moves(ctx: StackContext, found: Diagnosis) -> Diagnosis:

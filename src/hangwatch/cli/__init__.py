@@ -8,6 +8,7 @@ on are ``HangwatchError`` subclasses, caught here and only here.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from typing import NoReturn
 
@@ -23,7 +24,10 @@ from hangwatch.cli.isolate import IsolateCommand
 from hangwatch.cli.run import RunCommand
 from hangwatch.cli.stacks import StacksCommand
 from hangwatch.errors import HangwatchError
+from hangwatch.errors import UsageError
 from hangwatch.model.vocabulary import USAGE_EXIT_CODE
+from hangwatch.render.files import STDOUT
+from hangwatch.render.files import report_on_stdout
 
 COMMANDS: tuple[Command, ...] = (
     RunCommand(),
@@ -73,14 +77,49 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The options that name a file hangwatch writes (cli/options.py's output_file): any may be `-`.
+REPORT_OPTIONS = ("report_json", "report_html", "report_md")
+
+
+def _unknown_leading_option(argv: list[str]) -> str | None:
+    """An option given before the command that hangwatch itself does not have (``hangwatch --bogus``).
+
+    argparse would first say that COMMAND is missing, which sends the user looking for the wrong thing."""
+    for arg in argv:
+        if arg in ("-h", "--help", "--version") or not arg.startswith("-"):
+            return None
+        return arg.split("=", 1)[0]
+    return None
+
+
+def _on_stdout(args: argparse.Namespace) -> contextlib.AbstractContextManager[None]:
+    """With an output on `-`, the report goes to stdout and everything else hangwatch (and what it starts)
+    prints goes to stderr, so that ``hangwatch stacks --report-json - | jq`` reads JSON only."""
+    dashes = [name for name in REPORT_OPTIONS if getattr(args, name, None) == STDOUT]
+    if not dashes:
+        return contextlib.nullcontext()
+    if len(dashes) > 1:
+        flags = " and ".join("--" + name.replace("_", "-") for name in dashes)
+        raise UsageError(f"{flags} -: only one output can go to stdout: give the others a file name")
+    return report_on_stdout()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
     try:
+        unknown = _unknown_leading_option(argv)
+        if unknown is not None:
+            raise UsageError(
+                f"{unknown}: no such option of hangwatch: options go after the command "
+                f"(hangwatch COMMAND {unknown} ...; `hangwatch --help` lists the commands)"
+            )
         # Option types raise UsageError for a bad value (a report path that is a folder, --stall-after nan):
         # one short message, not the whole usage.
         args = parser.parse_args(argv)
         handler: Command = args.handler
-        return handler.run(args)
+        with _on_stdout(args):
+            return handler.run(args)
     except HangwatchError as exc:
         print(f"hangwatch: error: {exc.describe()}", file=sys.stderr)
         return exc.exit_code

@@ -42,6 +42,11 @@ class AttachCommand:
             "--pid", type=int, help="PID of the server's main (launcher) process, on this machine"
         )
         parser.add_argument(
+            "--whole-machine",
+            action="store_true",
+            help="allow --pid 1 (or a container's init): watch every process of the machine",
+        )
+        parser.add_argument(
             "--window",
             type=seconds("--window"),
             default=60.0,
@@ -78,8 +83,9 @@ class AttachCommand:
             pid=args.pid,
             window=args.window,
             log=args.log,
+            whole_machine=args.whole_machine,
         )
-        note = whole_machine_note(args.pid)
+        note = whole_machine_note(args.pid) if args.whole_machine else None  # refused without the flag
         if note is not None:
             print(f"hangwatch attach: {note}", file=sys.stderr, flush=True)
         return run_attached(options)

@@ -10,6 +10,7 @@ from hangwatch.bench.options import BenchOptions
 from hangwatch.bench.options import base_url_of
 from hangwatch.cli.options import add_output_file
 from hangwatch.cli.options import number
+from hangwatch.cli.options import output_folder
 from hangwatch.cli.options import seconds
 from hangwatch.collect.http_probe import validate_probe_url
 from hangwatch.errors import UsageError
@@ -69,9 +70,10 @@ def workload_of(args: argparse.Namespace, prompt_count: int) -> Workload:
 
 
 def bench_options(args: argparse.Namespace, prompt_count: int, run_dir: Path) -> BenchOptions:
+    for flag, url in (("--url", args.url), ("--compare", args.compare)):
+        if url:
+            validate_probe_url(url, flag)
     urls = [args.url] + ([args.compare] if args.compare else [])
-    for url in urls:
-        validate_probe_url(url)
     if args.launch_b and not args.compare:
         raise UsageError("--launch-b needs --compare URL2 (where the launched server will listen)")
     launch = (_command(args.launch_a, "--launch-a"), _command(args.launch_b, "--launch-b"))
@@ -198,7 +200,9 @@ class BenchCommand:
             help="boot stall window (default: 60)",
         )
         la.add_argument(
-            "--run-dir", type=Path, help="launched servers' logs (default: ~/.local/state/hangwatch/runs/)"
+            "--run-dir",
+            type=output_folder("--run-dir"),
+            help="launched servers' logs (default: ~/.local/state/hangwatch/runs/)",
         )
         o = parser.add_argument_group("output")
         add_output_file(o, "--report-json", "results as JSON (schema hangwatch.bench/1)")

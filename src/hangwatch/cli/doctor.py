@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 from pathlib import Path
 
 from hangwatch.analyse.doctor.archcompat import parse_capability
@@ -22,6 +23,24 @@ def _gpu_list(text: str) -> tuple[int, ...]:
     if not values or any(v < 0 for v in values):
         raise argparse.ArgumentTypeError(f"--gpus {text!r}: expected GPU indices like 0,1")
     return values
+
+
+def _check_python(text: str) -> None:
+    """``--python`` names an interpreter that can be run: one that cannot is the user's typo, not a
+    finding about the environment (exit 2, not a warning among the checks)."""
+    path = Path(text).expanduser()
+    if shutil.which(str(path)) is not None:
+        return
+    if not path.exists():
+        what = "no such file" if ("/" in text or path.is_absolute()) else "not found on PATH"
+    elif path.is_dir():
+        what = "is a folder"
+    else:
+        what = "is not executable"
+    raise UsageError(
+        f"--python {text}: {what}: give the interpreter of the server's environment, "
+        "e.g. --python ~/venvs/vllm/bin/python"
+    )
 
 
 class DoctorCommand:
@@ -85,6 +104,8 @@ class DoctorCommand:
                 capability = parse_capability(args.capability)
             except ValueError as exc:
                 raise UsageError(f"--capability: {exc}") from None
+        if args.python is not None:
+            _check_python(args.python)
         if args.port is not None and not 0 < args.port < 65536:
             raise UsageError(f"--port {args.port}: not a TCP port")
         if args.model is not None and not args.model.is_dir():

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
+from typing import Any
 
 from hangwatch.cli.options import add_command
 from hangwatch.cli.options import add_grace
@@ -14,6 +15,7 @@ from hangwatch.cli.options import add_output_file
 from hangwatch.cli.options import add_supervision_options
 from hangwatch.cli.options import command_of
 from hangwatch.cli.options import number
+from hangwatch.cli.options import output_folder
 from hangwatch.cli.options import seconds
 from hangwatch.engines import PROFILES
 from hangwatch.errors import UsageError
@@ -25,6 +27,9 @@ if TYPE_CHECKING:
 EXIT_FOUND = 0  # a change made it boot (or the baseline boots: nothing to isolate)
 EXIT_NOT_FOUND = 1  # inconclusive, or no change tried made it boot
 EXIT_INTERRUPTED = 130
+# Kept options parsed by a type function (whose call says they were given); the others are given
+# when not left at None, False or [].
+_TYPED = frozenset({"stall_after", "timeout", "interval", "probe_timeout", "grace", "budget"})
 
 
 def _count(flag: str) -> Callable[[str], int]:
@@ -50,6 +55,35 @@ class IsolateCommand:
     """
 
     name = "isolate"
+
+    def __init__(self) -> None:
+        # The options given on this command line (dests), as their values are parsed: a value equal to
+        # the default is given all the same (`--stall-after 60` on resume of a run with 30 is refused).
+        self._given: set[str] = set()
+
+    def _track_given(self, parser: argparse.ArgumentParser) -> None:
+        from hangwatch.isolate.state import OPTION_FLAGS
+
+        for action in parser._actions:
+            if action.dest in OPTION_FLAGS and action.type is not None and callable(action.type):
+                parse = action.type
+
+                def given(text: str, parse: Callable[[str], Any] = parse, dest: str = action.dest) -> Any:
+                    self._given.add(dest)
+                    return parse(text)
+
+                action.type = given
+
+    def given_options(self, args: argparse.Namespace) -> dict[str, object]:
+        """dest -> value of each kept option this command line gives (OPTION_FLAGS)."""
+        from hangwatch.isolate.state import OPTION_FLAGS
+
+        out: dict[str, object] = {}
+        for dest in OPTION_FLAGS:
+            value = getattr(args, dest)
+            if dest in self._given or (dest not in _TYPED and value not in (None, False, [])):
+                out[dest] = value
+        return out
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         t = parser.add_argument_group("what to try")
@@ -98,7 +132,7 @@ class IsolateCommand:
         o = parser.add_argument_group("output")
         o.add_argument(
             "--run-dir",
-            type=Path,
+            type=output_folder("--run-dir"),
             metavar="DIR",
             help="where each trial's run directory goes (trial-NN; default: "
             "~/.local/state/hangwatch/runs/...-isolate-PID)",
@@ -107,6 +141,7 @@ class IsolateCommand:
         add_output_file(o, "--report-html", "write the result as one self-contained HTML page")
         o.add_argument("--quiet", action="store_true", help="no progress lines, only the result")
         add_command(parser, "the command to isolate (the baseline)")
+        self._track_given(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         from dataclasses import replace
@@ -114,6 +149,8 @@ class IsolateCommand:
         from hangwatch.cli.options import watch_options
         from hangwatch.isolate.session import IsolateOptions
         from hangwatch.isolate.session import run_isolate
+        from hangwatch.isolate.state import OPTION_FLAGS
+        from hangwatch.isolate.state import resumed_options
         from hangwatch.render.files import write_outputs
         from hangwatch.render.isolate_html import write_isolate_html
         from hangwatch.render.isolate_text import isolate_text
@@ -121,6 +158,21 @@ class IsolateCommand:
 
         command: tuple[str, ...] | None = command_of(args) or None
         state, toggles, notes = _state_and_toggles(args, command)
+        given = self.given_options(args)
+        self._given.clear()
+        now = {dest: getattr(args, dest) for dest in OPTION_FLAGS}
+        if args.resume is not None and state.options is None:
+            warning = (
+                f"{state.path} keeps no options (an older hangwatch wrote it): resuming with the ones given "
+                "now; give the same --stall-after, --ready-url/--ready-pattern, --all ... as the first run"
+            )
+            print(f"hangwatch isolate: warning: {warning}", file=sys.stderr, flush=True)
+            notes.append(warning)
+        elif args.resume is not None and state.options is not None:
+            # What the interrupted isolate ran with, whatever this command line leaves out.
+            for dest, value in resumed_options(args.resume, state.options, given, now).items():
+                setattr(args, dest, value)
+        state.options = {dest: getattr(args, dest) for dest in OPTION_FLAGS}
         command = state.command
         repeat = args.repeat or state.repeat
         if state.runs and repeat != state.repeat:
@@ -156,6 +208,10 @@ class IsolateCommand:
         )
         write_report(report, run_dir / "isolate.json")
         if report.interrupted:
+            # The options are kept in the state: the directory (and the command, when it held secrets)
+            # is all a resume needs.
+            again = "" if state.command_complete() else " -- <the same command>"
+            print(f"continue with: hangwatch isolate --resume {run_dir}{again}", flush=True)
             return EXIT_INTERRUPTED
         found = bool(report.conclusion.minimal_changes) or (
             report.baseline is not None and report.baseline.all_booted

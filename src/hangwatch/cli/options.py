@@ -17,6 +17,8 @@ from pathlib import Path
 from hangwatch.collect.http_probe import validate_probe_url
 from hangwatch.engines import PROFILES
 from hangwatch.errors import UsageError
+from hangwatch.render.files import STDOUT
+from hangwatch.render.files import folder_problem
 from hangwatch.render.files import output_path_problem
 from hangwatch.supervise.plan import WatchOptions
 
@@ -25,18 +27,71 @@ ArgGroup = argparse.ArgumentParser | argparse._ArgumentGroup
 
 def output_file(flag: str) -> Callable[[str], Path]:
     """The type of an option that names a file hangwatch writes: a file in a folder that exists and
-    that we can write in, never a folder."""
+    that we can write in, a FIFO, a device or a descriptor we can write to, never a folder; ``-`` is
+    standard output (``STDOUT``: ``cli`` then moves the command's own words to stderr)."""
 
     example = "report." + flag.rsplit("-", 1)[-1]  # --report-md: report.md
 
     def parse(text: str) -> Path:
         if not text.strip():
             raise UsageError(f"{flag} needs a file name, e.g. {flag} {example}")
+        if text == "-":
+            return STDOUT
         path = Path(text).expanduser()
         problem = output_path_problem(path, example)
         if problem is not None:
             raise UsageError(f"{flag} {text}: {problem}")
         return path
+
+    return parse
+
+
+def output_folder(flag: str) -> Callable[[str], Path]:
+    """The type of an option that names a folder hangwatch creates files in (``--run-dir``): a folder we
+    can create files in, or a path where one can be made (tried for real, before anything starts)."""
+
+    def parse(text: str) -> Path:
+        if not text.strip():
+            raise UsageError(f"{flag} needs a folder, e.g. {flag} ./runs/first")
+        path = Path(text).expanduser()
+        problem = output_folder_problem(path)
+        if problem is not None:
+            raise UsageError(f"{flag} {text}: {problem}")
+        return path
+
+    return parse
+
+
+def output_folder_problem(path: Path) -> str | None:
+    """Why files cannot be created in the folder ``path`` (made with its parents if missing), or None."""
+    existing = path
+    while not existing.exists() and not existing.is_symlink() and existing != existing.parent:
+        existing = existing.parent
+    if existing.is_dir():
+        problem = folder_problem(existing)
+        return None if problem is None else f"{problem}: give a folder you can write to"
+    if existing == path:
+        return "is a file, not a folder: give a folder (it is created if missing)"
+    return f"{existing} is a file, not a folder: give a folder (it is created if missing)"
+
+
+def default_run_dir_checked() -> Path:
+    """A new run folder under the default place, refused (exit 2, before launching) where none can be
+    made (a read-only home, a $XDG_STATE_HOME that is a file)."""
+    from hangwatch.supervise.session import default_run_dir
+
+    path = default_run_dir()
+    problem = output_folder_problem(path)
+    if problem is not None:
+        raise UsageError(f"--run-dir (default) {path}: {problem}, or give --run-dir DIR")
+    return path
+
+
+def probe_url(flag: str) -> Callable[[str], str]:
+    """The type of an option that names a URL hangwatch probes (``--ready-url``)."""
+
+    def parse(text: str) -> str:
+        return validate_probe_url(text, flag)
 
     return parse
 
@@ -76,7 +131,9 @@ def seconds(flag: str, *, zero_ok: bool = False, no_limit: bool = False) -> Call
 
 def add_output_file(group: ArgGroup, flag: str, help_text: str) -> None:
     """``--report-json FILE`` and its kin, the same in every command."""
-    group.add_argument(flag, type=output_file(flag), metavar="FILE", help=help_text)
+    group.add_argument(
+        flag, type=output_file(flag), metavar="FILE", help=f"{help_text} (-: to stdout, the rest to stderr)"
+    )
 
 
 def add_grace(group: ArgGroup, help_text: str) -> None:
@@ -125,7 +182,11 @@ def add_supervision_options(
 ) -> None:
     """How one watch decides: readiness, the stall window, the timeout, sampling and probing. Shared by
     every command that supervises (run, attach, each of isolate's trials), read by ``watch_options``."""
-    g.add_argument("--ready-url", help="ready when this URL answers 2xx (default: the engine's /health)")
+    g.add_argument(
+        "--ready-url",
+        type=probe_url("--ready-url"),
+        help="ready when this URL answers 2xx (default: the engine's /health)",
+    )
     g.add_argument("--ready-pattern", help="ready when a log line matches this regular expression")
     g.add_argument(
         "--waiting-pattern",
@@ -178,7 +239,7 @@ def watch_options(args: argparse.Namespace, stall_after: float | None = None) ->
         raise UsageError(f"--interval {args.interval:g} must be no longer than --stall-after {stall:g}")
     return WatchOptions(
         engine=args.engine,
-        ready_url=validate_probe_url(args.ready_url) if args.ready_url else None,
+        ready_url=validate_probe_url(args.ready_url, "--ready-url") if args.ready_url else None,
         ready_pattern=_regex(args.ready_pattern, "--ready-pattern") if args.ready_pattern else None,
         waiting_patterns=tuple(_regex(p, "--waiting-pattern") for p in args.waiting_pattern),
         stall_after=stall,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from pathlib import Path
 
 from hangwatch.cli.options import add_command
 from hangwatch.cli.options import add_grace
 from hangwatch.cli.options import add_watch_options
 from hangwatch.cli.options import command_of
+from hangwatch.cli.options import default_run_dir_checked
+from hangwatch.cli.options import output_folder
 from hangwatch.cli.options import watch_options
 from hangwatch.errors import UsageError
 
@@ -31,7 +32,7 @@ class RunCommand:
         )
         parser.add_argument(
             "--run-dir",
-            type=Path,
+            type=output_folder("--run-dir"),
             help="where the log and reports go (default: ~/.local/state/hangwatch/runs/...)",
         )
         add_grace(parser, "SIGTERM grace before SIGKILL at cleanup")
@@ -50,7 +51,6 @@ class RunCommand:
         from hangwatch.run import preflight
         from hangwatch.run import run_supervised
         from hangwatch.supervise.session import RunOptions
-        from hangwatch.supervise.session import default_run_dir
 
         command = command_of(args)
         if not command:
@@ -63,7 +63,7 @@ class RunCommand:
             watch=replace(watch_options(args), own_request=not args.no_own_request),
             command=command,
             until_ready=args.until_ready,
-            run_dir=args.run_dir or default_run_dir(),
+            run_dir=args.run_dir or default_run_dir_checked(),
             grace=args.grace,
         )
         return run_supervised(options)

@@ -20,6 +20,13 @@ from hangwatch.engines import PROFILES
 from hangwatch.errors import UsageError
 from hangwatch.nodes.ray import WORKER_CLASSES
 
+# What the stack rules need by default: a wait is told from work only over two captures or more
+# (StackContext.over_time: one capture names no cause but a stopped or dead rank), and three, as a
+# watch takes them (analyse/stackwatch.SAMPLES), keep a loop that passes one line twice from passing
+# for a wait; 1 s apart, the snapshot takes about 2 s.
+SAMPLES = 3
+EVERY_S = 1.0
+
 
 class StacksCommand:
     """Take the stacks of every process of a running tree now, merged across ranks, with a cause.
@@ -37,20 +44,25 @@ class StacksCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--pid", type=int, help="PID of the tree's root (the launcher), on this machine")
+        parser.add_argument(
+            "--whole-machine",
+            action="store_true",
+            help="allow --pid 1 (or a container's init): dump every Python process of the machine",
+        )
         parser.add_argument("--engine", choices=sorted(PROFILES), help="engine profile (default: detected)")
         parser.add_argument(
             "--samples",
             type=int,
-            default=1,
+            default=SAMPLES,
             metavar="N",
-            help="capture rounds, to see what moves (default: 1)",
+            help="capture rounds, to see what moves (default: %(default)s)",
         )
         parser.add_argument(
             "--every",
             type=seconds("--every"),
-            default=2.0,
+            default=EVERY_S,
             metavar="S",
-            help="seconds between rounds (default: 2)",
+            help="seconds between rounds (default: %(default)g)",
         )
         parser.add_argument(
             "--no-native", action="store_true", help="Python frames only (no --native unwinding)"
@@ -78,6 +90,7 @@ class StacksCommand:
             every_s=args.every,
             native=not args.no_native,
             report_json=args.report_json,
+            whole_machine=args.whole_machine,
         )
         return take_snapshot(options)
 

@@ -25,13 +25,21 @@ from hangwatch.model.samples import ProbeResult
 from hangwatch.redact import redact_url
 
 
-def validate_probe_url(url: str) -> str:
-    parts = urlsplit(url)
+def validate_probe_url(url: str, flag: str | None = None) -> str:
+    """``url`` when a probe can use it; UsageError otherwise (before anything starts: a URL urllib cannot
+    split, or a port out of range, would otherwise kill the probe thread and leave the run without one)."""
+    shown = redact_url(url)
+    what = f"{flag} {shown}" if flag else f"the probe URL {shown!r}"
+    example = "give a URL like http://127.0.0.1:8000/health"
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises for a port that is not a number from 0 to 65535
+    except ValueError as exc:
+        raise UsageError(f"{what}: not a valid URL ({exc}): {example}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(
-            f"the probe URL {redact_url(url)!r} is not an HTTP URL",
-            "Give a URL like http://127.0.0.1:8000/health (scheme http or https, with a host).",
-        )
+        raise UsageError(f"{what}: not an HTTP URL: {example} (scheme http or https, with a host)")
+    if port == 0:
+        raise UsageError(f"{what}: port 0 is no port a server listens on: {example}")
     return url
 
 

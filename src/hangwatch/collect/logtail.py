@@ -10,12 +10,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import select
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 MAX_LINE_CHARS = 8192  # longer lines are cut for analysis; the log file keeps every byte
 _READ_CHUNK = 65536
@@ -81,10 +83,25 @@ class LineSplitter:
         return text
 
 
-def clean_text(raw: bytes) -> str:
-    """Decode and drop control characters (terminal escapes from a log must not reach our terminal)."""
-    text = raw.decode("utf-8", "replace")
-    return "".join(ch for ch in text if ch == "\t" or (ch >= " " and ch != "\x7f"))
+# Terminal escape sequences (ECMA-48), whole: dropping only their ESC left "[31m" in every report.
+_ESCAPE = re.compile(
+    # CSI (ESC [ or the 8-bit CSI): parameters (private modes too: "?25l"), intermediates, a final byte.
+    r"(?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]"
+    # OSC, DCS, SOS, PM, APC: a string up to BEL or ST (ESC \ or the 8-bit ST); a terminal ends one at
+    # the next ESC too, and an unterminated one hides the rest of the line, as on a terminal.
+    r"|(?:\x1b[]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c|(?=\x1b)|$)"
+    # The rest: ESC, intermediates (nF: "ESC ( B"), one final byte (Fp, Fe, Fs: "ESC 7", "ESC =").
+    r"|\x1b[\x20-\x2f]*[\x30-\x7e]"
+)
+
+
+def clean_text(raw: bytes | str) -> str:
+    """The one cleaning of log text for analysis and every report: decode, strip whole terminal escape
+    sequences, then drop the control characters left (C0 but tab, DEL, C1): a log's escapes must not reach
+    our terminal, and are noise in a report."""
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    text = _ESCAPE.sub("", text)
+    return "".join(ch for ch in text if ch == "\t" or (ch >= " " and not "\x7f" <= ch <= "\x9f"))
 
 
 def tail_lines(path: Path, n: int = 30, max_bytes: int = 65536, max_chars: int = 400) -> tuple[str, ...]:
@@ -109,6 +126,20 @@ def tail_lines(path: Path, n: int = 30, max_bytes: int = 65536, max_chars: int =
     return tuple(lines[-n:])
 
 
+LOG_MODE = 0o600  # the raw output keeps what the reports redact (a token the server printed)
+
+
+def open_private_log(path: Path) -> BinaryIO:
+    """``path`` for appending, readable by its owner only: created 0600 by open(2) itself, so that no
+    moment exists when another user could open it (a chmod after the creation leaves one). A log left by
+    an earlier run in the same folder is narrowed to 0600 too (where it is ours to change)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, LOG_MODE)
+    with contextlib.suppress(OSError):
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, LOG_MODE)
+    return os.fdopen(fd, "ab", buffering=0)
+
+
 class PipeLog:
     """Reads the tree's stdout+stderr pipe in a thread: every byte to the log file, lines to a buffer."""
 
@@ -130,7 +161,7 @@ class PipeLog:
         self._lines: list[str] = []
         self._bytes = 0
         self.closed = threading.Event()
-        self._file = log_path.open("ab", buffering=0)
+        self._file = open_private_log(log_path)
         self._thread = threading.Thread(target=self._pump, name="hangwatch-log", daemon=True)
         self._thread.start()
 

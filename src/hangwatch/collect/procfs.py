@@ -17,6 +17,7 @@ from hangwatch.model.samples import ProcState
 
 PROC = Path("/proc")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PF_KTHREAD = 0x00200000  # include/linux/sched.h: "I am a kernel thread"
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 _TCP_LISTEN = "0A"
 
@@ -40,6 +41,13 @@ class Stat:
     # Minor and major page faults of every thread so far (fields 10 and 12): a thread that touches fresh
     # memory (allocating, building tables, copying buffers) faults; a spin re-reading a flag does not.
     faults: int = 0
+    # Field 9, the kernel's PF_* flags: PF_KTHREAD marks a kernel thread (kthreadd and its children),
+    # which no command of ours may list, dump or signal.
+    flags: int = 0
+
+    @property
+    def kernel_thread(self) -> bool:
+        return bool(self.flags & PF_KTHREAD)
 
     @property
     def cpu_s(self) -> float:
@@ -91,6 +99,7 @@ def parse_stat(pid: int, text: str) -> Stat:
         rss_pages=int(f[21]),
         exit_code=exit_code,
         faults=int(f[7]) + int(f[9]),
+        flags=int(f[6]),
     )
 
 
@@ -396,6 +405,18 @@ def parse_mapped_paths(text: str, prefix: str) -> set[str]:
             path = fields[5]
             found.add(path[: -len(" (deleted)")] if path.endswith(" (deleted)") else path)
     return found
+
+
+def read_nspid(pid: int, root: Path = PROC) -> tuple[int, ...]:
+    """The pid in each nested pid namespace, outermost first (``NSpid:`` of /proc/PID/status); () when
+    unreadable. A last entry of 1 is the init of a pid namespace: a container's init seen from the host."""
+    try:
+        for line in (root / str(pid) / "status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return tuple(int(x) for x in line.split()[1:])
+    except (OSError, ValueError):
+        return ()
+    return ()
 
 
 def read_uid(pid: int, root: Path = PROC) -> int | None:

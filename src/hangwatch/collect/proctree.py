@@ -20,6 +20,7 @@ from pathlib import Path
 from hangwatch.collect import procfs
 from hangwatch.collect import sockdiag
 from hangwatch.collect.deaths import DeathWatcher
+from hangwatch.errors import UsageError
 from hangwatch.model.samples import ExitHow
 from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import ProcessId
@@ -434,3 +435,86 @@ def whole_machine_note(pid: int) -> str | None:
         "pid 1 is the ancestor of every process of this machine (or of this container, in one): the tree "
         "watched is all of them, hangwatch itself and its helpers excepted"
     )
+
+
+KTHREADD = 2  # the parent of every kernel thread
+
+
+def is_kernel_thread(pid: int, stat: procfs.Stat | None = None) -> bool:
+    """kthreadd or one of its kernel threads: PF_KTHREAD, or (where the flags read 0, as some
+    emulations give) no command line and kthreadd for a parent."""
+    stat = stat if stat is not None else procfs.read_stat(pid)
+    if pid == KTHREADD or (stat is not None and stat.kernel_thread):
+        return True
+    return stat is not None and stat.ppid == KTHREADD and not procfs.read_cmdline(pid)
+
+
+def is_whole_machine(pid: int) -> bool:
+    """The tree of ``pid`` is every process of the machine: our init (pid 1), or the init of a pid
+    namespace (a container's init seen from the host: NSpid ends in 1)."""
+    if pid == 1:
+        return True
+    nspid = procfs.read_nspid(pid)
+    return len(nspid) > 1 and nspid[-1] == 1
+
+
+def own_chain(stats: dict[int, procfs.Stat] | None = None) -> list[int]:
+    """hangwatch itself and its ancestors, nearest first (ours, then the shell, ..., up to init)."""
+    chain: list[int] = []
+    pid = os.getpid()
+    while pid > 0 and pid not in chain:
+        stat = stats.get(pid) if stats is not None else procfs.read_stat(pid)
+        if stat is None:
+            break
+        chain.append(pid)
+        pid = stat.ppid
+    return chain
+
+
+def check_target(
+    target: str,
+    pids: Iterable[int],
+    *,
+    whole_machine_flag: str | None = None,
+    whole_machine: bool = False,
+    stats: dict[int, procfs.Stat] | None = None,
+) -> None:
+    """Refuse (exit 2) a tree no command may take as its target; ``pids`` are the root named (attach,
+    stacks) or every member of the tree (cleanup).
+
+    Never a kernel thread (nothing of ours to watch, dump or signal there); never hangwatch itself or a
+    process whose tree holds it (its parent shell, ...): watching it sees nothing but our own helpers,
+    stopping it stops us. A whole-machine tree (init, a container's init) is every process of the
+    machine, strangers included: only where the command offers a flag for it (``whole_machine_flag``)
+    and it was given (``whole_machine``).
+    """
+    pids = set(pids)
+
+    def which(pid: int) -> str:  # "it" where the target already says the pid ("--pid 2", "pid 2")
+        return "it" if target.rsplit(" ", 1)[-1] == str(pid) else f"pid {pid}"
+
+    for pid in sorted(pids):
+        if is_kernel_thread(pid, stats.get(pid) if stats is not None else None):
+            what = "kthreadd, the parent of every kernel thread" if pid == KTHREADD else "a kernel thread"
+            raise UsageError(
+                f"{target}: {which(pid)} is {what}; hangwatch never watches, dumps or signals kernel threads",
+                "Give the pid of the server's main (launcher) process (`ps -ef` lists them).",
+            )
+    whole = sorted(p for p in pids if is_whole_machine(p))
+    if whole:
+        if whole_machine_flag is not None and whole_machine:
+            return  # asked for by name: every process, hangwatch and its helpers left out (own_processes)
+        offer = (
+            f", or add {whole_machine_flag} for every process of the machine" if whole_machine_flag else ""
+        )
+        raise UsageError(
+            f"{target}: refusing a tree that contains pid {whole[0]} (init): every process of the machine",
+            f"Give the pid of the server's main (launcher) process (`ps -ef` lists them){offer}.",
+        )
+    ours = [p for p in own_chain(stats) if p in pids]
+    if ours:
+        who = "hangwatch itself" if ours[0] == os.getpid() else "an ancestor of hangwatch (its shell, ...)"
+        raise UsageError(
+            f"{target}: {which(ours[0])} is {who}: its tree contains hangwatch itself",
+            "Give the pid of the server's main (launcher) process, and run hangwatch from outside its tree.",
+        )

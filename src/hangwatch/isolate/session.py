@@ -133,15 +133,21 @@ class Isolation:
     def left_s(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
 
+    def label(self, index: int, name: str) -> str:
+        """``trial 0 (baseline)``, ``trial 3 of 6 (graphs-off)``: the number the table and the run
+        directory (trial-03) give it, of the changes planned."""
+        if index == 0:
+            return f"trial 0 ({name})"
+        return f"trial {index} of {self.planned - 1} ({name})"
+
     def run_trial(self, index: int, toggle: Toggle | None, applied: Applied) -> TrialResult | None:
         """The trial's runs (finished ones reused from the state); None when none could run."""
         name = toggle.name if toggle is not None else BASELINE
         edits = toggle.edits if toggle is not None else ()
         runs = self.state.done(name, edits)
+        label = self.label(index, name)
         if runs:
-            self.progress.say(
-                f"trial {index + 1} of {self.planned} ({name}): {len(runs)} run(s) reused from --resume"
-            )
+            self.progress.say(f"{label}: {len(runs)} run(s) reused from --resume")
         while len(runs) < self.o.repeat:
             if self.stop.requested:
                 self.interrupted = True
@@ -160,7 +166,6 @@ class Isolation:
             run_dir = self.o.run_dir / f"trial-{index:02d}"
             if self.o.repeat > 1:
                 run_dir = run_dir / f"run-{number}"
-            label = f"trial {index + 1} of {self.planned} ({name})"
             self.progress.start(
                 label, number, self.o.repeat, toggle.describe() if toggle else "as given", left
             )

@@ -21,6 +21,7 @@ from hangwatch.model.isolate import EditKind
 from hangwatch.model.isolate import RunResult
 from hangwatch.model.isolate import Toggle
 from hangwatch.model.report import Verdict
+from hangwatch.model.rulebook import NearMiss
 from hangwatch.model.vocabulary import Cause
 from hangwatch.model.vocabulary import Confidence
 from hangwatch.model.vocabulary import State
@@ -31,6 +32,61 @@ from hangwatch.render.json_report import plain
 
 STATE_SCHEMA = "hangwatch.isolate-state/1"
 STATE_FILE = "isolate-state.json"
+
+
+# The options kept in the state, by argparse dest, with the flag that gives each. Those --resume must not
+# change (a run's supervision, what is tried) are refused when given otherwise; --repeat and --budget
+# may be given anew (more runs to settle an inconclusive trial; this invocation's time).
+OPTION_FLAGS = {
+    "stall_after": "--stall-after",
+    "timeout": "--timeout",
+    "ready_url": "--ready-url",
+    "ready_pattern": "--ready-pattern",
+    "waiting_pattern": "--waiting-pattern",
+    "interval": "--interval",
+    "probe_timeout": "--probe-timeout",
+    "engine": "--engine",
+    "no_stacks": "--no-stacks",
+    "grace": "--grace",
+    "run_all": "--all",
+    "pairs": "--pairs",
+    "budget": "--budget",
+}
+MAY_CHANGE = frozenset({"budget"})
+
+
+def shown(dest: str, value: Any) -> str:
+    """An option as it is written on the command line: ``--stall-after 5``, ``--all``, ``no --timeout``."""
+    flag = OPTION_FLAGS[dest]
+    if value is None or value is False or value == []:
+        return f"no {flag}"
+    if value is True:
+        return flag
+    if isinstance(value, list):
+        return " ".join(f"{flag} {v!r}" for v in value)
+    if isinstance(value, float):
+        return f"{flag} {value:g}"
+    return f"{flag} {value!r}" if isinstance(value, str) and " " in value else f"{flag} {value}"
+
+
+def resumed_options(
+    directory: Path, saved: dict[str, Any], given: dict[str, Any], defaults: dict[str, Any]
+) -> dict[str, Any]:
+    """The options a resumed isolate runs with: the saved ones; ``given`` (the options on this command
+    line) must agree with them, or it is refused with one line saying which, both values and what to do.
+    An option the saved run did not have (a newer hangwatch) takes ``defaults``."""
+    merged = {dest: saved.get(dest, defaults.get(dest)) for dest in OPTION_FLAGS}
+    for dest, value in given.items():
+        if dest in MAY_CHANGE:
+            merged[dest] = value
+        elif dest in merged and value != merged[dest]:
+            flag = OPTION_FLAGS[dest]
+            raise UsageError(
+                f"--resume {directory}: {shown(dest, value)} given, but that isolate ran with "
+                f"{shown(dest, merged[dest])}: leave {flag} out to resume as it ran, or start a new isolate "
+                f"(another --run-dir) with {shown(dest, value)}"
+            )
+    return merged
 
 
 def fingerprint(command: tuple[str, ...]) -> str:
@@ -49,6 +105,9 @@ class IsolateState:
     toggles: tuple[Toggle, ...]
     runs: dict[str, list[RunResult]] = field(default_factory=dict)  # by trial key
     started_at: str = ""
+    # Every option that shapes a run or the search (OPTION_FLAGS), as given the first time; None for a
+    # state file written before they were kept.
+    options: dict[str, Any] | None = None
 
     @staticmethod
     def key(name: str, edits: tuple[Edit, ...]) -> str:
@@ -61,6 +120,10 @@ class IsolateState:
         self.runs.setdefault(self.key(name, edits), []).append(run)
         self.save()
 
+    def command_complete(self) -> bool:
+        """The command is kept whole (nothing in it that redaction hides): --resume DIR needs no command."""
+        return tuple(redact_argv(self.command)) == self.command
+
     def save(self) -> None:
         redacted = redact_argv(self.command)
         data = {
@@ -70,6 +133,7 @@ class IsolateState:
             "fingerprint": fingerprint(self.command),
             "repeat": self.repeat,
             "started_at": self.started_at,
+            "options": self.options,
             "toggles": [plain(_toggle_dict(t)) for t in self.toggles],
             "runs": {k: [plain(_run_dict(r)) for r in v] for k, v in self.runs.items()},
         }
@@ -101,6 +165,7 @@ def _run_dict(r: RunResult) -> dict[str, Any]:
             "next_steps": list(v.next_steps),
             "confidence": v.confidence,
             "decided_by": list(v.decided_by),
+            "near_misses": [{"rule": m.rule, "met": m.met, "lacked": m.lacked} for m in v.near_misses],
         },
         "duration_s": r.duration_s,
         "run_dir": r.run_dir,
@@ -121,6 +186,11 @@ def verdict_from(d: dict[str, Any]) -> Verdict:
         next_steps=tuple(d.get("next_steps", ())),
         confidence=Confidence(d["confidence"]) if d.get("confidence") else None,
         decided_by=tuple(d.get("decided_by", ())),
+        near_misses=tuple(
+            NearMiss(str(m.get("rule", "")), int(m.get("met", 0)), str(m.get("lacked", "")))
+            for m in d.get("near_misses", ())
+            if isinstance(m, dict)
+        ),
     )
 
 
@@ -179,6 +249,7 @@ def load_state(directory: Path, command: tuple[str, ...] | None) -> IsolateState
             toggles=tuple(_toggle_from(t) for t in data["toggles"]),
             runs={k: [_run_from(r) for r in v] for k, v in data["runs"].items()},
             started_at=str(data.get("started_at", "")),
+            options=dict(data["options"]) if isinstance(data.get("options"), dict) else None,
         )
     except UsageError:
         raise

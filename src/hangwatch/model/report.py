@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from dataclasses import field
 
+from hangwatch.model.rulebook import NearMiss
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import StackSample
@@ -29,6 +30,8 @@ class Verdict:
     # The rules that decided it, in order: the state's, then the cause's and culprit's, then refinements
     # (ids of the rulebook, analyse/rulebook.py; docs/verdicts.md says what each requires).
     decided_by: tuple[str, ...] = ()
+    # Where no rule named a cause or a culprit: the rules that came closest, and what each lacked.
+    near_misses: tuple[NearMiss, ...] = ()
 
     @property
     def exit_code(self) -> int:

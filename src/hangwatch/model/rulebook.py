@@ -24,6 +24,31 @@ class RuleEntry:
     statement: str  # what it requires, in one line
 
 
+@dataclass(frozen=True)
+class NearMiss:
+    """A rule whose shape was there but that did not decide: how many of its requirements held, and the
+    first that did not. An ``unknown`` verdict lists the closest ones, so that a reader sees which rule
+    almost named the cause and what it lacked (one more capture, a process that moved, a third stuck
+    process) instead of only "no rule matched"."""
+
+    rule: str
+    met: int  # requirements that held, in the rule's own order: the higher, the closer
+    lacked: str  # the first requirement that did not hold, in words
+
+    def describe(self) -> str:
+        return f"{self.rule}: {self.lacked}"
+
+
+# How many near misses a verdict names: the closest few are a lead, a dozen would be noise.
+NEAR_MISSES_SHOWN = 3
+
+
+def closest(misses: tuple[NearMiss, ...] | list[NearMiss]) -> tuple[NearMiss, ...]:
+    """The misses that met the most of their rule's requirements, in the book's order among equals."""
+    ranked = sorted(enumerate(misses), key=lambda item: (-item[1].met, item[0]))
+    return tuple(m for _, m in ranked[:NEAR_MISSES_SHOWN])
+
+
 RULEBOOK: tuple[RuleEntry, ...] = (
     # -- the decision: why this state ------------------------------------------------------------------
     RuleEntry("ready:probe", "the readiness probe answered with a ready status (SGLang/vLLM: /health 200)"),

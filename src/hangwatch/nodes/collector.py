@@ -29,6 +29,7 @@ from hangwatch import engines
 from hangwatch.collect import procfs
 from hangwatch.collect.http_probe import probe_once
 from hangwatch.collect.logtail import FileLog
+from hangwatch.collect.logtail import clean_text
 from hangwatch.collect.nvml import GpuSource
 from hangwatch.collect.proctree import TreeSampler
 from hangwatch.collect.proctree import own_processes
@@ -549,7 +550,8 @@ def log_tails(
             errors.append(BundleError("log", f"{label}: {exc.strerror}"))
             continue
         lines = text.splitlines()[-options.log_lines :] if options.log_lines > 0 else []
-        out.append(LogTail(label, tuple(redact_text(line[:MAX_LOG_LINE]) for line in lines)))
+        # Cleaned as every log line is (clean_text: whole escape sequences, control characters).
+        out.append(LogTail(label, tuple(redact_text(clean_text(line)[:MAX_LOG_LINE]) for line in lines)))
     return tuple(out)
 
 

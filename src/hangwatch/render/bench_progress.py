@@ -16,6 +16,7 @@ from rich.progress import TimeElapsedColumn
 
 from hangwatch.model.bench import LoadRun
 from hangwatch.model.bench import RequestRecord
+from hangwatch.redact import scrub
 from hangwatch.render.live import event_text
 from hangwatch.words import plural
 
@@ -69,7 +70,7 @@ class PlainProgress(QuietProgress):
         self.note(f"{self._round} " + _share_summary(label, run))
 
     def note(self, text: str) -> None:
-        print(f"[bench] {text}", file=self._out, flush=True)
+        print(f"[bench] {scrub(text)}", file=self._out, flush=True)  # redacted as event_text is
 
 
 class RichProgress(PlainProgress):

@@ -112,6 +112,7 @@ def html_report(report: Report) -> str:
         "summary": scrub(v.summary),
         "culprits": culprits,
         "decided_by": [(r, statement_of(r)) for r in v.decided_by],
+        "near_misses": [(m.rule, scrub(m.lacked)) for m in v.near_misses],
         "evidence": [scrub(e) for e in v.evidence],
         "notes": [scrub(n) for n in report.notes],
         "command": scrub(" ".join(report.command)),

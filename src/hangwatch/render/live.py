@@ -1,4 +1,10 @@
-"""The live view while supervising: rich on a terminal, plain lines otherwise."""
+"""The live view while supervising: rich on a terminal, plain lines otherwise.
+
+Every line hangwatch prints here is redacted as the reports are (``redact.scrub``: the secrets of its
+environment, which the tree inherits, and the known token shapes): the events, the status line, the
+table. The echo is the tree's own output, as it would print it without hangwatch, and stays raw (its
+``output.log`` keeps it, mode 0600).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from rich.text import Text
 from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ProcessSample
+from hangwatch.redact import scrub
 from hangwatch.words import human_bytes
 from hangwatch.words import plural
 
@@ -94,7 +101,7 @@ class PlainView:
     def event(self, text: str) -> None:
         with self._lock:
             self._end_line()
-            print(f"[hangwatch] {text}", file=self._out, flush=True)
+            print(f"[hangwatch] {scrub(text)}", file=self._out, flush=True)
 
     def update(self, state: LiveState) -> None:
         if state.t - self._last < self._every:
@@ -122,8 +129,9 @@ def status_line(state: LiveState) -> str:
 
 
 def event_text(text: str, prefix: str = "[hangwatch]") -> Text:
-    """An event line for a Rich console: our prefix styled, ``text`` literal (never parsed as markup)."""
-    return Text.assemble((prefix, "bold cyan"), " ", text)
+    """An event line for a Rich console: our prefix styled, ``text`` literal (never parsed as markup) and
+    redacted."""
+    return Text.assemble((prefix, "bold cyan"), " ", scrub(text))
 
 
 def status_table(state: LiveState) -> Table:
@@ -131,10 +139,10 @@ def status_table(state: LiveState) -> Table:
     from the server, and a ``[...]`` in them must show as written, not be parsed as Rich markup."""
     title = Text.assemble(
         "phase ",
-        (state.phase, "bold"),
-        f" ({state.phase_label}) for {state.in_phase_s:.0f} s — t={state.t:.0f} s",
+        (scrub(state.phase), "bold"),
+        scrub(f" ({state.phase_label}) for {state.in_phase_s:.0f} s — t={state.t:.0f} s"),
     )
-    table = Table(title=title, caption=Text(_caption(state)), expand=False)
+    table = Table(title=title, caption=Text(scrub(_caption(state))), expand=False)
     for column in ("pid", "role/rank", "name", "state", "CPU %", "I/O /s", "RSS", "GPU mem"):
         numeric = column in ("CPU %", "I/O /s", "RSS", "GPU mem")
         table.add_column(column, justify="right" if numeric else "left", no_wrap=True, min_width=5)
@@ -150,7 +158,7 @@ def status_table(state: LiveState) -> Table:
             human_bytes(p.rss_bytes),
             human_bytes(gpu) if gpu else "-",
         )
-        table.add_row(*(Text(c) for c in cells))
+        table.add_row(*(Text(scrub(c)) for c in cells))
     return table
 
 

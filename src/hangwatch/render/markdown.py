@@ -51,6 +51,10 @@ def markdown_report(report: Report) -> str:
         facts.append(f"- culprits: {', '.join(culprit_labels(report, _inline))}")
     if v.decided_by:
         facts.append(f"- decided by: {' > '.join(f'`{r}`' for r in v.decided_by)}")
+    if v.near_misses:
+        facts.append(
+            "- closest rules: " + "; ".join(f"`{m.rule}` lacked {_inline(m.lacked)}" for m in v.near_misses)
+        )
     command = " ".join(report.command).replace("\n", " ").replace("`", "")  # one code span, unbreakable
     facts.append(f"- command: `{_safe(command)[:300]}`")
     lines.extend(facts)

@@ -19,6 +19,10 @@ _HEADLINE = {
     State.INTERRUPTED: "INTERRUPTED",
 }
 
+# What a run's output.log is: every byte the tree printed, so what the reports mask is there in clear;
+# hangwatch creates it 0600 (collect/logtail.open_private_log).
+RAW_LOG_NOTE = "the raw output, not redacted: mode 0600, readable by you only"
+
 
 def culprit_labels(report: Report, quote: Callable[[str], str] = str) -> list[str]:
     """Each culprit as "name [pid] role/rank" (what is known of it), its words passed through ``quote``."""
@@ -47,6 +51,9 @@ def verdict_text(report: Report) -> str:
         lines.append(f"  culprits: {', '.join(culprit_labels(report))}")
     if v.decided_by:
         lines.append(f"  decided by: {' > '.join(v.decided_by)} ({statement_of(v.decided_by[-1])})")
+    if v.near_misses:
+        lines.append("  closest rules (what each lacked):")
+        lines.extend(f"    - {m.describe()}" for m in v.near_misses)
     if v.evidence:
         lines.append("  evidence:")
         lines.extend(f"    - {e}" for e in v.evidence)
@@ -59,5 +66,8 @@ def verdict_text(report: Report) -> str:
         lines.append("  notes:")
         lines.extend(f"    - {n}" for n in report.notes)
     if report.log_path:
-        lines.append(f"  log: {report.log_path}")
+        # A run's log is the tree's output as it came, secrets included: say who can read it (only its
+        # owner: collect/logtail.LOG_MODE). attach's is the server's own file, whatever its mode.
+        private = f" ({RAW_LOG_NOTE})" if report.mode == "run" else ""
+        lines.append(f"  log: {report.log_path}{private}")
     return scrub("\n".join(lines))

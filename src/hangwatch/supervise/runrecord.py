@@ -17,6 +17,7 @@ from pathlib import Path
 
 from hangwatch.collect import procfs
 from hangwatch.redact import scrub
+from hangwatch.render.files import write_atomically
 
 RUN_SCHEMA = "hangwatch.run/1"
 RUN_RECORD = "run.json"
@@ -47,9 +48,7 @@ def write_run_record(run_dir: Path, pid: int, command: tuple[str, ...]) -> RunRe
         command=tuple(scrub(a) for a in command),
         started_at=dt.datetime.now().astimezone().isoformat(timespec="seconds"),
     )
-    tmp = run_dir / (RUN_RECORD + ".tmp")
-    tmp.write_text(json.dumps(asdict(record), indent=1) + "\n")
-    tmp.replace(run_dir / RUN_RECORD)
+    write_atomically(run_dir / RUN_RECORD, json.dumps(asdict(record), indent=1) + "\n")
     return record
 
 

@@ -33,6 +33,7 @@ from hangwatch.redact import redact_argv
 from hangwatch.redact import scrub
 from hangwatch.render.live import View
 from hangwatch.render.live import make_view
+from hangwatch.render.text import RAW_LOG_NOTE
 from hangwatch.supervise import shm
 from hangwatch.supervise import teardown
 from hangwatch.supervise.clock import WatchClock
@@ -162,7 +163,7 @@ def start_supervised(
     )  # fmt: skip
     watch.on_members = launched.tell_guardian
     view.event(
-        f"supervising {plan.profile.name} command (pid {launched.pid}); log {log.path}; "
+        f"supervising {plan.profile.name} command (pid {launched.pid}); log {log.path} ({RAW_LOG_NOTE}); "
         f"probe {plan.probe_url or 'none'}; stall after {w.stall_after:g} s"
     )
     return Supervised(launched, sampler, log, watch.c.prober, kit, watch.assessor, watch, subreaper=subreaper)
