@@ -63,7 +63,7 @@ def run_attached(options: AttachOptions) -> int:
     # Not hangwatch itself or its parent chain (it would watch nothing but itself, left out, to a TIMEOUT),
     # not a kernel thread, not the whole machine unless asked for by name: as cleanup refuses them.
     check_target(f"--pid {options.pid}", [options.pid], whole_machine_flag="--whole-machine",
-                 whole_machine=options.whole_machine)  # fmt: skip
+                 whole_machine=options.whole_machine, others_ok=True)  # fmt: skip
     cmdline = procfs.read_cmdline(options.pid) or (stat.comm,)
     # The window is a timeout: still progressing when it ends is a 'timeout' verdict, with the evidence,
     # worded as the end of the window unless the user's own --timeout is the shorter limit.

@@ -16,6 +16,8 @@ from typing import Any
 
 from hangwatch import engines
 from hangwatch.analyse import causes
+from hangwatch.analyse.nextsteps import StepFacts
+from hangwatch.analyse.nextsteps import fit
 from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackrules import classify
 from hangwatch.analyse.stacktree import build_tree
@@ -66,7 +68,7 @@ def take_snapshot(options: SnapshotOptions) -> int:
     # Not hangwatch itself or its parent chain (it would dump nothing but the shell), not a kernel thread,
     # not every Python process of the machine unless asked for by name: as cleanup refuses them.
     check_target(f"--pid {options.pid}", [options.pid], whole_machine_flag="--whole-machine",
-                 whole_machine=options.whole_machine)  # fmt: skip
+                 whole_machine=options.whole_machine, others_ok=True)  # fmt: skip
     cmdline = procfs.read_cmdline(options.pid) or (stat.comm,)
     profile = engines.by_name(options.engine) if options.engine else engines.detect(cmdline)
     dumper = StackDumper(native=options.native)
@@ -156,7 +158,8 @@ def snapshot_steps(diagnosis: causes.Diagnosis, pid: int) -> tuple[str, ...]:
             "progress signal (log, CPU, I/O, GPU, ports) and takes stacks again when it goes quiet.",
             *steps,
         )
-    return steps
+    # The tree is alive (a snapshot never stops it): PID is the culprit's, or the root's.
+    return fit(steps, StepFacts(pid=diagnosis.culprits[0] if diagnosis.culprits else pid, port=None))
 
 
 def snapshot_text(

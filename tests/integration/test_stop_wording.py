@@ -74,7 +74,14 @@ def test_attach_names_the_limit_it_reached(hw):
 def test_attach_to_a_tree_that_contains_hangwatch_leaves_it_out(tmp_path):
     report = tmp_path / "a.json"
     argv = hangwatch_argv("attach", "--quiet", "--window", "4", "--report-json", str(report), "--pid")
-    parent = f"import os, subprocess, sys\nsys.exit(subprocess.call({argv!r} + [str(os.getpid())]))\n"
+    # A batch script's shape: a server started in the background, then hangwatch attached to the script.
+    parent = (
+        "import os, subprocess, sys\n"
+        "server = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"code = subprocess.call({argv!r} + [str(os.getpid())])\n"
+        "server.kill(); server.wait(); sys.exit(code)\n"
+    )
     proc = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=90)
     data = json.loads(report.read_text())
-    assert len({p["pid"] for p in data["processes"]}) == 1, (proc.stdout, data["processes"])  # the parent
+    pids = {p["pid"] for p in data["processes"]}
+    assert len(pids) == 2, (proc.stdout, data["processes"])  # the parent and its server, not hangwatch

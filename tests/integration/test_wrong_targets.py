@@ -35,7 +35,8 @@ def _refused(proc: subprocess.CompletedProcess[str], *words: str) -> None:
 
 
 def test_attach_and_stacks_of_hangwatch_s_own_parent_are_refused() -> None:
-    """attach watched 0 processes to a TIMEOUT, stacks exited 0: now both refuse, as cleanup does."""
+    """attach watched 0 processes to a TIMEOUT, stacks exited 0: now both refuse, as cleanup does, a
+    tree that holds nothing but hangwatch (this test's process has no other child while they run)."""
     started = time.monotonic()
     _refused(hangwatch("attach", "--pid", str(os.getpid()), "--window", "30"), "ancestor of hangwatch")
     assert time.monotonic() - started < 20  # refused at once, not after the window

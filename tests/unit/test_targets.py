@@ -47,6 +47,10 @@ def test_hangwatch_and_its_ancestors_are_refused() -> None:
         check_target(f"--pid {os.getpid()}", [os.getpid()])
     with pytest.raises(UsageError, match="an ancestor of hangwatch"):
         check_target(f"--pid {os.getppid()}", [os.getppid()])
+    # attach and stacks only read: an ancestor whose tree holds hangwatch alone is refused, one that
+    # also started something else (a batch script's server in the background) is watched without us.
+    with pytest.raises(UsageError, match="it is hangwatch itself"):
+        check_target(f"--pid {os.getpid()}", [os.getpid()], others_ok=True)
 
 
 def test_the_whole_machine_only_by_name() -> None:
@@ -79,3 +83,34 @@ def test_culprits_are_named_never_a_bare_pid() -> None:
     tick = Tick(t=1.0, processes=(process_sample(31, "gloo_rank1", role="worker", rank="1"),))
     assert culprit_labels((31,), [tick], ()) == ("gloo_rank1 [31] worker/1",)
     assert culprit_labels((31,), [Tick(t=0.0, processes=())], ()) == ("[31]",)
+
+
+def test_an_ancestor_that_started_something_else_is_a_target_for_reading() -> None:
+    import subprocess
+    import sys
+
+    # A parent (an ancestor of the checking code, as a user's batch script is of hangwatch) that also
+    # started a sleeper: readable; the same parent without its sleeper: nothing but us in its tree.
+    code = (
+        "import os, subprocess, sys\n"
+        "from hangwatch.collect.proctree import check_target\n"
+        "from hangwatch.errors import UsageError\n"
+        "def verdict():\n"
+        "    try:\n"
+        "        check_target('--pid %d' % os.getppid(), [os.getppid()], others_ok=True)\n"
+        "        return 'ok'\n"
+        "    except UsageError as e:\n"
+        "        return str(e)\n"
+        "print(verdict())\n"
+    )
+    alone = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "ancestor of hangwatch" in alone.stdout, alone
+    wrapper = (
+        "import subprocess, sys\n"
+        "sleeper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"out = subprocess.run([sys.executable, '-c', {code!r}], capture_output=True, text=True)\n"
+        "sleeper.kill(); sleeper.wait()\n"
+        "print(out.stdout.strip())\n"
+    )
+    both = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, timeout=60)
+    assert both.stdout.strip() == "ok", both

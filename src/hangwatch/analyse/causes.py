@@ -54,9 +54,9 @@ NEXT_STEPS: dict[Cause, tuple[str, ...]] = {
     Cause.COLLECTIVE_WAIT: (
         "Look at the odd ones out first: the ranks that are not in the collective are where the hang is; "
         "`hangwatch stacks --pid PID` shows them again.",
-        "Re-run with `NCCL_DEBUG=INFO` (and `TORCH_DISTRIBUTED_DEBUG=DETAIL`) to see the last collective "
-        "each rank entered; `TORCH_NCCL_TRACE_BUFFER_SIZE=2000` enables the Flight Recorder for the "
-        "next hang.",
+        "Re-run with `TORCH_DISTRIBUTED_DEBUG=DETAIL` to see the last collective each rank entered.",
+        "With NCCL: `NCCL_DEBUG=INFO` prints its last operations; `TORCH_NCCL_TRACE_BUFFER_SIZE=2000` "
+        "enables the Flight Recorder for the next hang.",
         "If every rank waits in the same collective: `NCCL_P2P_DISABLE=1` (and `NCCL_CUMEM_ENABLE=0`), "
         "`--disable-custom-all-reduce`, one change at a time; run a 2-rank all_reduce outside the engine.",
     ),
@@ -64,7 +64,8 @@ NEXT_STEPS: dict[Cause, tuple[str, ...]] = {
         "Some ranks never joined the group: check that every rank was started (all nodes, "
         "`--nnodes`/`--node-rank`), that MASTER_ADDR/MASTER_PORT (or the init method) are the same "
         "everywhere and reachable, and that no firewall blocks the port.",
-        "`TORCH_DISTRIBUTED_DEBUG=DETAIL` and `NCCL_DEBUG=INFO` on every rank print which ranks checked in.",
+        "`TORCH_DISTRIBUTED_DEBUG=DETAIL` on every rank prints which ranks checked in.",
+        "With NCCL: `NCCL_DEBUG=INFO` on every rank prints its communicators' set-up.",
     ),
     Cause.LOCK_DEADLOCK: (
         "Threads wait for locks each other holds: read the `with ...lock` lines in the stacks; take the "

@@ -59,6 +59,9 @@ class _EventView:
         if self._say is not None:
             self._say(f"{self._label}: {text}")
 
+    def block(self, text: str) -> None:
+        return None  # no --keep-running here: a trial, a bench server, ends at its verdict
+
     def close(self) -> None:
         return None
 

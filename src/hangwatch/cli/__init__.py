@@ -26,6 +26,7 @@ from hangwatch.cli.stacks import StacksCommand
 from hangwatch.errors import HangwatchError
 from hangwatch.errors import UsageError
 from hangwatch.model.vocabulary import USAGE_EXIT_CODE
+from hangwatch.redact import scrub
 from hangwatch.render.files import STDOUT
 from hangwatch.render.files import report_on_stdout
 
@@ -121,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         with _on_stdout(args):
             return handler.run(args)
     except HangwatchError as exc:
-        print(f"hangwatch: error: {exc.describe()}", file=sys.stderr)
+        # Redacted as every other line hangwatch prints: an error may quote a URL or an argument.
+        print(f"hangwatch: error: {scrub(exc.describe())}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("hangwatch: interrupted", file=sys.stderr)

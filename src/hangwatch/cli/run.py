@@ -35,6 +35,13 @@ class RunCommand:
             type=output_folder("--run-dir"),
             help="where the log and reports go (default: ~/.local/state/hangwatch/runs/...)",
         )
+        parser.add_argument(
+            "--keep-running",
+            action="store_true",
+            help="after a stall verdict leave the tree running: report it, go on watching and report again "
+            "on a change or a recovery; the tree is stopped when it ends or at Ctrl-C (default: a stall "
+            "stops the tree)",
+        )
         add_grace(parser, "SIGTERM grace before SIGKILL at cleanup")
         parser.add_argument(
             "--no-doctor", action="store_true", help="skip the fast preflight checks (see `hangwatch doctor`)"
@@ -65,5 +72,6 @@ class RunCommand:
             until_ready=args.until_ready,
             run_dir=args.run_dir or default_run_dir_checked(),
             grace=args.grace,
+            keep_running=args.keep_running,
         )
         return run_supervised(options)

@@ -134,6 +134,9 @@ def start(nvml: ModuleType | Any | None = None) -> tuple[Any, str | None]:
     try:
         lib.nvmlInit()
     except Exception as exc:  # pynvml raises NVMLError subclasses made at run time
+        if _no_driver(exc):
+            # The common case on a CPU machine, said on every run: short.
+            return None, "no NVIDIA driver (NVML's library not found)"
         return None, f"NVML could not start: {_nvml_reason(exc)}"
     return lib, None
 
@@ -161,6 +164,10 @@ def running_processes(lib: Any, handle: Any, index: int, errors: list[str]) -> l
 
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _no_driver(exc: BaseException) -> bool:
+    return "LibraryNotFound" in type(exc).__name__ or "shared library not found" in str(exc).lower()
 
 
 def _nvml_reason(exc: BaseException) -> str:

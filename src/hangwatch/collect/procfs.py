@@ -396,6 +396,16 @@ def mapped_paths(pid: int, prefix: str, root: Path = PROC) -> set[str] | Denied 
     return parse_mapped_paths(text, prefix)
 
 
+def maps_library(pid: int, name: str, root: Path = PROC) -> bool | None:
+    """Whether a process has a library whose file name starts with ``name`` mapped (``libnccl``), or
+    None when its maps cannot be read. A mapped library is one the process loaded, used or not yet."""
+    try:
+        text = (root / str(pid) / "maps").read_text(errors="replace")
+    except OSError:
+        return None
+    return f"/{name}" in text
+
+
 def parse_mapped_paths(text: str, prefix: str) -> set[str]:
     found = set()
     for line in text.splitlines():

@@ -471,6 +471,25 @@ def own_chain(stats: dict[int, procfs.Stat] | None = None) -> list[int]:
     return chain
 
 
+def _holds_others(root: int, chain: set[int]) -> bool:
+    """Whether the tree of ``root`` holds a process that is neither hangwatch's ancestor nor below
+    hangwatch (its own helpers): what attach or stacks would have to watch."""
+    children: dict[int, list[int]] = {}
+    for pid in procfs.list_pids():  # a full scan: a child a thread other than main forked counts too
+        stat = procfs.read_stat(pid)
+        if stat is not None and not stat.exited:
+            children.setdefault(stat.ppid, []).append(pid)
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child == os.getpid():
+                continue  # hangwatch and everything below it
+            if child not in chain:
+                return True
+            todo.append(child)
+    return False
+
+
 def check_target(
     target: str,
     pids: Iterable[int],
@@ -478,6 +497,7 @@ def check_target(
     whole_machine_flag: str | None = None,
     whole_machine: bool = False,
     stats: dict[int, procfs.Stat] | None = None,
+    others_ok: bool = False,
 ) -> None:
     """Refuse (exit 2) a tree no command may take as its target; ``pids`` are the root named (attach,
     stacks) or every member of the tree (cleanup).
@@ -486,7 +506,9 @@ def check_target(
     process whose tree holds it (its parent shell, ...): watching it sees nothing but our own helpers,
     stopping it stops us. A whole-machine tree (init, a container's init) is every process of the
     machine, strangers included: only where the command offers a flag for it (``whole_machine_flag``)
-    and it was given (``whole_machine``).
+    and it was given (``whole_machine``). ``others_ok`` (attach, stacks: they only read, and leave
+    hangwatch out): an ancestor of hangwatch is a target when its tree holds other processes too (a
+    batch script that started a server in the background and then ``hangwatch attach --pid $$``).
     """
     pids = set(pids)
 
@@ -511,7 +533,10 @@ def check_target(
             f"{target}: refusing a tree that contains pid {whole[0]} (init): every process of the machine",
             f"Give the pid of the server's main (launcher) process (`ps -ef` lists them){offer}.",
         )
-    ours = [p for p in own_chain(stats) if p in pids]
+    chain = own_chain(stats)
+    ours = [p for p in chain if p in pids]
+    if ours and others_ok and ours[0] != os.getpid() and _holds_others(ours[0], set(chain)):
+        return
     if ours:
         who = "hangwatch itself" if ours[0] == os.getpid() else "an ancestor of hangwatch (its shell, ...)"
         raise UsageError(

@@ -102,3 +102,6 @@ class Report:
     last_progress_t: float | None = None  # when the tree last progressed, as the verdict saw it
     stall_after_s: float | None = None  # the stall rule (--stall-after), for the timeline's stall window
     log_tail: tuple[str, ...] = ()  # the log's last lines at the end, redacted (collect/logtail.tail_lines)
+    # What hangwatch did to the tree it launched, in words ("stopped at the verdict: 3 processes ...",
+    # "left running (--keep-running)"); None in attach, which never touches it.
+    tree_action: str | None = None

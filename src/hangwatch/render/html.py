@@ -116,6 +116,7 @@ def html_report(report: Report) -> str:
         "evidence": [scrub(e) for e in v.evidence],
         "notes": [scrub(n) for n in report.notes],
         "command": scrub(" ".join(report.command)),
+        "tree_action": scrub(report.tree_action) if report.tree_action else None,
         "timeline": Markup(timeline_svg(report)),  # noqa: S704 - built from escaped parts in timeline_svg
         "tree": tree,
         "tree_summary": scrub(tree.summary) if tree is not None else "",

@@ -55,6 +55,9 @@ class TrialView:
     def event(self, text: str) -> None:
         return None
 
+    def block(self, text: str) -> None:
+        return None  # no --keep-running here: a trial, a bench server, ends at its verdict
+
     def close(self) -> None:
         return None
 

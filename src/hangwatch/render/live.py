@@ -48,6 +48,10 @@ class View(Protocol):
 
     def event(self, text: str) -> None: ...
 
+    def block(self, text: str) -> None:
+        """A verdict block printed while the watch goes on (``run --keep-running``), as it is at the end."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -62,6 +66,9 @@ class QuietView:
 
     def event(self, text: str) -> None:
         return None
+
+    def block(self, text: str) -> None:
+        print(scrub(text), flush=True)  # --quiet still prints every verdict
 
     def close(self) -> None:
         return None
@@ -102,6 +109,11 @@ class PlainView:
         with self._lock:
             self._end_line()
             print(f"[hangwatch] {scrub(text)}", file=self._out, flush=True)
+
+    def block(self, text: str) -> None:
+        with self._lock:
+            self._end_line()
+            print(scrub(text), file=self._out, flush=True)
 
     def update(self, state: LiveState) -> None:
         if state.t - self._last < self._every:
@@ -195,6 +207,10 @@ class RichView:
     def event(self, text: str) -> None:
         with self._lock:
             self._console.print(event_text(text), highlight=False)
+
+    def block(self, text: str) -> None:
+        with self._lock:
+            self._console.print(Text(scrub(text)), highlight=False)
 
     def update(self, state: LiveState) -> None:
         table = status_table(state)

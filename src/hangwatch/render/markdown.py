@@ -55,6 +55,8 @@ def markdown_report(report: Report) -> str:
         facts.append(
             "- closest rules: " + "; ".join(f"`{m.rule}` lacked {_inline(m.lacked)}" for m in v.near_misses)
         )
+    if report.tree_action:
+        facts.append(f"- tree: {_inline(report.tree_action)}")
     command = " ".join(report.command).replace("\n", " ").replace("`", "")  # one code span, unbreakable
     facts.append(f"- command: `{_safe(command)[:300]}`")
     lines.extend(facts)

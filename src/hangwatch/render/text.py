@@ -59,6 +59,8 @@ def verdict_text(report: Report) -> str:
         lines.extend(f"    - {e}" for e in v.evidence)
     if report.stack_tree is not None:
         lines.extend("  " + line for line in tree_lines(report.stack_tree, max_lines=16))
+    if report.tree_action:
+        lines.append(f"  tree: {report.tree_action}")
     if v.next_steps:
         lines.append("  next:")
         lines.extend(f"    - {s}" for s in v.next_steps)

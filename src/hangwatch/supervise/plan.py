@@ -58,7 +58,7 @@ def plan_for(options: WatchOptions, cmdline: tuple[str, ...]) -> Plan:
     notes: list[str] = []
     probe_url = options.ready_url or profile.health_url(cmdline)
     if probe_url is None and options.ready_pattern is None and not profile.ready_patterns:
-        notes.append("no readiness rule: give --ready-url or --ready-pattern to get a 'ready' verdict")
+        notes.append("no readiness rule: --ready-url or --ready-pattern gives a 'ready' verdict")
     return Plan(profile, probe_url, tuple(notes))
 
 
@@ -134,13 +134,18 @@ def make_own_requester(plan: Plan, options: WatchOptions, clock: Callable[[], fl
 def emit(report: Report, options: WatchOptions) -> None:
     """The verdict first, then the reports: a report that cannot be written is said, and costs nothing."""
     print(verdict_text(report), flush=True)
-    write_outputs(
-        [
-            ("--report-json", options.report_json, lambda path: write_report(report, path)),
-            ("--report-html", options.report_html, lambda path: write_html(report, path)),
-            ("--report-md", options.report_md, lambda path: write_markdown(report, path)),
-        ]
-    )
+    write_outputs(report_outputs(report, options))
+
+
+def report_outputs(
+    report: Report, options: WatchOptions
+) -> list[tuple[str, Path | None, Callable[[Path], None]]]:
+    """The report files asked for, each with its writer (for render.files.write_outputs)."""
+    return [
+        ("--report-json", options.report_json, lambda path: write_report(report, path)),
+        ("--report-html", options.report_html, lambda path: write_html(report, path)),
+        ("--report-md", options.report_md, lambda path: write_markdown(report, path)),
+    ]
 
 
 def make_serving_poller(plan: Plan, clock: Callable[[], float]) -> ServingPoller | None:

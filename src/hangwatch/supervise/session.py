@@ -31,9 +31,11 @@ from hangwatch.model.report import Verdict
 from hangwatch.model.vocabulary import State
 from hangwatch.redact import redact_argv
 from hangwatch.redact import scrub
+from hangwatch.render.files import write_outputs
 from hangwatch.render.live import View
 from hangwatch.render.live import make_view
 from hangwatch.render.text import RAW_LOG_NOTE
+from hangwatch.render.text import verdict_text
 from hangwatch.supervise import shm
 from hangwatch.supervise import teardown
 from hangwatch.supervise.clock import WatchClock
@@ -44,11 +46,13 @@ from hangwatch.supervise.launcher import reap
 from hangwatch.supervise.plan import Plan
 from hangwatch.supervise.plan import WatchOptions
 from hangwatch.supervise.plan import plan_for
+from hangwatch.supervise.plan import report_outputs
 from hangwatch.supervise.runrecord import write_run_record
 from hangwatch.supervise.signals import handling
 from hangwatch.supervise.watch import StackKit
 from hangwatch.supervise.watch import Watch
 from hangwatch.supervise.watch import build_watch
+from hangwatch.words import plural
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,9 @@ class RunOptions:
     until_ready: bool
     run_dir: Path
     grace: float
+    # After a stall verdict, leave the tree running: report, go on watching, report again on a change
+    # or a recovery; the tree is stopped only when it ends, or at Ctrl-C / SIGTERM (run --keep-running).
+    keep_running: bool = False
 
 
 def default_run_dir() -> Path:
@@ -99,6 +106,7 @@ class Supervised:
     def tear_down(self, gpu: NvmlGpuSource, grace: float) -> tuple[teardown.CleanupResult, str | None]:
         """Whatever happened (a verdict, Ctrl-C, an error of ours), the tree does not outlive us."""
         self.watch.c.stop_threads()
+        self.watch.note_libraries()  # what only the live tree shows, for the next steps
         known = self.sampler.identities() | self.launched.guardian_known
         # The engine's shared-memory segments, noted while the tree still maps them: SGLang leaves
         # sglang_loads_*.shm behind even after a clean SIGTERM, and a killed tree leaves more.
@@ -240,32 +248,126 @@ def supervise(options: RunOptions, view: View | None = None) -> Supervision:
     if gpu.unavailable:
         notes.append(f"GPU: unavailable: {gpu.unavailable}")
     verdict: Verdict | None = None
+    kept = KeptRunning()
 
     def until(v: Verdict) -> bool:
+        if options.keep_running and v.state is State.STALLED:
+            return False  # said, and watched on (kept.said): it may yet recover
         # Ready without --until-ready: keep serving (and watching) until it exits or we are stopped.
         return options.until_ready or v.state is not State.READY
+
+    def said(v: Verdict | None, t: float) -> bool:
+        if not options.keep_running:
+            return False
+        kept.observe(v, t)
+        if v is not None and v.state is State.STALLED:
+            # The verdict now, as it will read at the end, and the reports with it: a user who stops
+            # hangwatch later, or reads the JSON meanwhile, has the diagnosis either way.
+            now = run.watch.report(v, plan.profile.name, "run", redact_argv(options.command), tuple(notes))
+            now = dataclasses.replace(
+                now, tree_action=KEPT_NOW, last_progress_t=run.assessor.last_progress_t()
+            )
+            write_outputs(report_outputs(now, w))  # before it is said: whoever reads the block finds them
+            view.block(verdict_text(now))
+            return True
+        return False
 
     try:
         run = start_supervised(
             options.command, plan, w, options.run_dir, view=view, gpu=gpu,
             adopt_orphans=True, watch_serving=not options.until_ready,
         )  # fmt: skip
+        run.watch.final_words = "stopping the tree; the verdict follows"
         notes.extend(run.kit.notes)
         try:
             with stop_on_signals(run.watch):
-                verdict = run.watch.run(until)
+                verdict = run.watch.run(until, said)
         finally:
             result, gpu_note = run.tear_down(gpu, options.grace)
     finally:
         gpu.close()
         view.close()
-    notes.append("cleanup: " + result.describe())
     if gpu_note:
         notes.append(gpu_note)
     notes.extend(shm_notes(run.shm_outcomes))
-    report = run.watch.report(verdict, plan.profile.name, "run", redact_argv(options.command), tuple(notes))
+    if options.keep_running:
+        verdict = kept.final(verdict)
+        notes.extend(kept.history())
+    report = run.watch.report(
+        verdict, plan.profile.name, "run", redact_argv(options.command), tuple(notes), tree_alive=False
+    )
     report = with_cleanup(with_environment(report, options.command), run.at_verdict, result)
     report = dataclasses.replace(
-        report, last_progress_t=run.assessor.last_progress_t(), stall_after_s=w.stall_after
+        report,
+        last_progress_t=run.assessor.last_progress_t(),
+        stall_after_s=w.stall_after,
+        tree_action=tree_action(verdict, result, options, kept),
     )
     return Supervision(report, tuple(result.remaining))
+
+
+KEPT_NOW = (
+    "left running (--keep-running): hangwatch goes on watching and reports again on a change; Ctrl-C stops it"
+)
+
+
+@dataclass
+class KeptRunning:
+    """``run --keep-running``: the stalls said while the tree was left running, and the recoveries."""
+
+    standing: Verdict | None = None  # the stall in force (None: none, or it recovered)
+    standing_t: float = 0.0
+    events: list[str] = dataclasses.field(default_factory=list)
+
+    def observe(self, v: Verdict | None, t: float) -> None:
+        if v is None:
+            if self.standing is not None:
+                after = t - self.standing_t
+                self.events.append(f"progressed again at {t:.1f} s, {after:.0f} s after the stall")
+            self.standing = None
+        elif v.state is State.STALLED:
+            self.standing, self.standing_t = v, t
+            cause = v.cause.value if v.cause else "no cause"
+            self.events.append(f"stalled at {t:.1f} s ({cause}), kept running")
+
+    def final(self, verdict: Verdict) -> Verdict:
+        """The verdict at the end: a stall still in force when the user stopped us is the verdict (its
+        exit code too), not "interrupted"; one the tree recovered from is history (the notes)."""
+        if self.standing is not None and verdict.state is State.INTERRUPTED:
+            return self.standing
+        return verdict
+
+    def history(self) -> list[str]:
+        return [f"--keep-running: {e}" for e in self.events]
+
+
+def tree_action(
+    verdict: Verdict, result: teardown.CleanupResult, options: RunOptions, kept: KeptRunning
+) -> str:
+    """What hangwatch did to the tree, in one line of the verdict: the user who would rather have kept
+    it (a boot that might still finish) reads here that it is gone, and how to keep it next time."""
+    ended = _ended(result)
+    if kept.standing is not None and verdict is kept.standing:
+        at = kept.standing_t
+        return f"left running after the stall at {at:.1f} s (--keep-running) until hangwatch stopped; {ended}"
+    if verdict.state is State.STALLED:
+        return (
+            f"stopped by hangwatch at the verdict: {ended} (--keep-running leaves it running after a stall)"
+        )
+    if verdict.state is State.READY and options.until_ready:
+        return f"stopped by hangwatch once ready (--until-ready): {ended}"
+    if verdict.state is State.INTERRUPTED or verdict.state is State.READY:
+        return f"stopped by hangwatch as it was stopped: {ended}"
+    if not result.terminated and not result.killed and not result.remaining:
+        return "nothing left to stop: the tree had ended"
+    return f"the command ended; hangwatch stopped what it left: {ended}"
+
+
+def _ended(result: teardown.CleanupResult) -> str:
+    """``2 processes ended (1 needed SIGKILL)``, ``1 REMAINS: 412``: what the clean-up did."""
+    parts = [f"{plural(len(result.terminated) + len(result.killed), 'process')} ended"]
+    if result.killed:
+        parts[0] += f" ({len(result.killed)} needed SIGKILL)"
+    if result.remaining:
+        parts.append(f"{len(result.remaining)} REMAIN: {', '.join(map(str, result.remaining))}")
+    return "; ".join(parts)

@@ -17,11 +17,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
 from dataclasses import replace
+from urllib.parse import urlsplit
 
 from hangwatch.analyse.assess import Assessor
 from hangwatch.analyse.logscan import LogScanner
+from hangwatch.analyse.nextsteps import StepFacts
+from hangwatch.analyse.nextsteps import fit
 from hangwatch.analyse.stacktree import build_tree
 from hangwatch.analyse.stackwatch import StackHistory
+from hangwatch.collect import procfs
 from hangwatch.collect.connections import ConnectionWatcher
 from hangwatch.collect.gpm import GpmSource
 from hangwatch.collect.http_probe import Prober
@@ -43,9 +47,11 @@ from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ProcessId
 from hangwatch.model.samples import Tick
+from hangwatch.model.stacks import Frame
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.status import StackRequest
 from hangwatch.model.status import Status
+from hangwatch.model.vocabulary import State
 from hangwatch.render.live import LiveState
 from hangwatch.render.live import View
 from hangwatch.supervise.clock import WatchClock
@@ -188,6 +194,13 @@ class Watch:
         self.started_wall = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         self._phase_shown = ""
         self._hint_shown: str | None = None
+        # What the live line says happens after the verdict that ends the loop ("stopping the tree");
+        # None: nothing said there, the verdict block follows at once (attach).
+        self.final_words: str | None = None
+        # Whether a process of the tree loaded NCCL (its advice is given only then): read while the tree
+        # is alive, by note_libraries (run reads it before its clean-up), or at report time (attach).
+        self.nccl: bool | None = None
+        self.roots: set[int] = set()  # the pids the watch started from (build_watch)
 
     def elapsed(self) -> float:
         return self.clock()
@@ -238,8 +251,21 @@ class Watch:
             late_s=late_s,
         )
 
-    def run(self, until: Callable[[Verdict], bool]) -> Verdict:
-        """Loop until ``until(verdict)`` says stop, or a stop is requested (Ctrl-C, SIGTERM)."""
+    def run(
+        self,
+        until: Callable[[Verdict], bool],
+        on_change: Callable[[Verdict | None, float], bool] | None = None,
+    ) -> Verdict:
+        """Loop until ``until(verdict)`` says stop, or a stop is requested (Ctrl-C, SIGTERM).
+
+        A verdict the loop goes on after (ready while serving, a stall under ``run --keep-running``) is
+        said once, and again only when it changes (another state, cause or culprit); ``on_change`` hears
+        each such verdict (True: it printed it itself), and ``None`` when the tree progresses again after
+        a stall (a recovery).
+        The verdict that ends the loop is said by whoever prints the verdict block, once: the live line
+        here says only that it came, and ``final_words`` what happens next (``run``: the tree is stopped).
+        """
+        standing: Verdict | None = None
         next_at = time.monotonic()
         while True:
             tick = self.tick(late_s=round(max(0.0, time.monotonic() - next_at), 3))
@@ -257,9 +283,23 @@ class Watch:
                 self.c.own.ask()
             self._show(tick, status)
             if verdict is not None:
-                self.view.event(f"verdict {verdict.headline}")
                 if until(verdict):
+                    if self.final_words is not None:
+                        self.view.event(f"{state_and_cause(verdict)} at {tick.t:.1f} s: {self.final_words}")
                     return verdict
+                if not same_reading(verdict, standing):
+                    standing = verdict
+                    # Said in full by on_change (a block) or here in one line, never both.
+                    if on_change is None or not on_change(verdict, tick.t):
+                        self.view.event(f"verdict {verdict.headline}")
+            elif standing is not None and standing.state is State.STALLED:
+                # Progress again after a stall the tree was kept running through: said, and the next
+                # stall (if one comes) is a new verdict.
+                standing = None
+                status_now = self.assessor.status()
+                self.view.event(f"{tick.t:.1f}s progress again: last progress {status_now.last_progress}")
+                if on_change is not None:
+                    on_change(None, tick.t)
             next_at += self.interval
             delay = next_at - time.monotonic()
             if delay < 0:  # we fell behind (a slow /proc or NVML): do not try to catch up in a burst
@@ -322,9 +362,44 @@ class Watch:
             )
         )
 
+    def note_libraries(self) -> None:
+        """Read what only a live tree shows (its mapped libraries), for the next steps; once."""
+        if self.nccl is not None:
+            return
+        seen = [procfs.maps_library(pid, "libnccl") for pid in sorted(self.c.tree.known_pids())]
+        if any(seen):
+            self.nccl = True
+        elif seen and all(s is False for s in seen):
+            self.nccl = False  # every map read, none with NCCL; unreadable ones leave it unknown
+        if self.nccl is None and any(
+            "nccl" in f.name.lower() for s in self.assessor.stack_samples() for f in _frames(s)
+        ):
+            self.nccl = True
+
+    def step_facts(self, verdict: Verdict, tree_alive: bool) -> StepFacts:
+        port = None
+        probe = self.c.prober.url if self.c.prober is not None else None
+        if probe is not None:
+            port = urlsplit(probe).port
+        root = min(self.roots) if self.roots else None
+        pid = verdict.culprits[0] if verdict.culprits else root
+        return StepFacts(pid=pid, port=port, tree_alive=tree_alive, nccl=self.nccl)
+
     def report(
-        self, verdict: Verdict, engine: str, mode: str, command: tuple[str, ...], notes: tuple[str, ...]
+        self,
+        verdict: Verdict,
+        engine: str,
+        mode: str,
+        command: tuple[str, ...],
+        notes: tuple[str, ...],
+        *,
+        tree_alive: bool = True,
     ) -> Report:
+        """The report of this watch so far; its next steps fitted to what is known (analyse/nextsteps),
+        ``tree_alive`` False once run has stopped the tree."""
+        if tree_alive:
+            self.note_libraries()
+        verdict = replace(verdict, next_steps=fit(verdict.next_steps, self.step_facts(verdict, tree_alive)))
         end = self.assessor.now
         return Report(
             schema=REPORT_SCHEMA,
@@ -367,6 +442,20 @@ class Watch:
         return (f"hangwatch sent {own.sent} one-token completion(s) of its own to {own.url}{detail}",)
 
 
+def _frames(sample: StackSample) -> list[Frame]:
+    return [f for p in sample.processes for t in p.threads for f in t.frames]
+
+
+def state_and_cause(v: Verdict) -> str:
+    """``stalled (wait-cycle)``: the state and cause in two words, for a line that precedes the block."""
+    return v.state.value + (f" ({v.cause.value})" if v.cause else "")
+
+
+def same_reading(a: Verdict, b: Verdict | None) -> bool:
+    """The same state, cause and culprits: a verdict recomputed each tick of one stall is not news."""
+    return b is not None and (a.state, a.cause, a.culprits) == (b.state, b.cause, b.culprits)
+
+
 def build_watch(
     plan: Plan,
     options: WatchOptions,
@@ -407,4 +496,5 @@ def build_watch(
         clock,
         interval_s=options.interval,
     )
+    watch.roots = set(root_pids)
     return watch, kit
