@@ -320,3 +320,6 @@ class NodesWatchReport:
     cost: RoundCost
     stack_tree: StackTree | None = None
     log_tail: tuple[str, ...] = ()  # the nodes' last log lines, each with its node ("hwnode3: ..."), redacted
+    # What the reader needs to know of how the nodes were read: a name left out as another name of a
+    # machine already watched ("h2 is the same machine as h1 (same boot id and pid namespace): ...").
+    notes: tuple[str, ...] = ()

@@ -54,6 +54,7 @@ from hangwatch.model.stacks import StackSample
 from hangwatch.nodes import codec
 from hangwatch.redact import redact_environ
 from hangwatch.redact import redact_text
+from hangwatch.words import plural
 
 # Only these variables are read from a process's environment (it holds tokens): where ranks come from
 # under torchrun (local_elastic_agent.py), Slurm (srun), Open MPI and LeaderWorkerSet (multinode.md 1.4-1.5).
@@ -264,7 +265,7 @@ def take_rounds(
             last = taken.stacks[-1].elapsed_s if taken.stacks else 0.1
             cost = options.every_s + max(0.2, 2 * last)
             if time.monotonic() - started + cost > options.deadline_s:
-                note = f"stopped after {i} of {rounds} rounds (deadline {options.deadline_s:g} s)"
+                note = f"stopped after {i} of {plural(rounds, 'round')} (deadline {options.deadline_s:g} s)"
                 errors.append(BundleError("limits", note))
                 break
             sleep(options.every_s)

@@ -21,6 +21,7 @@ from hangwatch.nodes import hosts
 from hangwatch.transports import kubectl
 from hangwatch.transports import slurm
 from hangwatch.transports import ssh
+from hangwatch.words import plural
 
 
 def result_of(answer: NodeAnswer) -> NodeResult:
@@ -76,7 +77,7 @@ def ptrace_advice(pod: PodTarget, has_ptrace: bool | None, denied: int) -> str:
         "--image=python:3.12-slim (an ephemeral container with SYS_PTRACE in the target's PID namespace; "
         "it stays in the pod's spec until the pod is deleted)"
     )
-    head = f"stacks denied for {denied} process(es) in pod {pod.name}, container {pod.container}"
+    head = f"stacks denied for {plural(denied, 'process')} in pod {pod.name}, container {pod.container}"
     if has_ptrace is False and not pod.ptrace_added:
         return (
             f"{head}: the container lacks CAP_SYS_PTRACE, which Kubernetes drops by default and py-spy "

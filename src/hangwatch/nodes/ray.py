@@ -40,6 +40,7 @@ from hangwatch.transports.runner import fan_out
 from hangwatch.transports.ssh import SshOptions
 from hangwatch.transports.ssh import ssh_session
 from hangwatch.transports.stream import StreamSession
+from hangwatch.words import plural
 
 # The actor classes that are an engine's ranks: vLLM's Ray executor (RayWorkerWrapper; RayWorkerProc in
 # vLLM 0.33's RayExecutorV2) and SGLang --use-ray (SchedulerActor).
@@ -166,7 +167,7 @@ def gather_ray(
             notes.append(note)
         elif unreached:
             notes.append(
-                f"ssh did not reach {len(unreached)} of {len(ssh_nodes)} Ray node(s) "
+                f"ssh did not reach {len(unreached)} of {plural(len(ssh_nodes), 'Ray node')} "
                 f"({', '.join(f'{nodes[n].address}: {r.outcome}' for n, r in unreached)}); "
                 "--ray-task would run the collector there as a node-pinned Ray task instead"
             )
@@ -202,9 +203,10 @@ def _by_task(
     out = {p.node_id: result_of(a) for p, a in zip(plans, run.answers, strict=True)}
     said = ", ".join(f"{p.host} (ssh: {ssh_said[p.node_id]}; task: {out[p.node_id].outcome})" for p in plans)
     note = (
-        f"ssh did not reach {len(plans)} Ray node(s); the collector ran there as a node-pinned Ray task "
-        f"(--ray-task: Ray job {run.job} through the dashboard, {took:.1f} s, {run.status or 'not started'}; "
-        f"it stays in the cluster's job list, and its log on the head holds the bundles): {said}"
+        f"ssh did not reach {plural(len(plans), 'Ray node')}; the collector ran there as a node-pinned Ray "
+        f"task (--ray-task: Ray job {run.job} through the dashboard, {took:.1f} s, "
+        f"{run.status or 'not started'}; it stays in the cluster's job list, and its log on the head holds "
+        f"the bundles): {said}"
     )
     return out, note
 

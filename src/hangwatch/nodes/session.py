@@ -1,7 +1,9 @@
 """``hangwatch stacks --hosts ...``: the collector on every node, one merged report across them.
 
 Read-only everywhere, as on one machine. A node that does not answer is listed with why, and the
-others are still merged: a hang report must not wait on the node that is itself the problem.
+others are still merged: a hang report must not wait on the node that is itself the problem. One
+machine under two of the names --hosts gave (the same boot id, pid namespace and selection) is collected
+once, and said in a note (``nodes/samemachine.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from hangwatch.nodes.gather import job_nodes
 from hangwatch.nodes.gather import selected_pods
 from hangwatch.nodes.ray import WORKER_CLASSES
 from hangwatch.nodes.ray import gather_ray
+from hangwatch.nodes.samemachine import once_per_machine
 from hangwatch.redact import scrub
 from hangwatch.render.files import write_atomically
 from hangwatch.render.files import write_outputs
@@ -107,7 +110,13 @@ def stacks_across_nodes(o: NodesStacksOptions) -> int:
     elif not o.hosts:
         raise UsageError("--hosts/--hostfile named no node")
     else:
-        results = gather_ssh(o.hosts, remote_args(o), o.ssh)
+        # Names the user gave, two of which may be one machine (localhost and 127.0.0.1); pods and a
+        # job's nodes are discovered, each its own.
+        hosts, args = o.hosts, remote_args(o)
+        once = once_per_machine(
+            gather_ssh(hosts, args, o.ssh), lambda ix: gather_ssh([hosts[i] for i in ix], args, o.ssh)
+        )
+        results, notes = list(once.results), once.notes
     report = dataclasses.replace(report_of(results, selector), notes=notes)
     print(scrub(nodes_text(report)), flush=True)
     if o.report_json is not None:

@@ -18,6 +18,11 @@ never counted. Each node's logs (the roots' stdout/stderr where those are files,
 followed from the moment the watch starts: each census carries the lines they gained, read by one log
 scanner per node (``analyse/nodewatch.py:NodeLogs``), so phases, exceptions and new lines count across
 nodes as on one.
+
+One machine under two of the names --hosts gave (``localhost,127.0.0.1``; the same boot id, pid
+namespace and selection in the first answers) is watched once, under the name that answered first, and
+said in the report's notes: read twice, its ranks would count twice and each collector's stack captures
+would show the other's pauses as stopped processes (``nodes/samemachine.py``).
 """
 
 from __future__ import annotations
@@ -60,6 +65,9 @@ from hangwatch.nodes.gather import selected_pods
 from hangwatch.nodes.ray import SSH_NEEDED
 from hangwatch.nodes.ray import WORKER_CLASSES
 from hangwatch.nodes.ray import ray_watch_targets
+from hangwatch.nodes.samemachine import MachineIndex
+from hangwatch.nodes.samemachine import SameMachine
+from hangwatch.nodes.samemachine import left_out_result
 from hangwatch.redact import scrub
 from hangwatch.render.files import write_atomically
 from hangwatch.render.files import write_outputs
@@ -70,8 +78,10 @@ from hangwatch.render.nodes_text import nodes_watch_text
 from hangwatch.transports import kubectl
 from hangwatch.transports import ray as ray_transport
 from hangwatch.transports import slurm
+from hangwatch.transports.runner import Exchange
 from hangwatch.transports.ssh import SshOptions
 from hangwatch.transports.ssh import ssh_session
+from hangwatch.transports.stream import StreamSession
 from hangwatch.transports.stream import StreamSessions
 
 LOG_TAIL_KEPT = 30  # the nodes' last log lines the report keeps
@@ -86,6 +96,10 @@ class Fanout(Protocol):
     def census(self) -> list[NodeResult]: ...
 
     def stacks(self, native: bool) -> list[NodeResult]: ...
+
+    def drop(self, index: int, detail: str) -> None:
+        """Stop asking node ``index`` (another name of a machine already watched); it answers ``detail``."""
+        ...
 
     def close(self) -> None: ...
 
@@ -118,6 +132,12 @@ class NodesAttachOptions:
         if self.ray is not None:
             return f"--ray {self.ray.url}, actors {'|'.join(self.ray_classes)}"
         return f"--match {self.match!r}"
+
+    @property
+    def hosts_given(self) -> bool:
+        """The nodes are names from --hosts/--hostfile, two of which may be one machine; pods, a job's
+        nodes and Ray's nodes are discovered, each its own."""
+        return self.kube is None and self.slurm is None and self.ray is None
 
     @property
     def node_timeout_s(self) -> float:
@@ -160,8 +180,31 @@ class StreamFanout:
     def stacks(self, native: bool) -> list[NodeResult]:
         return self.sessions.ask("full-native" if native else "full", self.o.node_timeout_s, self.finish)
 
+    def drop(self, index: int, detail: str) -> None:
+        # Closed now, so its collector never takes a stack round beside the kept name's.
+        session = self.sessions.sessions[index]
+        session.close()
+        self.sessions.sessions[index] = LeftOutSession(session.host, detail)
+
     def close(self) -> None:
         self.sessions.close()
+
+
+class LeftOutSession(StreamSession):
+    """A name left out of the watch: nothing to open, never asked; every round says why."""
+
+    def __init__(self, host: str, detail: str) -> None:
+        def answer(ex: Exchange) -> NodeAnswer:
+            return NodeAnswer(host, NodeOutcome.REMOTE_ERROR, detail, b"", ex.sent_wall_s, ex.received_wall_s)
+
+        super().__init__(host, [], answer)
+
+    def ask(self, request: str, timeout_s: float) -> NodeAnswer:
+        now = time.time()
+        return self.answer(Exchange(None, b"", "", now, now))
+
+    def close(self, grace_s: float = 2.0) -> None:
+        return None
 
 
 def make_assessor(o: NodesAttachOptions, roots: set[int], first_cmdline: tuple[str, ...]) -> Assessor:
@@ -199,6 +242,8 @@ class NodesWatch:
         self.stack_round_s: list[float] = []
         self.view = make_view(o.quiet, sys.stderr)
         self._events_shown = 0
+        self.machines = MachineIndex()
+        self.left_out: dict[int, SameMachine] = {}  # node index -> the name it is the same machine as
 
     def run(self) -> Verdict:
         start = self.clock()
@@ -206,7 +251,7 @@ class NodesWatch:
         try:
             while True:
                 began = self.clock()
-                results = self.fanout.census()
+                results = self._once_per_machine(self.fanout.census())
                 ended = self.clock()
                 self.round_s.append(ended - began)
                 t = round((began + ended) / 2 - start, 3)
@@ -247,7 +292,7 @@ class NodesWatch:
     def _stacks(self, t: float, request: StackRequest) -> Verdict | None:
         assert self.assessor is not None
         began = self.clock()
-        results = self.fanout.stacks(request is StackRequest.NATIVE)
+        results = self._without_left_out(self.fanout.stacks(request is StackRequest.NATIVE))
         self.stack_round_s.append(self.clock() - began)
         sample = self.rounds.stacks(t, results)
         if not sample.processes:
@@ -255,6 +300,25 @@ class NodesWatch:
         tree = build_tree([sample])
         self.view.event(f"{t:.1f}s quiet: took stacks across nodes: {tree.summary[:300]}")
         return self.assessor.observe_stacks(sample)
+
+    def _once_per_machine(self, results: list[NodeResult]) -> list[NodeResult]:
+        """At each name's first answer (a census: no capture yet), another name of a machine already
+        watched is left out: its session closed, its rounds never counted, its processes never merged."""
+        for same in self.machines.observe(results) if self.o.hosts_given else ():
+            self.left_out[same.index] = same
+            note = same.note("watched once")
+            self.fanout.drop(same.index, note)
+            self.view.event(note)
+        return self._without_left_out(results)
+
+    def _without_left_out(self, results: list[NodeResult]) -> list[NodeResult]:
+        return [
+            left_out_result(r, self.left_out[i]) if i in self.left_out else r for i, r in enumerate(results)
+        ]
+
+    def _events(self) -> list[str]:
+        """The nodes' events, without the names left out (their "silence" is only that)."""
+        return [e for i, n in enumerate(self.rounds.nodes) if i not in self.left_out for e in n.events]
 
     def _wait(self, next_at: float) -> float:
         next_at += self.o.interval_s
@@ -265,21 +329,21 @@ class NodesWatch:
         return next_at
 
     def _show_events(self) -> None:
-        events = self.rounds.events()
+        events = self._events()
         for e in events[self._events_shown :]:
             self.view.event(e)
         self._events_shown = len(events)
 
     def report(self, verdict: Verdict, duration_s: float) -> NodesWatchReport:
         # The nodes' silences are part of the evidence: the verdict was reached without them.
-        verdict = replace(verdict, evidence=(*self.rounds.events(), *verdict.evidence))
+        verdict = replace(verdict, evidence=(*self._events(), *verdict.evidence))
         tree = self.assessor.stack_tree(verdict) if self.assessor is not None else None
         return NodesWatchReport(
             schema=NODES_WATCH_SCHEMA,
             selector=self.o.selector,
             verdict=verdict,
             duration_s=round(duration_s, 3),
-            nodes=self.rounds.summaries(),
+            nodes=tuple(n for i, n in enumerate(self.rounds.summaries()) if i not in self.left_out),
             processes=dict(self.rounds.keys),
             cost=RoundCost(
                 rounds=len(self.round_s),
@@ -290,6 +354,7 @@ class NodesWatch:
             ),
             stack_tree=tree,
             log_tail=tuple(self.log_tail),
+            notes=tuple(self.left_out[i].note("watched once") for i in sorted(self.left_out)),
         )
 
 

@@ -15,7 +15,9 @@ from hangwatch.model.nodes import NodesWatchReport
 from hangwatch.model.nodes import NodeWatchSummary
 from hangwatch.model.nodes import ProcessKey
 from hangwatch.model.nodes import RankCensus
+from hangwatch.model.report import Verdict
 from hangwatch.render.stacktext import tree_lines
+from hangwatch.words import plural
 
 MAX_ERRORS_PER_NODE = 5
 _KEY = re.compile(r"\b\d{8,}\b")
@@ -25,7 +27,7 @@ def nodes_text(report: NodesReport, max_tree_lines: int = 60) -> str:
     d = report.diagnosis
     ok = sum(1 for n in report.nodes if n.outcome is NodeOutcome.OK)
     out = [
-        f"hangwatch stacks across {len(report.nodes)} nodes ({report.selector}): "
+        f"hangwatch stacks across {plural(len(report.nodes), 'node')} ({report.selector}): "
         f"{ok} answered, {len(report.nodes) - ok} failed"
     ]
     out += [f"  {line}" for n in report.nodes for line in node_lines(n)]
@@ -57,14 +59,15 @@ def node_lines(n: NodeSummary) -> list[str]:
     )
     collect = f"collect {n.collect_s:.2f} s of {n.elapsed_s:.2f} s" if n.collect_s is not None else ""
     ranks = n.rank_label or "no ranks"
-    lines = [f"{n.label} ({n.host}, pid ns {n.pid_ns}): {n.processes} processes, {ranks}; {skew}; {collect}"]
+    processes = plural(n.processes, "process")
+    lines = [f"{n.label} ({n.host}, pid ns {n.pid_ns}): {processes}, {ranks}; {skew}; {collect}"]
     lines += [f"  {what}: {text}" for what, text in (("gpus", n.gpus), ("probe", n.probe)) if text]
     lines += [
         f"  error ({e.stage}{f', pid {e.pid}' if e.pid else ''}): {e.detail}"
         for e in n.errors[:MAX_ERRORS_PER_NODE]
     ]
     if len(n.errors) > MAX_ERRORS_PER_NODE:
-        lines.append(f"  ... {len(n.errors) - MAX_ERRORS_PER_NODE} more errors")
+        lines.append(f"  ... {plural(len(n.errors) - MAX_ERRORS_PER_NODE, 'more error')}")
     return lines
 
 
@@ -103,17 +106,17 @@ def nodes_watch_text(report: NodesWatchReport, max_tree_lines: int = 40) -> str:
     """``attach --hosts``: the job's one verdict, where its culprits run, each node's rounds, the cost."""
     v = report.verdict
     out = [
-        f"hangwatch attach across {len(report.nodes)} nodes ({report.selector}): {v.state.value} "
-        f"after {report.duration_s:.0f} s"
+        f"hangwatch attach across {plural(len(report.nodes), 'node')} ({report.selector}): {v.state.value} "
+        f"after {report.duration_s:.0f} s",
+        verdict_line(v),
+        f"  {v.summary}",
     ]
-    confidence = f" ({v.confidence} confidence)" if v.confidence else ""
-    out.append(f"verdict: {v.headline}{confidence}")
-    culprits = ""
     if v.culprits:
         where = [(report.processes.get(k), k) for k in v.culprits]
-        culprits = "  culprits: " + ", ".join(f"pid {w.pid} on {w.node}" if w else str(k) for w, k in where)
+        out.append("  culprits: " + ", ".join(f"pid {w.pid} on {w.node}" if w else str(k) for w, k in where))
     out.append("nodes:")
     out += [f"  {watch_node_line(n)}" for n in report.nodes]
+    out += [f"  note: {note}" for note in report.notes]
     if v.evidence:
         out.append("evidence:")
         # The evidence names processes by name and pid only ("python [7]"): say the node with the pid.
@@ -126,25 +129,36 @@ def nodes_watch_text(report: NodesWatchReport, max_tree_lines: int = 40) -> str:
         out += tree_lines(report.stack_tree, max_lines=max_tree_lines)
         out.append("")
     c = report.cost
-    stacks = f"; {c.stack_rounds} stack rounds, median {c.stack_median_s:.2f} s" if c.stack_rounds else ""
+    stacks = ""
+    if c.stack_rounds:
+        stacks = f"; {plural(c.stack_rounds, 'stack round')}, median {c.stack_median_s:.2f} s"
     out.append(
-        f"census: {c.rounds} rounds across the nodes, median {c.median_s:.2f} s (max {c.max_s:.2f} s){stacks}"
+        f"census: {plural(c.rounds, 'round')} across the nodes, median {c.median_s:.2f} s "
+        f"(max {c.max_s:.2f} s){stacks}"
     )
     if v.next_steps:
         out.append("next:")
         out.extend(f"  - {s}" for s in v.next_steps)
-    text = local_text("\n".join(out), report.processes)
-    if not culprits:
-        return text
-    head, _, rest = text.partition("\n")
-    verdict_line, _, rest = rest.partition("\n")
-    return "\n".join((head, verdict_line, culprits, rest))
+    # The culprits line already says each pid with its node: its pids are the nodes' own, under the
+    # merge keys' 8 digits, so the mapping back leaves it as it is.
+    return local_text("\n".join(out), report.processes)
+
+
+def verdict_line(v: Verdict) -> str:
+    """The verdict's first line as one machine's says it: ``hangwatch verdict: STALLED (cause:
+    collective-wait, high confidence)``; the confidence is the cause's, so none without a cause."""
+    confidence = f", {v.confidence} confidence" if v.confidence and v.cause else ""
+    cause = f" (cause: {v.cause.value}{confidence})" if v.cause else ""
+    return f"hangwatch verdict: {v.state.value.upper()}{cause}"
 
 
 def watch_node_line(n: NodeWatchSummary) -> str:
     total = n.rounds_answered + n.rounds_failed
     head = f"{n.label}" + (f" ({n.host})" if n.host != n.label else "")
-    line = f"{head}: answered {n.rounds_answered} of {total} rounds; {n.processes} processes as last seen"
+    line = (
+        f"{head}: answered {n.rounds_answered} of {plural(total, 'round')}; "
+        f"{plural(n.processes, 'process')} as last seen"
+    )
     if n.silent_since_s is not None:
         # "(refused)", not "refused: ...": the redactor masks whatever follows a secret-like word and a colon.
         line += f"; silent since {n.silent_since_s:.1f} s ({n.last_outcome.value}): {n.last_detail}"
