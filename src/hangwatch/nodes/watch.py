@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Protocol
 
 from hangwatch import engines
+from hangwatch.analyse import causes
 from hangwatch.analyse.assess import Assessor
 from hangwatch.analyse.assess import Policy
 from hangwatch.analyse.nodewatch import NodeLogs
@@ -335,8 +336,12 @@ class NodesWatch:
         self._events_shown = len(events)
 
     def report(self, verdict: Verdict, duration_s: float) -> NodesWatchReport:
-        # The nodes' silences are part of the evidence: the verdict was reached without them.
-        verdict = replace(verdict, evidence=(*self._events(), *verdict.evidence))
+        # The nodes' silences are evidence too; the advice to take stacks is not (they were, on every node).
+        verdict = replace(
+            verdict,
+            evidence=(*self._events(), *verdict.evidence),
+            next_steps=causes.steps_after_stacks(verdict.next_steps),
+        )
         tree = self.assessor.stack_tree(verdict) if self.assessor is not None else None
         return NodesWatchReport(
             schema=NODES_WATCH_SCHEMA,
