@@ -165,3 +165,21 @@ def test_the_stacks_report_shows_each_nodes_gpus_and_probe() -> None:
     text = nodes_text(report_of([NodeResult("n2", NodeOutcome.OK, "", bundle, 0.0, 1.0)], "--match x"))
     assert "  gpus: 2 GPUs: util 97-100 %" in text
     assert f"  probe: http://127.0.0.1:30000/health: HTTP 200 ({dummy})" in text
+
+
+def test_the_stacks_across_nodes_say_which_rule_decided() -> None:
+    """As a run's verdict does: `decided by` (and, with no cause, the closest rules)."""
+    import json
+    from dataclasses import asdict
+
+    from hangwatch.analyse.nodes import report_of
+    from hangwatch.model.rulebook import known
+    from hangwatch.render.nodes_text import nodes_text
+
+    options = CollectOptions(match="never-matches-zq", mode=CollectMode.CENSUS, every_s=0.0)
+    bundle = collect(options, gpu=NvmlGpuSource(FakeNvml([])))
+    report = report_of([NodeResult("n2", NodeOutcome.OK, "", bundle, 0.0, 1.0)], "--match x")
+    assert report.diagnosis.decided_by and all(known(r) for r in report.diagnosis.decided_by)
+    text = nodes_text(report)
+    assert f"  decided by: {' > '.join(report.diagnosis.decided_by)}" in text, text
+    assert json.loads(json.dumps(asdict(report), default=str))["diagnosis"]["decided_by"]

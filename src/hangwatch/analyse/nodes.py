@@ -187,7 +187,7 @@ def report_of(results: Sequence[NodeResult], selector: str) -> NodesReport:
         nodes=analysis.merged.nodes,
         ranks=analysis.merged.census,
         processes=analysis.merged.keys,
-        diagnosis=NodesDiagnosis(d.cause, d.confidence, d.explanation, d.culprits),
+        diagnosis=NodesDiagnosis(d.cause, d.confidence, d.explanation, d.culprits, d.rules, d.near),
         # Not the advice to take stacks: this is stacks across nodes.
         next_steps=causes.steps_after_stacks(d.steps or causes.NEXT_STEPS.get(d.cause, ())),
         stack_tree=analysis.tree,

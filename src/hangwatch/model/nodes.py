@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from hangwatch.model.report import Verdict
+from hangwatch.model.rulebook import NearMiss
 from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ProcState
@@ -261,6 +262,9 @@ class NodesDiagnosis:
     confidence: Confidence | None
     explanation: str
     culprits: tuple[int, ...]
+    # The rules that decided it (rulebook ids), and for ``unknown`` the closest ones, as a run's verdict.
+    decided_by: tuple[str, ...] = ()
+    near_misses: tuple[NearMiss, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from hangwatch.model.nodes import NodeWatchSummary
 from hangwatch.model.nodes import ProcessKey
 from hangwatch.model.nodes import RankCensus
 from hangwatch.model.report import Verdict
+from hangwatch.model.rulebook import statement_of
 from hangwatch.render.stacktext import tree_lines
 from hangwatch.words import plural
 
@@ -42,6 +43,11 @@ def nodes_text(report: NodesReport, max_tree_lines: int = 60) -> str:
     if d.culprits:
         where = [(report.processes.get(k), k) for k in d.culprits]
         out.append("  culprits: " + ", ".join(f"pid {w.pid} on {w.node}" if w else str(k) for w, k in where))
+    if d.decided_by:
+        out.append(f"  decided by: {' > '.join(d.decided_by)} ({statement_of(d.decided_by[-1])})")
+    if d.near_misses:
+        out.append("  closest rules (what each lacked):")
+        out.extend(f"    - {m.describe()}" for m in d.near_misses)
     if report.next_steps:
         out.append("next:")
         out.extend(f"  - {s}" for s in report.next_steps)
