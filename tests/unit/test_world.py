@@ -43,3 +43,30 @@ def test_one_node_or_no_launcher_expects_nothing_absent():
     assert expected_world([("torchrun", "--nnodes", "1", "--nproc-per-node", "8", "job.py")]) is None
     assert expected_world([("python", "serve.py", "--nnodes", "2")]) is None  # not a launcher we know
     assert expected_world([("torchrun", "--nnodes", "two", "job.py")]) is None  # junk is no world
+
+
+def test_vllm_data_parallel_across_nodes_counts_its_dp_ranks():
+    """vLLM counts DP ranks, not nodes: 4 of them, 2 a node, is two nodes; the head is node 0, a
+    headless node the one whose ranks start at --data-parallel-start-rank."""
+    head = ("vllm", "serve", "M", "--data-parallel-size", "4", "--data-parallel-size-local", "2",
+            "--data-parallel-address", "10.0.0.1", "--data-parallel-rpc-port", "13345")  # fmt: skip
+    world = expected_world([head])
+    assert world is not None and world.nodes == 2 and world.node_rank == 0
+    assert world.missing() == "node rank 1 (DP ranks 2-3 of 4)"
+    assert world.describe() == (
+        "vllm expects 2 nodes of 2 DP ranks; this is node rank 0: node rank 1 (DP ranks 2-3 of 4) never "
+        "joined (not started, or cannot reach 10.0.0.1:13345)"
+    )
+    other = ("python", "-m", "vllm.entrypoints.openai.api_server", "--headless", "--data_parallel_size=6",
+             "--data_parallel_size_local=2", "--data_parallel_start_rank=4")  # fmt: skip
+    world = expected_world([other])
+    assert world is not None and world.nodes == 3 and world.node_rank == 2
+    assert world.missing() == "node rank 0 (DP ranks 0-1 of 6), node rank 1 (DP ranks 2-3 of 6)"
+
+
+def test_vllm_on_one_node_expects_nothing_absent():
+    # Tensor parallel only, or data parallel all on this node (the local size defaults to the whole).
+    assert expected_world([("vllm", "serve", "M", "--tensor-parallel-size", "8")]) is None
+    assert expected_world([("vllm", "serve", "M", "--data-parallel-size", "2")]) is None
+    assert expected_world([("vllm", "serve", "M", "--data-parallel-size", "2",
+                            "--data-parallel-size-local", "2")]) is None  # fmt: skip

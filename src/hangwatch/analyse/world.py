@@ -22,6 +22,7 @@ class ExpectedWorld:
     node_rank: int | None
     per_node: int | None
     meet_at: str | None  # "127.0.0.1:29500"
+    rank_word: str = "ranks"
 
     def missing(self, nodes_here: int = 1) -> str:
         """What never came, in words: "node rank 1 (ranks 2-3 of 4)"."""
@@ -34,7 +35,8 @@ class ExpectedWorld:
         for n in others:
             if self.per_node:
                 first, last = n * self.per_node, (n + 1) * self.per_node - 1
-                ranks = f"rank {first}" if first == last else f"ranks {first}-{last}"
+                one = self.rank_word[:-1]  # "rank", "DP rank"
+                ranks = f"{one} {first}" if first == last else f"{self.rank_word} {first}-{last}"
                 parts.append(f"node rank {n} ({ranks} of {self.nodes * self.per_node})")
             else:
                 parts.append(f"node rank {n}")
@@ -42,7 +44,7 @@ class ExpectedWorld:
 
     def describe(self) -> str:
         """The expectation and what is missing, for a verdict's explanation."""
-        shape = f"{self.nodes} nodes" + (f" of {self.per_node} ranks" if self.per_node else "")
+        shape = f"{self.nodes} nodes" + (f" of {self.per_node} {self.rank_word}" if self.per_node else "")
         here = f"; this is node rank {self.node_rank}" if self.node_rank is not None else ""
         missing = self.missing()
         text = f"{self.launcher} expects {shape}{here}"
@@ -70,14 +72,21 @@ def _read(flags: WorldFlags, argv: Sequence[str]) -> ExpectedWorld | None:
         # torchrun's elastic form: --nnodes MIN:MAX waits for MIN
         raw = _value(argv, flags.nodes)
         nodes = _int(raw.split(":", 1)[0]) if raw else None
+    per_node = _int(_value(argv, flags.per_node))
+    node_rank = _int(_value(argv, flags.node_rank))
+    ranks = _int(_value(argv, flags.ranks))
+    if nodes is None and ranks is not None and per_node:
+        # Counted in ranks (vLLM: --data-parallel-size 4 --data-parallel-size-local 2 is two nodes; the
+        # first node's ranks start at 0, another's at --data-parallel-start-rank).
+        nodes = -(-ranks // per_node)
+        start = _int(_value(argv, flags.start_rank))
+        node_rank = (start or 0) // per_node
     if nodes is None or nodes < 2:
         return None
     endpoint = _value(argv, flags.endpoint)
     host, port = _value(argv, flags.host), _value(argv, flags.port)
     meet_at = endpoint or (f"{host}:{port}" if host and port else host)
-    return ExpectedWorld(
-        flags.name, nodes, _int(_value(argv, flags.node_rank)), _int(_value(argv, flags.per_node)), meet_at
-    )
+    return ExpectedWorld(flags.name, nodes, node_rank, per_node, meet_at, flags.rank_word)
 
 
 def _value(argv: Sequence[str], names: Sequence[str]) -> str | None:

@@ -24,6 +24,11 @@ class WorldFlags:
     endpoint: tuple[str, ...] = ()  # host:port where the nodes meet
     host: tuple[str, ...] = ()  # or a host and a port of their own
     port: tuple[str, ...] = ()
+    # Where the launcher counts ranks, not nodes (vLLM's data parallel): the whole world's ranks and the
+    # first rank of this node; the nodes are then the ranks over the ranks per node.
+    ranks: tuple[str, ...] = ()
+    start_rank: tuple[str, ...] = ()
+    rank_word: str = "ranks"  # what its ranks are called ("DP ranks": vLLM's engine cores)
 
 
 def _both(*flags: str) -> tuple[str, ...]:
@@ -47,5 +52,15 @@ LAUNCHERS: tuple[WorldFlags, ...] = (
         nodes=_both("--nnodes"),
         node_rank=_both("--node-rank"),
         endpoint=_both("--dist-init-addr"),
+    ),
+    WorldFlags(
+        "vllm",
+        ("vllm", "vllm.entrypoints.openai.api_server"),
+        per_node=_both("--data-parallel-size-local"),
+        host=_both("--data-parallel-address"),
+        port=_both("--data-parallel-rpc-port"),
+        ranks=_both("--data-parallel-size"),
+        start_rank=_both("--data-parallel-start-rank"),
+        rank_word="DP ranks",
     ),
 )
