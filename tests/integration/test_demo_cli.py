@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -26,6 +27,7 @@ def test_small_demo_writes_html_and_markdown(tmp_path):
         hangwatch_argv("demo", "--ranks", "2", "--stall-after", "4", "--quiet", "--report-html", str(html),
                        "--report-md", str(md)),
         capture_output=True, text=True, timeout=100, cwd=tmp_path,
+        env={**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")},  # its run folder: not in ~/.local
     )  # fmt: skip
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
     assert "hangwatch verdict: STALLED" in proc.stdout

@@ -157,7 +157,7 @@ def test_closed_wait_is_stalled_within_15_s_whatever_the_window():
     h = StackHistory()
     v = _ticks_for("missing_collective", 200, h, _assessor(h, stall_after=300), [0, 1, 1])
     assert v is not None and v.state is State.STALLED and v.cause is Cause.COLLECTIVE_WAIT
-    assert v.confidence == "high" and "not waiting out --stall-after 300 s" in v.summary
+    assert v.confidence == "high" and "not waiting out the 300 s stall window" in v.summary
     assert float(v.summary.split("for ")[1].split(" s")[0]) <= 15
 
 

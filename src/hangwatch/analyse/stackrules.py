@@ -29,6 +29,7 @@ from hangwatch.analyse.stackwaits import CPU_BUSY_CORES
 from hangwatch.analyse.stackwaits import ProcessView
 from hangwatch.analyse.stackwaits import ThreadView
 from hangwatch.analyse.stackwaits import Wait
+from hangwatch.analyse.waitgraph import OUTSIDE
 from hangwatch.model.kernelwaits import Waker
 from hangwatch.model.rulebook import NearMiss
 from hangwatch.model.rulebook import closest
@@ -205,13 +206,17 @@ def rule_wait_cycle(ctx: StackContext) -> Diagnosis | Miss | None:
         for pid in culprits
     ]
     others = sorted(set(dict(graph.waits_for)) - set(culprits))
+    # Said once: who waits for whom, then that nothing else can end it (no timeout, no waker elsewhere).
     if len(culprits) > 1:
-        text = f"{ctx.label(culprits)} each wait for another of them ({'; '.join(lines)})"
+        text = (
+            f"{ctx.label(culprits)} each wait for another of them ({'; '.join(lines)}), with no timeout, "
+            "and nothing outside them can end these waits"
+        )
     else:
-        text = f"{lines[0]}, and no other thread or process can end it"
+        text = f"{lines[0]}, with no timeout, and nothing else can end it"
     if others:
-        text += f"; {ctx.label(others)} wait{'s' if len(others) == 1 else ''} on them"
-    text += ": nothing inside or outside the tree can end these waits (no timeout, no other waker)"
+        them = "them" if len(culprits) > 1 else "it"
+        text += f"; {ctx.label(others)} wait{'s' if len(others) == 1 else ''} on {them}"
     return Diagnosis(
         Cause.WAIT_CYCLE, culprits, text, ctx.confidence(*culprits), closed=True, evidence=tuple(lines)
     )
@@ -680,6 +685,100 @@ def _gpu_note(ctx: StackContext) -> str:
     return ""
 
 
+def rule_idle_server(ctx: StackContext) -> Diagnosis | Miss | None:
+    """``idle``: a server between requests, however many processes serve and whatever their frames. A
+    member listens on a TCP port and waits for input (its main thread blocked in an event loop, a
+    receive, a poll, or an accept of the next connection), in a wait the outside can end (the kernel
+    names no member as its only waker); every other member waits for input too, or for its children.
+    Work comes into the tree through that port, and none has come: not a hang.
+
+    Not when a member is in a group's collective or rendezvous, or the group expects members that are
+    not here: a group waits for its own members, not for work (a torchrun store listens on its port
+    while the ranks wait; the rules before this one name those waits). Not when requests wait for an
+    answer or sit unread, nor before a server with a readiness rule was ready: no input is due to it
+    then. Never closed."""
+    ports: dict[int, list[int]] = {}
+    for pid, port in ctx.listening:
+        ports.setdefault(pid, []).append(port)
+    views = {v.pid: v for v in ctx.views}
+    listeners = [views[pid] for pid in ports if pid in views and _waits_for_input(ctx, views[pid])]
+    if not listeners:
+        return None
+    if ctx.requests_waiting:
+        return Miss(1, f"no request waiting for an answer ({'; '.join(ctx.requests_waiting)})")
+    unread = sorted({port for pid, port, _ in ctx.unread})
+    if unread:
+        return Miss(1, f"no request unread (bytes wait unread on port {', '.join(map(str, unread))})")
+    if any(v.outcome in _UNREAD for v in ctx.views):
+        return Miss(2, "every stack read")
+    grouped = [
+        v
+        for v in ctx.views
+        if v.outcome is DumpOutcome.OK
+        and (_in_collective(v) or any(t.wait in (Wait.COLLECTIVE, Wait.RENDEZVOUS) for t in v.threads))
+    ]
+    if grouped:
+        return Miss(2, f"no member in a group's collective or rendezvous ({_who(grouped[0])} is)")
+    sizes = [v.world_size for v in ctx.views if v.peer and v.world_size]
+    peers = [v for v in ctx.views if v.peer]
+    if (ctx.world is not None and ctx.world.missing()) or (sizes and max(sizes) > len(peers)):
+        return Miss(2, "the whole group here (its launcher or WORLD_SIZE expects members that are not)")
+    closed_in = [v for v in listeners if not _open_to_outside(ctx, v)]
+    if len(closed_in) == len(listeners):
+        return Miss(
+            3, f"a listener whose wait the outside can end ({_who(closed_in[0])} waits on members only)"
+        )
+    others = [v for v in ctx.views if v.pid not in {u.pid for u in listeners}]
+    elsewhere = [v for v in others if not (_waits_for_input(ctx, v) or _joining(ctx, v))]
+    if elsewhere:
+        v = elsewhere[0]
+        where = _where(v) if v.main is not None else f"state {v.state}"
+        return Miss(3, f"every other member waiting for input or its children ({_who(v)} is in {where})")
+    if ctx.before_ready:
+        return Miss(4, "a server ready by its readiness rule (it never was, so no input is due)")
+    served = "; ".join(
+        f"{_who(v)} listens on port {', '.join(map(str, sorted(ports[v.pid])))} and waits for input in "
+        + (_where(v) if v.main is not None else "the kernel")
+        for v in listeners[:3]
+    )
+    receivers = [v for v in others if v.main is not None and not _joining(ctx, v)]
+    rest = f"; {_waiting_in(ctx, receivers)} for messages" if receivers else ""
+    requests = (
+        "no client request waits for an answer"
+        if ctx.connections_read
+        else "the server's connections were not read, so requests in flight would not show"
+    )
+    text = f"idle, waiting for work: {served}{rest}; {requests}"
+    return Diagnosis(Cause.IDLE, (), text, ctx.confidence())
+
+
+def _waits_for_input(ctx: StackContext, v: ProcessView) -> bool:
+    """Blocked in a wait for input on fds: an event loop, a receive or a poll (its frames or the kernel's
+    word), or an accept of its next connection. A member py-spy cannot read (not Python) only by the
+    kernel's word, and only while it uses no CPU."""
+    if v.outcome is DumpOutcome.OK:
+        return v.blocked and v.main is not None and (_receiving(ctx, v) or v.pid in ctx.accepting)
+    if v.outcome is not DumpOutcome.NOT_PYTHON or ctx.waits is None:
+        return False
+    busy = dict(ctx.window_cpu).get(v.pid, 0.0) >= CPU_BUSY_CORES or v.state in (
+        ProcState.RUNNING,
+        ProcState.DISK_SLEEP,
+    )
+    receiving = v.pid in ctx.waits.receivers or v.pid in ctx.accepting
+    return receiving and not busy and v.pid not in ctx.waits.self_readers
+
+
+def _open_to_outside(ctx: StackContext, v: ProcessView) -> bool:
+    """Its wait can be ended from outside the tree, as far as the kernel shows: a waker it cannot name
+    (a new connection on a listening socket, a peer outside), or a timed poll whose fds it does not show.
+    A wait on members only (a read of a member's pipe) is not; without the kernel's word, the frames
+    alone are taken."""
+    if ctx.waits is None:
+        return True
+    wakers = dict(ctx.waits.waits_for).get(v.pid)
+    return wakers is None or not wakers or OUTSIDE in wakers
+
+
 def rule_odd_one_out(ctx: StackContext) -> Diagnosis | Miss | None:
     """No frame names the wait, but the structure does: the ranks stay in place, most of them in the
     same place, and the odd ones out are elsewhere. The majority waits for the odd ones (a rank
@@ -952,6 +1051,7 @@ RULES: tuple[Rule, ...] = (
     rule_rendezvous_wait,
     rule_compile_stall,
     rule_gpu_spin,
+    rule_idle_server,
     rule_odd_one_out,
     rule_stuck_worker,
     rule_stuck_handler,

@@ -7,6 +7,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from hangwatch.analyse.assess import DEFAULT_STALL_AFTER_S
 from hangwatch.cli.node_options import add_kube_options
 from hangwatch.cli.node_options import add_node_options
 from hangwatch.cli.node_options import add_ray_options
@@ -21,6 +22,13 @@ from hangwatch.cli.options import add_watch_options
 from hangwatch.cli.options import seconds
 from hangwatch.cli.options import watch_options
 from hangwatch.errors import UsageError
+
+
+def stall_window(given: float | None, window: float) -> float:
+    """The stall window of an attach: the one given, else run's default, cut to the watch's own window
+    (a 30 s watch cannot wait out 60 s of quiet: its end would read as progress). The same rule as run's
+    otherwise: attach's --window is how long to watch, not how long a quiet spell may last."""
+    return given if given is not None else min(DEFAULT_STALL_AFTER_S, window)
 
 
 class AttachCommand:
@@ -51,7 +59,8 @@ class AttachCommand:
             type=seconds("--window"),
             default=60.0,
             metavar="S",
-            help="watch for S seconds (default: 60)",
+            help="watch for S seconds (default: 60); without --stall-after, a window shorter than the "
+            "default stall window is the stall window too",
         )
         parser.add_argument("--log", type=Path, metavar="FILE", help="the server's log file to follow")
         parser.add_argument(
@@ -71,7 +80,7 @@ class AttachCommand:
         from hangwatch.attach import run_attached
         from hangwatch.collect.proctree import whole_machine_note
 
-        stall = args.stall_after if args.stall_after is not None else args.window
+        stall = stall_window(args.stall_after, args.window)
         if args.hosts or args.hostfile or args.kube_selector or args.slurm_job or args.ray:
             return self._across_nodes(args, stall)
         if args.pid is None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from hangwatch.cli.options import add_report_files
+from hangwatch.cli.options import default_run_dir_checked
+from hangwatch.cli.options import output_folder
 from hangwatch.cli.options import seconds
 from hangwatch.errors import UsageError
 
@@ -32,7 +34,8 @@ class DemoCommand:
 
     A launcher and a few "scheduler" ranks print SGLang's startup lines, really read their
     "weights", then block forever waiting on each other at 0 % CPU. hangwatch follows the phases
-    and gives the stall verdict in about 30 s.
+    and gives the stall verdict about 15 s after the start. The story's log goes to a run folder as
+    `hangwatch run`'s does (--run-dir, default ~/.local/state/hangwatch/runs/..., the oldest pruned).
     """
 
     name = "demo"
@@ -51,6 +54,13 @@ class DemoCommand:
             metavar="S",
             help="stall window (default: 12 s)",
         )
+        # The verdict names the story's log: it must still be there afterwards, so it goes where run's
+        # logs go (pruned like them), not to a temporary folder that is removed or left to pile up.
+        parser.add_argument(
+            "--run-dir",
+            type=output_folder("--run-dir"),
+            help="where the story's log goes (default: ~/.local/state/hangwatch/runs/...)",
+        )
         add_report_files(parser)
         parser.add_argument("--quiet", action="store_true", help="only the verdict")
 
@@ -58,6 +68,7 @@ class DemoCommand:
         from hangwatch.demo.session import run_demo
 
         return run_demo(
-            ranks=args.ranks, stall_after=args.stall_after, report_json=args.report_json,
-            report_html=args.report_html, report_md=args.report_md, quiet=args.quiet,
+            ranks=args.ranks, stall_after=args.stall_after, run_dir=args.run_dir or default_run_dir_checked(),
+            report_json=args.report_json, report_html=args.report_html, report_md=args.report_md,
+            quiet=args.quiet,
         )  # fmt: skip

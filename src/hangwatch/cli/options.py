@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from hangwatch.analyse.assess import DEFAULT_STALL_AFTER_S
 from hangwatch.collect.http_probe import validate_probe_url
 from hangwatch.engines import PROFILES
 from hangwatch.errors import UsageError
@@ -77,13 +78,27 @@ def output_folder_problem(path: Path) -> str | None:
 
 def default_run_dir_checked() -> Path:
     """A new run folder under the default place, refused (exit 2, before launching) where none can be
-    made (a read-only home, a $XDG_STATE_HOME that is a file)."""
+    made (a read-only home, a $XDG_STATE_HOME that is a file).
+
+    The oldest run folders there are removed first, so that the newest $HANGWATCH_KEEP_RUNS (default 50,
+    this one counted) remain (supervise/rundirs.py); a --run-dir the user gives is never pruned, since
+    this is called only without one. Pruning never fails the command: a note on stderr at most."""
+    import sys
+
+    from hangwatch.supervise.rundirs import keep_runs_setting
+    from hangwatch.supervise.rundirs import prune_run_dirs
     from hangwatch.supervise.session import default_run_dir
 
     path = default_run_dir()
     problem = output_folder_problem(path)
     if problem is not None:
         raise UsageError(f"--run-dir (default) {path}: {problem}, or give --run-dir DIR")
+    keep, note = keep_runs_setting()
+    notes = [note] if note else []
+    if path.parent.is_dir():  # the first run makes the base: nothing to prune yet
+        notes += prune_run_dirs(path.parent, keep, new=path).problems
+    for line in notes:
+        print(f"hangwatch: note: old run folders: {line}", file=sys.stderr)
     return path
 
 
@@ -161,7 +176,11 @@ def add_report_files(group: ArgGroup) -> None:
     add_output_file(group, "--report-md", "write a short Markdown summary for an issue tracker")
 
 
-def add_watch_options(parser: argparse.ArgumentParser, stall_default: float | None = 60.0) -> None:
+def add_watch_options(
+    parser: argparse.ArgumentParser, stall_default: float | None = DEFAULT_STALL_AFTER_S
+) -> None:
+    """The options of one watch (run, attach). ``stall_default`` None: the command resolves a missing
+    --stall-after itself (attach: never longer than its window); the help says the same in both."""
     g = parser.add_argument_group("what to watch for")
     g.add_argument(
         "--engine", choices=sorted(PROFILES), help="engine profile (default: detected from the command line)"
@@ -177,7 +196,7 @@ def add_watch_options(parser: argparse.ArgumentParser, stall_default: float | No
 
 def add_supervision_options(
     g: ArgGroup,
-    stall_default: float | None = 60.0,
+    stall_default: float | None = DEFAULT_STALL_AFTER_S,
     timeout_help: str = "give up (verdict timeout) after S seconds if not ready (default: no limit)",
 ) -> None:
     """How one watch decides: readiness, the stall window, the timeout, sampling and probing. Shared by
@@ -200,7 +219,9 @@ def add_supervision_options(
         type=seconds("--stall-after"),
         default=stall_default,
         metavar="S",
-        help="stalled when nothing progresses for S seconds (default: %(default)s)",
+        # One rule, said one way in every command: the default is the Assessor's, whoever resolves it.
+        help=f"stalled when nothing progresses for S seconds (default: {DEFAULT_STALL_AFTER_S:g} s); "
+        "sooner when the stacks show a wait nothing can end",
     )
     g.add_argument(
         "--timeout",

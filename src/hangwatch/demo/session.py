@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 from hangwatch.model.vocabulary import State
@@ -18,12 +17,17 @@ def run_demo(
     *,
     ranks: int,
     stall_after: float,
+    run_dir: Path,
     report_json: Path | None,
     report_html: Path | None,
     report_md: Path | None,
     quiet: bool,
 ) -> int:
-    """Exit 0 when the story ends, as it should, in a stall verdict; otherwise run's exit code."""
+    """Exit 0 when the story ends, as it should, in a stall verdict; otherwise run's exit code.
+
+    The run folder is ``run_dir`` (the CLI's default: a new one where ``hangwatch run`` puts its own),
+    never a temporary folder: the verdict names the log in it for the user to open afterwards.
+    """
     watch = WatchOptions(
         engine="sglang",
         ready_url=None,
@@ -43,7 +47,7 @@ def run_demo(
         watch=watch,
         command=(sys.executable, "-m", "hangwatch.demo.story", "--ranks", str(ranks)),
         until_ready=True,
-        run_dir=Path(tempfile.mkdtemp(prefix="hangwatch-demo-")),
+        run_dir=run_dir,  # output.log and run.json: the verdict names the log, so it outlives the demo
         grace=3.0,
     )
     # No preflight: the demo's "engine" is a story on this machine, not a server to check it for.

@@ -53,6 +53,11 @@ RULEBOOK: tuple[RuleEntry, ...] = (
     # -- the decision: why this state ------------------------------------------------------------------
     RuleEntry("ready:probe", "the readiness probe answered with a ready status (SGLang/vLLM: /health 200)"),
     RuleEntry("ready:log-line", "a log line matched the engine's ready line or --ready-pattern"),
+    RuleEntry(
+        "ready:idle-server",
+        "no readiness rule given, and when the stall window ran out the stacks showed every process waiting "
+        "for work (idle) while the tree listens on a TCP port",
+    ),
     RuleEntry("ready:end-of-window", "attach's --window ended while the server served with nothing wedged"),
     RuleEntry("ready:stopped-while-serving", "hangwatch was stopped while the server served with no stall"),
     RuleEntry("exited:command", "the launched command ended with status 0 and no member had failed"),
@@ -130,6 +135,11 @@ RULEBOOK: tuple[RuleEntry, ...] = (
     RuleEntry(
         "stacks:gpu-spin",
         "a host thread stays in place waiting for a GPU that spins (busy, every pipe idle) or idles",
+    ),
+    RuleEntry(
+        "stacks:idle-server",
+        "a member listening on a TCP port waits for input the outside can send, every other member for input "
+        "or its children; none in a collective or rendezvous, no request waiting or unread (idle)",
     ),
     RuleEntry(
         "stacks:odd-one-out",

@@ -58,7 +58,10 @@ def plan_for(options: WatchOptions, cmdline: tuple[str, ...]) -> Plan:
     notes: list[str] = []
     probe_url = options.ready_url or profile.health_url(cmdline)
     if probe_url is None and options.ready_pattern is None and not profile.ready_patterns:
-        notes.append("no readiness rule: --ready-url or --ready-pattern gives a 'ready' verdict")
+        notes.append(
+            "no readiness rule: --ready-url or --ready-pattern gives one "
+            "(without, only a tree idle on a listening port reads as ready)"
+        )
     return Plan(profile, probe_url, tuple(notes))
 
 

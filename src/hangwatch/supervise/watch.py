@@ -381,6 +381,10 @@ class Watch:
         probe = self.c.prober.url if self.c.prober is not None else None
         if probe is not None:
             port = urlsplit(probe).port
+        elif self.recorder.timeline:
+            # No probe: the port the tree listens on is where a request would go.
+            ports = [p for proc in self.recorder.timeline[-1].processes for p in proc.listening_ports]
+            port = ports[0] if ports else None
         root = min(self.roots) if self.roots else None
         pid = verdict.culprits[0] if verdict.culprits else root
         return StepFacts(pid=pid, port=port, tree_alive=tree_alive, nccl=self.nccl)

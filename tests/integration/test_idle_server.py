@@ -1,0 +1,89 @@
+"""An idle server with no readiness rule is ready, not stalled (issue 24, item 5), and a hung job that
+listens on a port is still a stall: real servers on 127.0.0.1 (tests/programs/idle_server.py), a real
+torchrun job hung in a gloo collective while its agent's store listens (tests/programs/torchrun_hang.py),
+and a gloo job hung the same way under multiprocessing (tests/programs/gloo_missing_collective.py).
+
+Nothing here sends traffic anywhere but loopback; every tree is stopped (descendants first) and checked
+gone.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from hwrun import PROGRAMS
+from hwrun import assert_all_gone
+from hwrun import program
+from proc_helpers import free_port
+from proc_helpers import spawn
+from proc_helpers import wait_for_file
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.mark.parametrize("kind", ["http", "asyncio", "accept", "workers"])
+def test_an_idle_server_with_no_readiness_rule_is_ready_not_stalled(hw, tmp_path, kind):
+    port = free_port()
+    out = hw(
+        "run", "--quiet", "--no-doctor", "--until-ready", "--stall-after", "10", "--",
+        *program("idle_server", "--kind", kind, "--port", str(port)),
+    )  # fmt: skip
+    v = out.verdict
+    assert (v["state"], v["cause"]) == ("ready", "idle"), v
+    assert v["decided_by"][:2] == ["ready:idle-server", "stacks:idle-server"], v
+    assert f"listens on port {port} and waits for input" in v["summary"], v["summary"]
+    assert out.rc == 0
+    assert_all_gone(out.report)
+
+
+def test_attach_leaves_an_idle_server_running_and_calls_it_ready(hw, tmp_path):
+    port = free_port()
+    ready = tmp_path / "ready"
+    argv = program("idle_server", "--kind", "http", "--port", str(port), "--ready-file", str(ready))
+    with spawn(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as server:
+        wait_for_file(ready, 30, server)
+        out = hw("attach", "--pid", str(server.pid), "--window", "20", "--stall-after", "8", "--quiet")
+        assert server.poll() is None  # read-only, and no stall to report
+        # Still serving, on loopback: the reading was right.
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as answer:
+            assert answer.status == 200
+    v = out.verdict
+    assert v["state"] == "ready" and out.rc == 0, v
+    assert v["decided_by"] == ["ready:end-of-window"], v
+
+
+@pytest.mark.torch
+def test_a_torchrun_job_hung_in_a_collective_is_stalled_though_its_store_listens(hw, tmp_path):
+    port = free_port()
+    torchrun = Path(sys.executable).with_name("torchrun")
+    out = hw(
+        "run", "--quiet", "--no-doctor", "--stall-after", "20", "--",
+        str(torchrun), "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+        "--master-port", str(port), str(PROGRAMS / "torchrun_hang.py"), "--ready-dir", str(tmp_path),
+    )  # fmt: skip
+    v = out.verdict
+    assert (v["state"], v["cause"]) == ("stalled", "collective-wait"), v
+    assert "stacks:idle-server" not in v["decided_by"], v
+    # The store's port was there to be taken for a server's, and was not.
+    assert any(e.startswith("listening on") and str(port) in e for e in v["evidence"]), v["evidence"]
+    assert "idle" not in v["summary"], v["summary"]
+    assert_all_gone(out.report)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("waiters", ["all_reduce", "store"])
+def test_a_gloo_job_hanging_is_stalled_not_idle(hw, tmp_path, waiters):
+    out = hw(
+        "run", "--quiet", "--no-doctor", "--stall-after", "20", "--",
+        *program("gloo_missing_collective", "--waiters-in", waiters, "--ready-file", str(tmp_path / "r")),
+    )  # fmt: skip
+    v = out.verdict
+    assert v["state"] == "stalled" and v["cause"] in ("collective-wait", "rendezvous-wait"), v
+    assert "stacks:idle-server" not in v["decided_by"] and "idle" not in v["summary"], v
+    assert any(e.startswith("listening on") for e in v["evidence"]), v["evidence"]
+    assert_all_gone(out.report)
