@@ -85,8 +85,9 @@ NEXT_STEPS: dict[Cause, tuple[str, ...]] = {
     ),
     Cause.COMPILE_STALL: (
         "Compilation or a JIT build is stuck: give each process its own cache dir "
-        "(`TORCHINDUCTOR_CACHE_DIR`, `TRITON_CACHE_DIR`, `FLASHINFER_WORKSPACE_BASE`), remove stale lock "
-        "files (`*.lock` in those dirs, especially on NFS), and check for a hung `ninja`/`nvcc` child.",
+        "(`TORCHINDUCTOR_CACHE_DIR`, `TRITON_CACHE_DIR`, `FLASHINFER_WORKSPACE_BASE`), and check for a hung "
+        "`ninja`/`nvcc` child. A file lock (`flock`) ends with its holder: find the holder (`lslocks`), "
+        "not the file; only a marker file no process holds (torch extensions' `lock`) is to be removed.",
         "To confirm: `--enforce-eager` (vLLM) or drop `--enable-torch-compile` (SGLang) and boot again.",
     ),
     Cause.GPU_SPIN: (

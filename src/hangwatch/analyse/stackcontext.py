@@ -19,6 +19,7 @@ from hangwatch.analyse.waitgraph import WaitGraph
 from hangwatch.analyse.waitgraph import wait_graph
 from hangwatch.analyse.world import ExpectedWorld
 from hangwatch.analyse.world import expected_world
+from hangwatch.model.lockfiles import LockFile
 from hangwatch.model.samples import ENDED_STATES
 from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import GpuSample
@@ -75,6 +76,9 @@ class StackContext:
     # waiting for the next connection on a socket it listens on (the kernel's receive calls do not
     # include accept, yet nothing waits for input from outside more plainly).
     accepting: frozenset[int] = frozenset()
+    # Lock files in the build and cache folders that no process holds, at the latest capture
+    # (collect/lockfiles.py): markers a killed build may have left, which a poller waits to go away.
+    lock_files: tuple[LockFile, ...] = ()
 
     @property
     def peers(self) -> tuple[ProcessView, ...]:
@@ -171,6 +175,7 @@ def stack_context(
         linked=_tcp_linked(samples[-1]) if samples else frozenset(),
         listening=_listening(window[-1]) if window else (),
         accepting=_accepting(samples[-1]) if samples else frozenset(),
+        lock_files=samples[-1].lock_files if samples else (),
     )
 
 

@@ -42,6 +42,7 @@ from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.vocabulary import Cause
 from hangwatch.model.vocabulary import Confidence
+from hangwatch.words import plural
 
 _UNREAD = frozenset({DumpOutcome.DENIED, DumpOutcome.TIMEOUT, DumpOutcome.FAILED, DumpOutcome.NO_DUMPER})
 
@@ -231,6 +232,56 @@ def rule_io_wait(ctx: StackContext) -> Diagnosis | Miss | None:
     where = "; ".join(f"{v.label} in {_where(v)}" for v in views if v.main) or "no stack"
     text = f"{ctx.label(ctx.d_state)} in uninterruptible I/O (state D): {where}"
     return Diagnosis(Cause.IO_WAIT, ctx.d_state, text, Confidence.HIGH)
+
+
+def rule_stale_lock_file(ctx: StackContext) -> Diagnosis | Miss | None:
+    """``compile-stall``: a member polls in place (its main thread in a timed wait, woken again and again:
+    ``retrying``) while a lock file in the build and cache folders, last changed before the tree started,
+    is locked by no process (collect/lockfiles.py). torch's extension builds and ``SoftFileLock`` mark a
+    build with a file and poll for it to go away; one a killed build left is waited on forever, and its
+    path is the fix (model/lockfiles.py). Never closed: the file may yet go (a build elsewhere)."""
+    if not ctx.lock_files:
+        return None
+    stale = [f for f in ctx.lock_files if f.before_start]
+    if not stale:
+        f = ctx.lock_files[0]
+        return Miss(
+            1, f"a lock file older than the tree ({f.path} changed {f.age_s:.0f} s ago, during this run)"
+        )
+    pollers = [v for v in ctx.views if v.outcome is DumpOutcome.OK and v.retrying and not v.working]
+    if not pollers:
+        return Miss(1, f"a member polling in place while {stale[0].path} is there (none is)")
+    marker = stale[0]
+    more = f" (and {plural(len(stale) - 1, 'other')})" if len(stale) > 1 else ""
+    where = "; ".join(f"{_who(v)} in {_where(v)}" for v in pollers[:3])
+    text = (
+        f"{ctx.label(v.pid for v in pollers)} poll{'s' if len(pollers) == 1 else ''} in place, woken again "
+        f"and again ({where}), while {marker.path}{more}, a lock file in the build caches that no process "
+        f"holds, has marked a build in progress for {_age(marker.age_s)}, since before this run started: "
+        "a marker a killed build left, which such a poll waits to go away"
+    )
+    steps = (
+        f"Remove the marker: `rm {marker.path}` (no process holds a lock on it, and it is older than this "
+        "run: a build killed half-way left it); the wait ends at its next look. If a build of the same "
+        "extension is running elsewhere right now, let it finish instead.",
+    )
+    evidence = tuple(f"{f.path}: a lock file no process holds, changed {_age(f.age_s)} ago" for f in stale)
+    return Diagnosis(
+        Cause.COMPILE_STALL,
+        tuple(v.pid for v in pollers),
+        text,
+        Confidence.MEDIUM,
+        evidence=evidence,
+        steps=steps,
+    )
+
+
+def _age(seconds: float) -> str:
+    if seconds >= 7200:
+        return f"{seconds / 3600:.0f} h"
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
 
 
 def rule_cuda_graph_capture(ctx: StackContext) -> Diagnosis | Miss | None:
@@ -1044,6 +1095,7 @@ RULES: tuple[Rule, ...] = (
     rule_lock_deadlock,
     rule_wait_cycle,
     rule_io_wait,
+    rule_stale_lock_file,
     rule_cuda_graph_capture,
     rule_requests_unread,
     rule_waiting_for_work,

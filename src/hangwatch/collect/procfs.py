@@ -335,6 +335,20 @@ def parse_locks(text: str) -> tuple[tuple[str, int], ...]:
     return tuple(held)
 
 
+def started_wall(pid: int, root: Path = PROC) -> float | None:
+    """When a process started, in wall-clock seconds (boot time + its start in clock ticks)."""
+    stat = read_stat(pid, root)
+    if stat is None:
+        return None
+    try:
+        for line in _read(f"{root}/stat").decode().splitlines():
+            if line.startswith("btime "):
+                return int(line.split()[1]) + stat.starttime_ticks / CLOCK_TICKS
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def read_locks(root: Path = PROC) -> tuple[tuple[str, int], ...]:
     try:
         return parse_locks(_read(f"{root}/locks").decode(errors="replace"))

@@ -36,6 +36,7 @@ from typing import Any
 
 from hangwatch.collect import procfs
 from hangwatch.collect.kernelwaits import read_waits
+from hangwatch.collect.lockfiles import lock_files_of
 from hangwatch.collect.sockdiag import tcp_peers
 from hangwatch.collect.sockdiag import unix_peers
 from hangwatch.errors import PTRACE_HELP
@@ -197,6 +198,8 @@ class StackDumper:
             tcp_peers=tuple(sorted(tcp.items())),
             lock_holders=holders,
             lock_owners=owners,
+            # Read here, when the tree has gone quiet: a poller may be waiting for one to go away.
+            lock_files=lock_files_of(members, self._root),
         )
 
     def dump(self, p: ProcessSample, native: bool) -> ProcessStacks:

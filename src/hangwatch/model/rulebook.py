@@ -113,6 +113,11 @@ RULEBOOK: tuple[RuleEntry, ...] = (
         "the kernel shows every member blocked untimed, unchanged, each waiting only on stuck members",
     ),
     RuleEntry("stacks:io-wait", "a member sits in uninterruptible I/O (state D) most of the window"),
+    RuleEntry(
+        "stacks:stale-lock-file",
+        "a member polls in place while a lock file in the build caches, older than the tree, is locked by "
+        "no process (a marker a killed build left)",
+    ),
     RuleEntry("stacks:cuda-graph-capture", "ranks stay in place inside a CUDA graph capture"),
     RuleEntry(
         "stacks:requests-unread",

@@ -18,6 +18,7 @@ from typing import Any
 from typing import TypeVar
 
 from hangwatch.model.kernelwaits import ProcessWaits
+from hangwatch.model.lockfiles import LockFile
 
 
 class DumpOutcome(StrEnum):
@@ -203,6 +204,8 @@ class StackSample:
     lock_holders: tuple[tuple[str, int], ...] = ()
     # holders of those locks outside the tree: pid -> its command line (redacted, cut), for the words
     lock_owners: tuple[tuple[int, str], ...] = ()
+    # lock files in the build and cache folders that no process holds (markers a killed build left)
+    lock_files: tuple[LockFile, ...] = ()
 
     def process(self, pid: int) -> ProcessStacks | None:
         for p in self.processes:
