@@ -152,6 +152,7 @@ def test_a_file_lock_is_released_only_by_its_holders_from_proc_locks():
     g = wait_graph([replace(capture(t, waits), lock_holders=holders) for t in (1.0, 3.0)], PARENTS)
     assert g is not None and g.closed and g.culprits == (2, 3), g
     assert g.describe(2) == "flock for the file lock of /tmp/l-B", g
+    assert g.lock_takers == frozenset({2, 3}), g  # a lock-order deadlock, told from a message cycle
     # Held by a process outside the tree (another job's compile): not closed.
     g = wait_graph(
         [replace(capture(t, waits), lock_holders=((holders[0][0], 999),)) for t in (1.0, 3.0)], PARENTS

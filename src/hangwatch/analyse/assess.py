@@ -75,9 +75,9 @@ EXCEPTION_LEAD_S = 5.0
 # Log causes that name what went wrong but nobody: the stacks' culprit goes with them.
 _LOG_CAUSES_WITH_STACK_CULPRITS = frozenset({Cause.PORT_IN_USE, Cause.CUDA_OOM})
 
-# Closed waits whose own explanation already says that nothing can end them (the kernel's wait-for
+# Rules whose closed wait's explanation already says that nothing can end it (the kernel's wait-for
 # graph: no timeout, no other waker): the verdict does not say it a second time.
-_SAYS_NOTHING_CAN_END_IT = frozenset({Cause.WAIT_CYCLE})
+_SAYS_NOTHING_CAN_END_IT = frozenset({"stacks:wait-cycle"})
 
 
 @dataclass(frozen=True)
@@ -743,7 +743,7 @@ class Assessor:
             # Why the verdict came before the stall window ran out, said once.
             why = (
                 ""
-                if closed.cause in _SAYS_NOTHING_CAN_END_IT
+                if _SAYS_NOTHING_CAN_END_IT & set(closed.rules)
                 else "nothing inside the tree can end this wait: "
             )
             summary += f"; {why}not waiting out the {self.policy.stall_after:g} s stall window"

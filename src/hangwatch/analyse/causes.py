@@ -68,9 +68,10 @@ NEXT_STEPS: dict[Cause, tuple[str, ...]] = {
         "With NCCL: `NCCL_DEBUG=INFO` on every rank prints its communicators' set-up.",
     ),
     Cause.LOCK_DEADLOCK: (
-        "Threads wait for locks each other holds: read the `with ...lock` lines in the stacks; take the "
-        "locks in one global order, or use a timeout on acquire to break the cycle.",
+        "Threads or processes wait for locks each other holds: read the `with ...lock` lines in the "
+        "stacks; take the locks in one global order, or use a timeout on acquire to break the cycle.",
         "`py-spy dump --pid PID --locals` shows which lock objects each thread holds.",
+        "For file locks (`flock`, `fcntl`), `lslocks` shows who holds each.",
     ),
     Cause.WAIT_CYCLE: (
         "Each process named waits for a message or an exit that only another of them can give: read "

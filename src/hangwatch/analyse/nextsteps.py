@@ -57,6 +57,7 @@ def fit(steps: Sequence[str], facts: StepFacts) -> tuple[str, ...]:
             continue
         text = " ".join(kept)
         text = text[:-1] + "." if text.endswith(";") else text
+        text = text[:1].upper() + text[1:]  # a step whose first clause went starts a sentence
         if text not in out:
             out.append(text)
     if dropped_live:

@@ -218,6 +218,18 @@ def rule_wait_cycle(ctx: StackContext) -> Diagnosis | Miss | None:
     if others:
         them = "them" if len(culprits) > 1 else "it"
         text += f"; {ctx.label(others)} wait{'s' if len(others) == 1 else ''} on {them}"
+    if len(culprits) > 1 and set(culprits) <= graph.lock_takers:
+        # Each holds a file lock another of them takes: a lock-order deadlock between processes. Its
+        # advice is lock order, not the send a receive waits for.
+        return Diagnosis(
+            Cause.LOCK_DEADLOCK, culprits, text, ctx.confidence(*culprits),
+            closed=True, evidence=tuple(lines),
+            steps=(
+                "Each process named holds a file lock another of them asks for: take the files' locks in one "
+                "order everywhere (sorted by path), or try with LOCK_NB and back off; `lslocks` (or "
+                "/proc/locks) shows who holds which.",
+            ),
+        )  # fmt: skip
     return Diagnosis(
         Cause.WAIT_CYCLE, culprits, text, ctx.confidence(*culprits), closed=True, evidence=tuple(lines)
     )

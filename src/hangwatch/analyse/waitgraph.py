@@ -51,6 +51,9 @@ class WaitGraph:
     # will come from anyone else, whatever its frames (a read looks like a receive), so it waits for
     # its own threads, not for input.
     self_readers: frozenset[int] = frozenset()
+    # Processes whose every wait on an object is for a file lock (flock, fcntl): a cycle of them is a
+    # lock-order deadlock between processes, to be broken by lock order, not by sending a message.
+    lock_takers: frozenset[int] = frozenset()
 
     def wakers(self, pid: int) -> frozenset[int]:
         return dict(self.waits_for).get(pid, frozenset({OUTSIDE}))
@@ -91,6 +94,7 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
     stuck: set[int] = set()
     waits_for: dict[int, frozenset[int]] = {}
     detail: dict[int, str] = {}
+    lock_takers: set[int] = set()
     joiners: set[int] = set()
     receivers: set[int] = set()
     self_readers: set[int] = set()
@@ -115,6 +119,9 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
             self_readers.add(p.pid)
         elif main is not None and main.call in RECEIVE_CALLS:
             receivers.add(p.pid)
+        objects = [obj for t in w.threads if t.waker is Waker.OBJECTS for obj in t.on]
+        if objects and all(obj.startswith("lock:") for obj in objects):
+            lock_takers.add(p.pid)
         calls = {t.waker for t in w.threads}
         if Waker.CHILDREN in calls and calls <= {Waker.CHILDREN, Waker.ITSELF}:
             joiners.add(p.pid)
@@ -131,6 +138,7 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
         tuple(sorted(detail.items())),
         frozenset(receivers),
         frozenset(self_readers),
+        frozenset(lock_takers),
     )
 
 

@@ -110,7 +110,8 @@ RULEBOOK: tuple[RuleEntry, ...] = (
     RuleEntry("stacks:lock-deadlock", "threads stay in place in lock acquires that wait on each other"),
     RuleEntry(
         "stacks:wait-cycle",
-        "the kernel shows every member blocked untimed, unchanged, each waiting only on stuck members",
+        "the kernel shows every member blocked untimed, unchanged, each waiting only on stuck members "
+        "(lock-deadlock when each waits for a file lock another holds)",
     ),
     RuleEntry("stacks:io-wait", "a member sits in uninterruptible I/O (state D) most of the window"),
     RuleEntry(
