@@ -60,6 +60,10 @@ ray-env:
 lint: test-deps
 	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/mypy
+	# pytest's default import mode needs every test module's basename unique across tests/ (two alike stop
+	# collection of the whole suite): say which before the suite runs.
+	@dups="$$(find tests -name 'test_*.py' -printf '%f\n' | sort | uniq -d)"; \
+		[ -z "$$dups" ] || { echo "test modules with the same name (rename one): $$dups"; exit 1; }
 
 test: test-deps slurm-deps vllm-env sglang-env ray-env lint
 	HANGWATCH_RAY_PYTHON="$$(bash scripts/setup-ray.sh | tail -n 1)" \

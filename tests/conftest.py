@@ -28,6 +28,17 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGTERM, _terminated)
 
 
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """hangwatch's state folder for this test ($XDG_STATE_HOME/hangwatch: run folders, the phase history),
+    fresh and temporary: every hangwatch a test starts, in-process or as a subprocess of ``os.environ``,
+    keeps its state there, never in the user's ~/.local/state, and one test's boots are not another's
+    history. (A folder of its own, not in ``tmp_path``: tests that list ``tmp_path`` find only theirs.)"""
+    base = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("XDG_STATE_HOME", str(base))
+    return base / "hangwatch"
+
+
 @pytest.fixture
 def hw(tmp_path: Path):  # type: ignore[no-untyped-def]
     def _run(*args: str, timeout: float = 120, **kwargs: Any) -> Outcome:

@@ -1,5 +1,5 @@
 """The command line: ``hangwatch run``, ``attach``, ``stacks``, ``collect``, ``doctor``, ``cleanup``,
-``bench``, ``isolate``, ``demo``.
+``bench``, ``isolate``, ``history``, ``demo``.
 
 ``main(argv) -> int`` returns the exit code so tests can call it directly; errors a user can act
 on are ``HangwatchError`` subclasses, caught here and only here.
@@ -20,6 +20,7 @@ from hangwatch.cli.collect import CollectCommand
 from hangwatch.cli.command import Command
 from hangwatch.cli.demo import DemoCommand
 from hangwatch.cli.doctor import DoctorCommand
+from hangwatch.cli.history import HistoryCommand
 from hangwatch.cli.isolate import IsolateCommand
 from hangwatch.cli.run import RunCommand
 from hangwatch.cli.stacks import StacksCommand
@@ -39,6 +40,7 @@ COMMANDS: tuple[Command, ...] = (
     CleanupCommand(),
     BenchCommand(),
     IsolateCommand(),
+    HistoryCommand(),
     DemoCommand(),
 )
 

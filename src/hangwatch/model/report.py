@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from dataclasses import field
 
+from hangwatch.model.history import HistoryComparison
 from hangwatch.model.rulebook import NearMiss
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import Tick
@@ -105,3 +106,6 @@ class Report:
     # What hangwatch did to the tree it launched, in words ("stopped at the verdict: 3 processes ...",
     # "left running (--keep-running)"); None in attach, which never touches it.
     tree_action: str | None = None
+    # This boot's phases against the earlier boots of its configuration (supervise/history.py, read before
+    # this one was recorded); None where history is off (the notes say why) or not kept (attach, the demo).
+    phase_history: HistoryComparison | None = None

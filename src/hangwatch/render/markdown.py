@@ -13,6 +13,7 @@ from pathlib import Path
 from hangwatch.model.report import Report
 from hangwatch.redact import scrub
 from hangwatch.render.files import write_atomically
+from hangwatch.render.history_text import history_markdown
 from hangwatch.render.stacktext import tree_lines
 from hangwatch.render.text import culprit_labels
 
@@ -83,6 +84,7 @@ def markdown_report(report: Report) -> str:
     if v.next_steps:
         lines += ["", "Next steps:", ""]
         lines.extend(f"- {scrub(s)}" for s in v.next_steps)  # our own text, with its `commands`
+    lines += history_markdown(report)
     if report.notes:
         lines += ["", "Notes:", ""]
         lines.extend(f"- {_inline(n)}" for n in report.notes)

@@ -8,6 +8,7 @@ from hangwatch.model.report import Report
 from hangwatch.model.rulebook import statement_of
 from hangwatch.model.vocabulary import State
 from hangwatch.redact import scrub
+from hangwatch.render.history_text import history_lines
 from hangwatch.render.stacktext import tree_lines
 
 _HEADLINE = {
@@ -64,6 +65,7 @@ def verdict_text(report: Report) -> str:
     if v.next_steps:
         lines.append("  next:")
         lines.extend(f"    - {s}" for s in v.next_steps)
+    lines.extend(history_lines(report))
     if report.notes:
         lines.append("  notes:")
         lines.extend(f"    - {n}" for n in report.notes)

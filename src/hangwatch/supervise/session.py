@@ -39,6 +39,7 @@ from hangwatch.render.text import verdict_text
 from hangwatch.supervise import shm
 from hangwatch.supervise import teardown
 from hangwatch.supervise.clock import WatchClock
+from hangwatch.supervise.history import record_history
 from hangwatch.supervise.launcher import Launched
 from hangwatch.supervise.launcher import become_subreaper
 from hangwatch.supervise.launcher import launch
@@ -303,6 +304,7 @@ def supervise(options: RunOptions, view: View | None = None) -> Supervision:
         stall_after_s=w.stall_after,
         tree_action=tree_action(verdict, result, options, kept),
     )
+    report = record_history(report, options.command)  # this boot against its phase history, then added
     return Supervision(report, tuple(result.remaining))
 
 
