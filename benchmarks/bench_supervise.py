@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,6 +26,10 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+# The live line a verdict comes with: "verdict ..." (the loop goes on), or "stalled (cause) at 31.0 s: ..."
+# for the one that ends the run (the block follows the tear-down).
+_VERDICT_LINE = re.compile(r"\[hangwatch\] (?:verdict |[a-z]+(?: \([\w-]+\))? at \d+\.\d s: )")
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "tests" / "programs"
@@ -101,7 +106,7 @@ def supervise(
     for raw in proc.stdout:
         line = raw.decode("utf-8", "replace")
         now = time.monotonic()
-        if line.startswith("[hangwatch] verdict") and verdict_at is None:
+        if _VERDICT_LINE.match(line) and verdict_at is None:
             verdict_at = now
         elif not line.startswith(("[hangwatch]", "hangwatch verdict", "  ")) and verdict_at is None:
             last_output = now

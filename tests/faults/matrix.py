@@ -67,7 +67,10 @@ FIRED_RE = re.compile(
     r"hangwatch-fault: fired kind=(?P<kind>\S+) target=(?P<target>\S+) call=(?P<call>\d+) "
     r"in pid (?P<pid>\d+) title '(?P<title>.*)' thread .* t=(?P<t>[\d.]+)"
 )
-VERDICT_RE = re.compile(r"\[hangwatch\] verdict ")
+# The live line a verdict comes with: "verdict ..." while the loop goes on (ready while serving), or
+# "stalled (dead-peer) at 31.0 s: stopping the tree; the verdict follows" for the one that ends it.
+_STATES = "ready|stalled|crashed|exited|timeout|interrupted"
+VERDICT_RE = re.compile(rf"\[hangwatch\] (?:verdict |(?:{_STATES})(?: \([\w-]+\))? at \d+\.\d s: )")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -816,7 +819,9 @@ def run_cell(cell: Cell, cfg: RunConfig, tracker: Tracker) -> Result:
     return result
 
 
-_DECIDED_RE = re.compile(r"\[hangwatch\] verdict (?!ready)")
+_DECIDED_RE = re.compile(
+    rf"\[hangwatch\] (?:verdict (?!ready)|(?!ready)(?:{_STATES})(?: \([\w-]+\))? at \d+\.\d s: )"
+)
 
 
 def _decided(watch: LineWatch) -> bool:
