@@ -67,10 +67,13 @@ FIRED_RE = re.compile(
     r"hangwatch-fault: fired kind=(?P<kind>\S+) target=(?P<target>\S+) call=(?P<call>\d+) "
     r"in pid (?P<pid>\d+) title '(?P<title>.*)' thread .* t=(?P<t>[\d.]+)"
 )
-# The live line a verdict comes with: "verdict ..." while the loop goes on (ready while serving), or
-# "stalled (dead-peer) at 31.0 s: stopping the tree; the verdict follows" for the one that ends it.
+# The line a verdict comes with: "verdict ..." while the loop goes on (ready while serving); under run
+# "stalled (dead-peer) at 31.0 s: stopping the tree; the verdict follows" for the one that ends it; under
+# attach, which touches nothing, the verdict block itself, at once ("hangwatch verdict: STALLED ...").
 _STATES = "ready|stalled|crashed|exited|timeout|interrupted"
-VERDICT_RE = re.compile(rf"\[hangwatch\] (?:verdict |(?:{_STATES})(?: \([\w-]+\))? at \d+\.\d s: )")
+VERDICT_RE = re.compile(
+    rf"\[hangwatch\] (?:verdict |(?:{_STATES})(?: \([\w-]+\))? at \d+\.\d s: )|^hangwatch verdict: "
+)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -807,8 +810,9 @@ def run_cell(cell: Cell, cfg: RunConfig, tracker: Tracker) -> Result:
         m = fired[1]
         fired_pid = int(m["pid"])
         result.fired = {"pid": fired_pid, "title": m["title"], "t": float(m["t"]), "call": int(m["call"])}
-        # The last verdict line: a serving cell's first one is its "ready".
-        verdict_line = watch.find(VERDICT_RE, last=True)
+        # The first verdict line other than a serving cell's "ready" (under run the live line, before the
+        # tear-down and the block); else the last one.
+        verdict_line = watch.find(_DECIDED_RE) or watch.find(VERDICT_RE, last=True)
         if verdict_line is not None:
             result.latency_s = round(verdict_line[0] - float(m["t"]), 1)
     data = json.loads(report.read_text()) if report.is_file() else None
@@ -821,6 +825,7 @@ def run_cell(cell: Cell, cfg: RunConfig, tracker: Tracker) -> Result:
 
 _DECIDED_RE = re.compile(
     rf"\[hangwatch\] (?:verdict (?!ready)|(?!ready)(?:{_STATES})(?: \([\w-]+\))? at \d+\.\d s: )"
+    r"|^hangwatch verdict: (?!READY)"
 )
 
 
