@@ -100,7 +100,9 @@ def run_attached(options: AttachOptions) -> int:
     try:
         with stop_on_signals(watch):
             # A server found serving is watched on to the end of the window: a wedge may come.
-            verdict: Verdict = watch.run(lambda v: v.state is not State.READY or watch.assessor.window_over)
+            verdict: Verdict = watch.name_kernels(
+                watch.run(lambda v: v.state is not State.READY or watch.assessor.window_over)
+            )  # the kernels of a GPU that spins, with --kernel-names: the server is still there
     finally:
         watch.c.stop_threads()
         if log is not None:

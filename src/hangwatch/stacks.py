@@ -16,6 +16,9 @@ from typing import Any
 
 from hangwatch import engines
 from hangwatch.analyse import causes
+from hangwatch.analyse.gpukernels import kernel_evidence
+from hangwatch.analyse.gpukernels import kernel_notes
+from hangwatch.analyse.gpukernels import steps_with_kernels
 from hangwatch.analyse.nextsteps import StepFacts
 from hangwatch.analyse.nextsteps import fit
 from hangwatch.analyse.stackcontext import stack_context
@@ -24,6 +27,7 @@ from hangwatch.analyse.stacktree import build_tree
 from hangwatch.analyse.stackwatch import with_native_detail
 from hangwatch.collect import procfs
 from hangwatch.collect.connections import ConnectionWatcher
+from hangwatch.collect.cudagdb import KernelReader
 from hangwatch.collect.proctree import TreeSampler
 from hangwatch.collect.proctree import check_target
 from hangwatch.collect.proctree import own_processes
@@ -31,6 +35,7 @@ from hangwatch.collect.proctree import whole_machine_note
 from hangwatch.collect.stacks import StackDumper
 from hangwatch.errors import HangwatchError
 from hangwatch.errors import NoSuchProcess
+from hangwatch.model.gpukernels import KernelSample
 from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import StackSample
@@ -59,6 +64,7 @@ class SnapshotOptions:
     native: bool
     report_json: Path | None
     whole_machine: bool = False
+    kernel_names: bool = False  # at a gpu-spin diagnosis, read the running kernels with cuda-gdb
 
 
 def take_snapshot(options: SnapshotOptions) -> int:
@@ -109,6 +115,12 @@ def take_snapshot(options: SnapshotOptions) -> int:
     culprits = culprit_labels(diagnosis.culprits, ticks, exits)
     steps = snapshot_steps(diagnosis, options.pid)
     lines = snapshot_text(options.pid, tree_lines(tree, max_lines=60), diagnosis, culprits, steps)
+    kernels = None
+    if options.kernel_names and diagnosis.cause is Cause.GPU_SPIN:
+        kernels = KernelReader().capture(sorted(p.pid for p in ticks[-1].processes), ticks[-1].t)
+        steps = steps_with_kernels(steps, kernels)
+        lines = snapshot_text(options.pid, tree_lines(tree, max_lines=60), diagnosis, culprits, steps)
+        lines += kernel_lines(kernels, ticks, exits)
     print(scrub("\n".join(lines)), flush=True)
     if options.report_json is not None:
         data: dict[str, Any] = {
@@ -117,9 +129,10 @@ def take_snapshot(options: SnapshotOptions) -> int:
             "engine": profile.name,
             "diagnosis": plain(dataclasses.asdict(diagnosis)),
             "culprit_labels": list(culprits),
-            "next_steps": list(steps),
+            "next_steps": list(steps),  # with the kernel named where cuda-gdb named it
             "stacks": plain([dataclasses.asdict(s) for s in samples]),
             "stack_tree": plain(dataclasses.asdict(tree)),
+            "kernels": plain(dataclasses.asdict(kernels)) if kernels is not None else None,
         }
         write_outputs(
             [("--report-json", options.report_json, lambda path: write_atomically(path, json_text(data)))]
@@ -160,6 +173,19 @@ def snapshot_steps(diagnosis: causes.Diagnosis, pid: int) -> tuple[str, ...]:
         )
     # The tree is alive (a snapshot never stops it): PID is the culprit's, or the root's.
     return fit(steps, StepFacts(pid=diagnosis.culprits[0] if diagnosis.culprits else pid, port=None))
+
+
+def kernel_lines(sample: KernelSample, ticks: list[Tick], exits: tuple[ExitRecord, ...]) -> list[str]:
+    """The ``kernels:`` block of a snapshot: what each GPU runs, and what reading it cost."""
+
+    def label(pid: int) -> str:
+        return culprit_labels((pid,), ticks, exits)[0]
+
+    found = kernel_evidence(sample, label)
+    out = ["kernels:"]
+    out += [f"  - {line}" for line in found] or ["  - none running on the GPUs of the processes read"]
+    out += [f"  note: {n}" for n in kernel_notes(sample, label)]
+    return out
 
 
 def snapshot_text(

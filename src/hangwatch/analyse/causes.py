@@ -25,6 +25,10 @@ from hangwatch.model.vocabulary import Confidence
 
 SHORT_LIVED_S = 2.0  # helpers (`which`, `ldconfig -p`, compiler probes) exit non-zero harmlessly
 
+# How to find the kernel a GPU spins in without a debugger; where cuda-gdb named it, the verdict says so
+# instead (analyse/gpukernels.steps_with_kernels).
+FIND_THE_KERNEL = "Re-run with `CUDA_LAUNCH_BLOCKING=1` to find the kernel; "
+
 NEXT_STEPS: dict[Cause, tuple[str, ...]] = {
     Cause.STOPPED: (
         "A stopped process (state T) stops its peers: resume it with `kill -CONT PID` if that was not "
@@ -94,7 +98,7 @@ NEXT_STEPS: dict[Cause, tuple[str, ...]] = {
     Cause.GPU_SPIN: (
         "The host waits for the GPU and the GPU never finishes: a kernel spinning on a flag "
         "(100 % utilisation at low power, GPM pipes idle) or a stream waiting on an event that never fires. "
-        "Re-run with `CUDA_LAUNCH_BLOCKING=1` to find the kernel; try `--disable-custom-all-reduce` and "
+        f"{FIND_THE_KERNEL}try `--disable-custom-all-reduce` and "
         "`NCCL_P2P_DISABLE=1`; a GPU left at 100 % after the process died needs a reset.",
     ),
     Cause.IDLE: (

@@ -57,7 +57,8 @@ def program_of(command: Sequence[str]) -> str | None:
     """What a command that names no model runs: its script (absolute), ``-m module``, else its program."""
     for i, arg in enumerate(command):
         if arg in ("-m", "-c") and i + 1 < len(command):
-            return f"{arg} {scrub(command[i + 1])[:_SWITCH_VALUE_CHARS]}"
+            # One line: a ``-c`` program's newlines would break every one-line rendering of the key.
+            return f"{arg} {' '.join(scrub(command[i + 1]).split())[:_SWITCH_VALUE_CHARS]}"
         if arg.endswith(_SCRIPTS) and not arg.startswith("-"):
             return str(Path(arg).absolute())  # the cwd's, not the disk's: no file is read
     for arg in command:

@@ -69,6 +69,12 @@ class AttachCommand:
             help="while it serves, send the server a one-token completion of hangwatch's own, with a "
             "deadline (the only traffic attach ever sends besides the readiness probe; off by default)",
         )
+        parser.add_argument(
+            "--kernel-names",
+            action="store_true",
+            help="at a gpu-spin verdict, ask cuda-gdb which kernels the GPU runs: it attaches to each GPU "
+            "process and pauses its host for seconds (its GPU runs on); off by default",
+        )
         add_watch_options(parser, stall_default=None)
         add_node_options(parser)
         add_kube_options(parser)
@@ -88,7 +94,11 @@ class AttachCommand:
         if args.log is not None and not args.log.is_file():
             raise UsageError(f"--log {args.log}: no such file")
         options = AttachOptions(
-            watch=replace(watch_options(args, stall_after=stall), own_request=args.own_request),
+            watch=replace(
+                watch_options(args, stall_after=stall),
+                own_request=args.own_request,
+                kernel_names=args.kernel_names,
+            ),
             pid=args.pid,
             window=args.window,
             log=args.log,

@@ -52,6 +52,12 @@ class RunCommand:
             help="while serving, never send hangwatch's own one-token completion to the server "
             "(sent by default to vLLM/SGLang servers hangwatch launched, to see a wedge the gauges miss)",
         )
+        parser.add_argument(
+            "--no-kernel-names",
+            action="store_true",
+            help="at a gpu-spin verdict, do not ask cuda-gdb which kernels the GPU runs (by default it "
+            "attaches to each GPU process before the tree is stopped, pausing it for seconds)",
+        )
         add_command(parser, "the command to supervise")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -67,7 +73,11 @@ class RunCommand:
         if not args.no_doctor:
             preflight(command, args.engine)
         options = RunOptions(
-            watch=replace(watch_options(args), own_request=not args.no_own_request),
+            watch=replace(
+                watch_options(args),
+                own_request=not args.no_own_request,
+                kernel_names=not args.no_kernel_names,
+            ),
             command=command,
             until_ready=args.until_ready,
             run_dir=args.run_dir or default_run_dir_checked(),

@@ -67,6 +67,12 @@ class StacksCommand:
         parser.add_argument(
             "--no-native", action="store_true", help="Python frames only (no --native unwinding)"
         )
+        parser.add_argument(
+            "--kernel-names",
+            action="store_true",
+            help="when the cause is gpu-spin, ask cuda-gdb which kernels the GPUs run: it attaches to each "
+            "process of the tree and pauses its host for seconds (its GPU runs on); off by default",
+        )
         add_output_file(parser, "--report-json", "write the samples and the merged tree")
         add_node_options(parser)
         add_kube_options(parser)
@@ -91,6 +97,7 @@ class StacksCommand:
             native=not args.no_native,
             report_json=args.report_json,
             whole_machine=args.whole_machine,
+            kernel_names=args.kernel_names,
         )
         return take_snapshot(options)
 

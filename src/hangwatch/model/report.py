@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from dataclasses import field
 
+from hangwatch.model.gpukernels import KernelSample
 from hangwatch.model.history import HistoryComparison
 from hangwatch.model.rulebook import NearMiss
 from hangwatch.model.samples import ProbeResult
@@ -109,3 +110,6 @@ class Report:
     # This boot's phases against the earlier boots of its configuration (supervise/history.py, read before
     # this one was recorded); None where history is off (the notes say why) or not kept (attach, the demo).
     phase_history: HistoryComparison | None = None
+    # The running kernels of the tree's GPU processes, read by cuda-gdb at a gpu-spin verdict
+    # (supervise/watch.Watch.name_kernels); None where they were not read.
+    kernels: KernelSample | None = None

@@ -188,6 +188,16 @@ RULEBOOK: tuple[RuleEntry, ...] = (
         "a wait the stack rule closed ends at a process that polls or burns CPU outside a wait: the window "
         "applies",
     ),
+    RuleEntry(
+        "kernels:named",
+        "at a gpu-spin verdict, cuda-gdb listed the kernels running on a GPU process's device (name, grid, "
+        "block, SMs) and detached, the process left running",
+    ),
+    RuleEntry(
+        "kernels:odd-one-out",
+        "the stacks named every rank of a GPU wait alike; of three or more read, all but one run the same "
+        "kernels: that one (another kernel, or none) is the culprit",
+    ),
     # -- the cause of a crash: the first fault in time (causes.diagnose_crash) --------------------------
     RuleEntry("crash:cuda-oom", "the log reported CUDA out of memory before the deaths"),
     RuleEntry("crash:oom-killed", "a member was SIGKILLed and the kernel log or cgroup names the OOM killer"),

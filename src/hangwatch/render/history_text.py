@@ -85,7 +85,7 @@ def history_markdown(report: Report) -> list[str]:
     h = report.phase_history
     if h is None:
         return []
-    config = scrub(h.key.describe()).replace("`", "")
+    config = " ".join(scrub(h.key.describe()).replace("`", "").split())  # one code span, one line
     lines = ["", f"History: {_standing_words(h)} (id `{h.key_id}`: `{config}`)", ""]
     lines.extend(f"- `{line.phase}`{phase_line(line).removeprefix(line.phase)}" for line in h.lines)
     return [scrub(line) for line in lines]

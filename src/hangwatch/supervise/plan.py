@@ -44,6 +44,9 @@ class WatchOptions:
     # Serving: send hangwatch's own one-token completion (run: on unless --no-own-request; attach:
     # only with --own-request).
     own_request: bool = False
+    # At a gpu-spin verdict, name the running kernels with cuda-gdb, pausing each GPU process's host for
+    # seconds (run: on unless --no-kernel-names, the tree is stopped next anyway; attach: --kernel-names).
+    kernel_names: bool = False
 
 
 @dataclass(frozen=True)

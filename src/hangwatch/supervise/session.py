@@ -282,7 +282,8 @@ def supervise(options: RunOptions, view: View | None = None) -> Supervision:
         notes.extend(run.kit.notes)
         try:
             with stop_on_signals(run.watch):
-                verdict = run.watch.run(until, said)
+                # A GPU that spins: its kernels named before the tear-down, while the tree is alive.
+                verdict = run.watch.name_kernels(run.watch.run(until, said))
         finally:
             result, gpu_note = run.tear_down(gpu, options.grace)
     finally:

@@ -20,6 +20,8 @@ from dataclasses import replace
 from urllib.parse import urlsplit
 
 from hangwatch.analyse.assess import Assessor
+from hangwatch.analyse.gpukernels import kernel_notes
+from hangwatch.analyse.gpukernels import refine as refine_with_kernels
 from hangwatch.analyse.logscan import LogScanner
 from hangwatch.analyse.nextsteps import StepFacts
 from hangwatch.analyse.nextsteps import fit
@@ -27,6 +29,7 @@ from hangwatch.analyse.stacktree import build_tree
 from hangwatch.analyse.stackwatch import StackHistory
 from hangwatch.collect import procfs
 from hangwatch.collect.connections import ConnectionWatcher
+from hangwatch.collect.cudagdb import KernelReader
 from hangwatch.collect.gpm import GpmSource
 from hangwatch.collect.http_probe import Prober
 from hangwatch.collect.logtail import FileLog
@@ -39,6 +42,7 @@ from hangwatch.collect.own_request import OwnRequester
 from hangwatch.collect.proctree import TreeSampler
 from hangwatch.collect.serving_metrics import ServingPoller
 from hangwatch.collect.stacks import StackDumper
+from hangwatch.model.gpukernels import KernelSample
 from hangwatch.model.report import REPORT_SCHEMA
 from hangwatch.model.report import ProcessRecord
 from hangwatch.model.report import Report
@@ -51,6 +55,7 @@ from hangwatch.model.stacks import Frame
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.status import StackRequest
 from hangwatch.model.status import Status
+from hangwatch.model.vocabulary import Cause
 from hangwatch.model.vocabulary import State
 from hangwatch.render.live import LiveState
 from hangwatch.render.live import View
@@ -201,6 +206,8 @@ class Watch:
         # is alive, by note_libraries (run reads it before its clean-up), or at report time (attach).
         self.nccl: bool | None = None
         self.roots: set[int] = set()  # the pids the watch started from (build_watch)
+        self.kernels: KernelSample | None = None  # the GPU's running kernels, read at a gpu-spin verdict
+        self.kernel_names = False  # whether name_kernels reads them (WatchOptions.kernel_names)
 
     def elapsed(self) -> float:
         return self.clock()
@@ -376,6 +383,43 @@ class Watch:
         ):
             self.nccl = True
 
+    def name_kernels(self, verdict: Verdict, reader: KernelReader | None = None) -> Verdict:
+        """A ``gpu-spin`` verdict with the running kernels of the tree's GPU processes named by cuda-gdb,
+        read while the tree is alive (each process's host is paused for seconds, its GPU runs on); any
+        other verdict as it is, and every verdict where ``kernel_names`` is off or the watch was stopped.
+        ``run`` reads them before its tear-down by default, ``attach`` only when asked to (a pause of a
+        server hangwatch did not start)."""
+        if not self.kernel_names or self.stopped_by is not None or verdict.cause is not Cause.GPU_SPIN:
+            return verdict
+        reader = reader if reader is not None else KernelReader()
+        pids = self._gpu_members(verdict)
+        if reader.debugger is not None:
+            self.view.event(
+                "naming the GPU's kernels: cuda-gdb attaches to "
+                f"{plural(len(pids), 'process', 'processes')}, pausing each for seconds"
+            )
+        self.kernels = reader.capture(pids, round(self.elapsed(), 3))
+        quiet = self.assessor.now - self.assessor.last_progress_t()
+        return refine_with_kernels(verdict, self.kernels, self._label, quiet)
+
+    def _gpu_members(self, verdict: Verdict) -> list[int]:
+        """The tree's processes that hold GPU memory (NVML), by rank; the verdict's culprits where NVML
+        names none (a container's pid namespace)."""
+        last = self.recorder.timeline[-1] if self.recorder.timeline else None
+        members = {p.pid for p in last.processes} if last is not None else set()
+        on_gpu = {g.pid for g in last.gpu.processes} if last is not None and last.gpu is not None else set()
+        chosen = members & on_gpu or set(verdict.culprits)
+        records = self.recorder.processes
+        return sorted(chosen, key=lambda pid: (records[pid].rank or "") if pid in records else "")
+
+    def _label(self, pid: int) -> str:
+        p = self.recorder.processes.get(pid)
+        if p is None:
+            return f"[{pid}]"
+        if not p.rank:
+            return f"{p.name} [{pid}]"
+        return f"rank {p.rank} [{pid}]" if p.role in (None, "rank") else f"{p.role}/{p.rank} [{pid}]"
+
     def step_facts(self, verdict: Verdict, tree_alive: bool) -> StepFacts:
         port = None
         probe = self.c.prober.url if self.c.prober is not None else None
@@ -421,10 +465,12 @@ class Watch:
             notes=notes
             + self.assessor.notes()
             + tuple(dict.fromkeys(self.resumed))
+            + (kernel_notes(self.kernels, self._label) if self.kernels is not None else ())
             + self._own_request_note()
             + self._late_note(),
             stacks=self.assessor.stack_samples(),
             stack_tree=self.assessor.stack_tree(verdict),
+            kernels=self.kernels,
         )
 
     def _late_note(self) -> tuple[str, ...]:
@@ -501,4 +547,5 @@ def build_watch(
         interval_s=options.interval,
     )
     watch.roots = set(root_pids)
+    watch.kernel_names = options.kernel_names
     return watch, kit
