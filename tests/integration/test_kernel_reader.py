@@ -31,7 +31,7 @@ def debugger(tmp_path, monkeypatch):
     """An executable named cuda-gdb that runs the stand-in; its calls are logged."""
     path = tmp_path / "bin" / "cuda-gdb"
     path.parent.mkdir()
-    path.write_text(f"#!/bin/sh\nexec {sys.executable} {STANDIN} \"$@\"\n")
+    path.write_text(f'#!/bin/sh\nexec {sys.executable} {STANDIN} "$@"\n')
     path.chmod(0o755)
     monkeypatch.setenv("HW_CUDA_GDB_LOG", str(tmp_path / "calls.jsonl"))
     return path
