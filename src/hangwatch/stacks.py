@@ -114,12 +114,13 @@ def take_snapshot(options: SnapshotOptions) -> int:
     tree = build_tree(analysed, highlight=diagnosis.culprits or None)
     culprits = culprit_labels(diagnosis.culprits, ticks, exits)
     steps = snapshot_steps(diagnosis, options.pid)
-    lines = snapshot_text(options.pid, tree_lines(tree, max_lines=60), diagnosis, culprits, steps)
     kernels = None
     if options.kernel_names and diagnosis.cause is Cause.GPU_SPIN:
+        # The tree's members, eight at most (a snapshot reads no NVML to tell which hold GPU memory).
         kernels = KernelReader().capture(sorted(p.pid for p in ticks[-1].processes), ticks[-1].t)
         steps = steps_with_kernels(steps, kernels)
-        lines = snapshot_text(options.pid, tree_lines(tree, max_lines=60), diagnosis, culprits, steps)
+    lines = snapshot_text(options.pid, tree_lines(tree, max_lines=60), diagnosis, culprits, steps)
+    if kernels is not None:
         lines += kernel_lines(kernels, ticks, exits)
     print(scrub("\n".join(lines)), flush=True)
     if options.report_json is not None:

@@ -22,6 +22,7 @@ def _boot(hw, tmp_path, n: int):
     port = free_port()
     return hw(
         "run", "--until-ready", "--quiet", "--no-doctor", "--no-own-request", "--engine", "vllm",
+        "--report-html", str(tmp_path / f"report{n}.html"), "--report-md", str(tmp_path / f"report{n}.md"),
         "--interval", "0.25", "--ready-pattern", "READY to serve", "--run-dir", str(tmp_path / f"run{n}"),
         "--", *program("phase_boot", "--pause", "1.0", "--port", str(port)),
         env=_cold_caches(tmp_path),
@@ -67,6 +68,11 @@ def test_two_boots_the_second_against_the_first_then_listed_and_forgotten(hw, tm
     shown = second.stdout + second.stderr
     assert f"history: 1 earlier boot of this configuration, recorded (id {h2['key_id']}" in shown, shown
     assert "    - weights: " in shown and "(usual " in shown
+    page = (tmp_path / "report2.html").read_text()
+    assert "<h2>Phase history</h2>" in page and "1 earlier boot of this configuration" in page
+    assert "weights: " in page.split("<h2>Phase history</h2>", 1)[1]
+    md = (tmp_path / "report2.md").read_text()
+    assert f"History: 1 earlier boot of this configuration, recorded (id `{h2['key_id']}`" in md
 
     listed = _history("--json")
     assert listed.returncode == 0, listed.stderr

@@ -24,6 +24,8 @@ from hangwatch.model.rulebook import statement_of
 from hangwatch.model.stacks import StackNode
 from hangwatch.redact import scrub
 from hangwatch.render.files import write_atomically
+from hangwatch.render.history_text import headline
+from hangwatch.render.history_text import phase_line
 from hangwatch.render.stacktext import chain_text
 from hangwatch.render.stacktext import fold
 from hangwatch.render.timeline_svg import rank_key
@@ -77,6 +79,14 @@ def _row_order(p: ProcessRecord) -> tuple[object, ...]:
     return (rank_key(p.rank), p.first_seen, p.pid)
 
 
+def _history(report: Report) -> tuple[str, list[str]] | None:
+    """The phase history's headline and one line a phase (render/history_text.py), as text."""
+    h = report.phase_history
+    if h is None:
+        return None
+    return scrub(headline(h)), [scrub(phase_line(line)) for line in h.lines]
+
+
 def _process_row(p: ProcessRecord) -> dict[str, Any]:
     """The state and exit code at the verdict (not the ``gone``/``-15`` of our own clean-up's SIGTERM),
     and what the clean-up did, apart."""
@@ -115,6 +125,7 @@ def html_report(report: Report) -> str:
         "near_misses": [(m.rule, scrub(m.lacked)) for m in v.near_misses],
         "evidence": [scrub(e) for e in v.evidence],
         "notes": [scrub(n) for n in report.notes],
+        "history": _history(report),
         "command": scrub(" ".join(report.command)),
         "tree_action": scrub(report.tree_action) if report.tree_action else None,
         "timeline": Markup(timeline_svg(report)),  # noqa: S704 - built from escaped parts in timeline_svg
