@@ -114,3 +114,57 @@ def test_no_history_yet_is_said_and_creates_nothing(state_dir):
     assert out.returncode == 0
     assert "0 configurations" in out.stdout and "none yet" in out.stdout
     assert not (state_dir / "history.sqlite3").exists()
+
+
+def _auto_boot(hw, tmp_path, n: int, *extra: str, stall: str = "auto", interval: str = "0.25"):
+    port = free_port()
+    return hw(
+        "run", "--until-ready", "--quiet", "--no-doctor", "--no-own-request", "--no-stacks", "--engine", "vllm",
+        "--stall-after", stall, "--interval", interval, "--ready-pattern", "READY to serve",
+        "--run-dir", str(tmp_path / f"auto{n}"),
+        "--", *program("phase_boot", "--pause", "0.5", "--port", str(port), *extra),
+        env=_cold_caches(tmp_path),
+    )  # fmt: skip
+
+
+def test_stall_after_auto_draws_each_phase_window_from_the_boots_before(hw, tmp_path, state_dir):
+    """Three real boots time each phase's quiet spells; the fourth, under --stall-after auto, hangs in a
+    phase whose spells were short and is called stalled at that phase's window (the 20 s floor), not at
+    the fixed 60 s; a fifth of another configuration (a switch) has no history and keeps 60 s."""
+    # The first boot has no history: every phase keeps the fixed window, and the note says why.
+    first = _auto_boot(hw, tmp_path, 0)
+    assert first.rc == 0, first.stderr
+    assert first.report["stall_windows"] == []
+    assert any("stall window auto: no phase has 3 earlier boots" in n for n in first.report["notes"])
+    for n in (1, 2):
+        assert _auto_boot(hw, tmp_path, n).rc == 0
+    spells = json.loads(_history("--json").stdout)["configurations"]
+    assert len(spells) == 1 and spells[0]["boots"] == 3
+
+    hung = _auto_boot(hw, tmp_path, 3, "--hang-in", "model_loaded")
+    assert hung.rc == 3, hung.stdout + hung.stderr
+    windows = {w["phase"]: w for w in hung.report["stall_windows"]}
+    assert {"process_start", "weights", "model_loaded"} <= set(windows)
+    loaded = windows["model_loaded"]
+    assert loaded["boots"] == 3 and loaded["longest_quiet_s"] < 5 and loaded["window_s"] == 20
+    verdict = hung.report["verdict"]
+    assert verdict["state"] == "stalled" and hung.report["stall_after_s"] == 20
+    entered = next(p["start"] for p in hung.report["phases"] if p["name"] == "model_loaded")
+    # Stalled at the phase's own window (20 s of quiet, a tick or two after), well before the fixed 60 s.
+    assert 20 <= hung.report["duration_s"] - entered < 40, hung.report["duration_s"] - entered
+    shown = hung.stdout + hung.stderr
+    assert "stall window auto: " in shown and "model_loaded 20 s" in shown
+    # The hung phase is not recorded: a hang's quiet is not how long the phase's spells last.
+    assert json.loads(_history("--json").stdout)["configurations"][0]["boots"] == 4
+
+    # A switch makes another configuration: none of those boots set its windows.
+    other = _auto_boot(hw, tmp_path, 4, "--enforce-eager")
+    assert other.rc == 0, other.stderr
+    assert other.report["stall_windows"] == []
+
+
+def test_stall_after_auto_is_refused_where_no_boot_is_timed(hw):
+    out = hw("attach", "--pid", "1", "--window", "5", "--stall-after", "auto")
+    assert out.rc == 2 and "only for run and isolate" in out.stderr, out.stderr
+    bad = hw("run", "--stall-after", "soon", "--", "true")
+    assert bad.rc == 2 and "--stall-after auto" in bad.stderr, bad.stderr

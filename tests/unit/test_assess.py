@@ -162,3 +162,28 @@ def test_cpu_bound_work_without_a_stopped_peer_is_progress():
     a.observe(tick(0, proc(1), proc(2)))
     for t in range(1, 60):
         assert a.observe(tick(t, proc(1), proc(2, cpu=1.0))) is None
+
+
+def test_a_phase_with_a_window_of_its_own_stalls_at_it_and_the_next_phase_keeps_the_fixed_one():
+    """--stall-after auto's windows (Policy.phase_windows): the phase in force decides; a phase the history
+    does not time keeps the fixed window."""
+    from hangwatch.model.samples import PhaseEvent
+
+    policy = Policy(stall_after=30, phase_windows=(("process_start", 8.0),))
+    a = Assessor(engines.by_name("vllm"), policy, root_pids={1})
+    for t in range(8):
+        assert a.observe(tick(t, proc(1))) is None, t
+    assert a.stall_window() == 8.0
+    v = a.observe(tick(8, proc(1)))
+    assert v is not None and v.state is State.STALLED, v
+
+    b = Assessor(engines.by_name("vllm"), policy, root_pids={1})
+    b.observe(tick(0, proc(1)))
+    moved = LogSample(new_lines=1, phase_events=(PhaseEvent(1, "weights", "Loading model"),))
+    assert b.observe(tick(1, proc(1), log=moved)) is None
+    assert b.stall_window() == 30.0  # weights: no window of its own
+    for t in range(2, 31):
+        assert b.observe(tick(t, proc(1))) is None, t
+    v = b.observe(tick(31, proc(1)))
+    assert v is not None and v.state is State.STALLED
+    assert b.longest_quiet["weights"] >= 29 and b.longest_quiet["process_start"] <= 1

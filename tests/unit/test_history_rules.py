@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from builders import report
 from builders import verdict
+from hangwatch.analyse.history import auto_windows
 from hangwatch.analyse.history import boot_key
+from hangwatch.analyse.history import comparable
 from hangwatch.analyse.history import compare
 from hangwatch.analyse.history import gpus_of
+from hangwatch.analyse.history import launch_key
 from hangwatch.analyse.history import model_of
 from hangwatch.analyse.history import parallel_sizes
 from hangwatch.analyse.history import program_of
@@ -24,6 +28,7 @@ from hangwatch.analyse.history import usual
 from hangwatch.collect.bootfacts import compile_caches_warm
 from hangwatch.collect.bootfacts import local_model
 from hangwatch.model.history import BootKey
+from hangwatch.model.history import LaunchHistory
 from hangwatch.model.history import PastBoots
 from hangwatch.model.history import PhaseDuration
 from hangwatch.model.history import Standing
@@ -35,6 +40,8 @@ from hangwatch.model.vocabulary import State
 from hangwatch.render.history_text import history_lines
 from hangwatch.render.history_text import history_markdown
 from hangwatch.render.history_text import phase_line
+from hangwatch.supervise.history import auto_note
+from hangwatch.supervise.history import launch_history
 from hangwatch.supervise.history import record_history
 
 
@@ -278,3 +285,88 @@ def test_a_local_model_folder_is_absolute_and_sized_a_hub_id_is_not(tmp_path):
     assert local_model(str(folder)) == (str(folder.resolve()), 1234)
     assert local_model("Qwen/Qwen3-0.6B") == ("Qwen/Qwen3-0.6B", None)
     assert local_model(None) == (None, None)
+
+
+def _spelled(key: BootKey, boots: int, **quiet: tuple[float, ...]) -> PastBoots:
+    durations = {phase: (30.0,) * len(spells) for phase, spells in quiet.items()}
+    return PastBoots(key.key_id, key, boots, "", "", durations, quiet)
+
+
+def test_auto_windows_are_twice_the_longest_spell_plus_a_margin_from_three_boots_on():
+    windows = {
+        w.phase: w
+        for w in auto_windows(
+            [
+                _spelled(KEY, 3, weights=(4.0, 30.0, 6.0), cuda_graph=(2.0, 1.0, 1.0), ready=(300.0,) * 3),
+                _spelled(KEY, 2, compile=(90.0, 80.0)),
+            ]
+        )
+    }
+    assert windows["weights"].window_s == 2 * 30.0 + 10 and windows["weights"].boots == 3
+    assert windows["weights"].longest_quiet_s == 30.0
+    assert windows["cuda_graph"].window_s == 20.0  # the floor: a chatty phase still gets 20 s
+    assert "compile" not in windows  # two boots are not enough to set a window
+    assert "ready" not in windows  # serving keeps the fixed window
+
+
+def test_auto_windows_pool_comparable_configurations_only():
+    other_version = replace(KEY, engine_version="0.12.0", gpu_count=8, caches_warm=False)
+    other_tp = replace(KEY, tp=2)
+    assert comparable(KEY, other_version)
+    assert not comparable(KEY, other_tp) and not comparable(KEY, replace(KEY, switches=("enforce-eager",)))
+    pooled = auto_windows([_spelled(KEY, 2, weights=(5.0, 5.0)), _spelled(other_version, 1, weights=(40.0,))])
+    assert [(w.phase, w.window_s, w.boots) for w in pooled] == [("weights", 90.0, 3)]
+
+
+def test_the_launch_key_is_the_boot_key_before_what_only_the_end_knows():
+    argv = ("vllm", "serve", "/m", "-tp", "2", "--enforce-eager")
+    early = launch_key(argv, "vllm", model="/m", host="gpu1")
+    late = boot_key(
+        report(verdict(State.READY), engine="vllm"),
+        argv,
+        model="/m",
+        model_bytes=5,
+        host="gpu1",
+        caches_warm=True,
+    )
+    assert comparable(early, late) and early.key_id != late.key_id
+    assert (late.model_bytes, late.caches_warm) == (5, True) and late.switches == ("enforce-eager",)
+
+
+def test_each_finished_phase_is_recorded_with_its_longest_quiet_spell():
+    r = report(
+        verdict(State.READY),
+        phases=tuple(replace(s, quiet_s=2.5) if s.name == "weights" else s for s in READY_PHASES),
+    )
+    recorded = {p.phase: p.quiet_s for p in recordable(r)}
+    assert recorded["weights"] == 2.5 and recorded["process_start"] is None
+
+
+def test_launch_history_reads_comparable_boots_before_the_launch_and_creates_nothing(tmp_path):
+    env = _env(tmp_path)
+    command = ("vllm", "serve", "Qwen/Qwen3-0.6B")
+    nothing = launch_history(command, "vllm", auto=True, env=env)
+    assert nothing == LaunchHistory() and not (tmp_path / "state").exists()
+    spelled = tuple(replace(s, quiet_s=3.0) for s in READY_PHASES)
+    for n in range(3):  # another version each time: comparable all the same
+        boot = report(verdict(State.READY), engine="vllm", phases=spelled, duration_s=95)
+        record_history(replace(boot, environment={"vllm": f"0.1{n}.0"}), command, env)
+    past = launch_history(command, "vllm", auto=True, env=env)
+    assert {h.phase: h.boots for h in past.usual} == {"process_start": 3, "weights": 3, "cuda_graph": 3}
+    assert {w.phase: w.window_s for w in past.windows} == {
+        "process_start": 20,
+        "weights": 20,
+        "cuda_graph": 20,
+    }
+    assert launch_history(command, "vllm", auto=False, env=env).windows == ()
+    other = launch_history((*command, "--enforce-eager"), "vllm", auto=True, env=env)
+    assert other.usual == () and other.windows == ()
+    assert (
+        launch_history(("python", "-m", "hangwatch.demo.story"), "sglang", auto=True, env=env)
+        == LaunchHistory()
+    )
+    note = auto_note(past.windows, 60)
+    assert note.startswith(
+        "stall window auto: process_start 20 s, weights 20 s, cuda_graph 20 s; other phases"
+    )
+    assert "no phase has 3 earlier boots" in auto_note((), 60)

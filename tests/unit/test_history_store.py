@@ -3,6 +3,8 @@ writers at once, and never crashes or silently loses a file it cannot use."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sqlite3
 import subprocess
 import sys
@@ -237,3 +239,68 @@ def test_forget_removes_one_configuration_and_its_boots(tmp_path):
         assert store.forget(key().key_id) == 2
         assert store.key_ids() == [key(model="/other").key_id]
         assert store.past(key().key_id) is None
+
+
+# The version-1 schema as it was released (no quiet spells): a history written by an older hangwatch.
+_SCHEMA_1 = (
+    "CREATE TABLE schema_version (version INTEGER NOT NULL)",
+    "INSERT INTO schema_version (version) VALUES (1)",
+    "CREATE TABLE configs (key_id TEXT PRIMARY KEY, key_json TEXT NOT NULL, first_seen REAL NOT NULL,"
+    " last_seen REAL NOT NULL)",
+    "CREATE TABLE boots (id INTEGER PRIMARY KEY AUTOINCREMENT, key_id TEXT NOT NULL, started_at TEXT NOT NULL,"
+    " recorded_at REAL NOT NULL, verdict TEXT NOT NULL, mode TEXT NOT NULL)",
+    "CREATE INDEX boots_by_key ON boots (key_id, id)",
+    "CREATE TABLE phases (boot_id INTEGER NOT NULL, ord INTEGER NOT NULL, phase TEXT NOT NULL,"
+    " seconds REAL NOT NULL, PRIMARY KEY (boot_id, ord))",
+)
+
+
+def _schema_1(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    for statement in _SCHEMA_1:
+        conn.execute(statement)
+    k = key()
+    conn.execute("INSERT INTO configs VALUES (?, ?, 0, 0)", (k.key_id, json.dumps(dataclasses.asdict(k))))
+    conn.execute(
+        "INSERT INTO boots VALUES (1, ?, '2025-01-01T00:00:00+00:00', 0, 'ready', 'run')", (k.key_id,)
+    )
+    conn.execute("INSERT INTO phases VALUES (1, 0, 'weights', 21.0)")
+    conn.commit()
+    conn.close()
+
+
+def test_a_version_1_history_is_brought_up_to_date_and_its_boots_kept(tmp_path):
+    path = tmp_path / "history.sqlite3"
+    _schema_1(path)
+    with opened(path) as store:
+        past = store.past(key().key_id)
+        assert past is not None and past.durations == {"weights": (21.0,)} and past.quiet == {}
+        store.record(
+            key(),
+            BootRecord("2025-01-02T00:00:00+00:00", "ready", "run", (PhaseDuration("weights", 23.0, 4.5),)),
+        )
+        past = store.past(key().key_id)
+    assert past is not None
+    assert past.durations == {"weights": (23.0, 21.0)} and past.quiet == {"weights": (4.5,)}
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT MAX(version), COUNT(*) FROM schema_version").fetchone() == (2, 2)
+    conn.close()
+    with opened(path) as store:  # opened again: already up to date, nothing added
+        assert store.past(key().key_id) is not None
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone() == (2,)
+    conn.close()
+
+
+def test_a_read_only_version_1_history_is_read_without_quiet_spells(tmp_path, monkeypatch):
+    path = tmp_path / "history.sqlite3"
+    _schema_1(path)
+    before = path.read_bytes()
+    monkeypatch.setattr(historydb, "_writable", lambda folder: False)
+    store, notes = open_history(path)
+    assert store is not None and not store.writable
+    assert notes == [f"history: {tmp_path} is read-only: boots are compared, not recorded"]
+    with store:
+        past = store.past(key().key_id)
+    assert past is not None and past.durations == {"weights": (21.0,)} and past.quiet == {}
+    assert path.read_bytes() == before  # not upgraded: it could not be written

@@ -15,6 +15,7 @@ from rich.console import Console
 from builders import live_state
 from builders import stalled_report
 from hangwatch.collect.logtail import clean_text
+from hangwatch.model.history import PhaseHistory
 from hangwatch.render.html import html_report
 from hangwatch.render.live import status_line
 from hangwatch.render.live import status_table
@@ -94,6 +95,11 @@ def test_live_status_line():
     )
     assert status_line(live_state(time_to_stall_s=None, probe=None)).endswith(
         "| no probe | serving | last progress: 2 s ago (I/O)"
+    )
+    # With a phase history: the phase against its usual duration in earlier boots.
+    usual = PhaseHistory("weights", 22.0, 25.0, 5, 7, 23.0)
+    assert status_line(live_state(usual=usual)).startswith(
+        "  12.0s phase weights (5 s, usual 22-25 s, 5 boots) |"
     )
 
 

@@ -56,7 +56,9 @@ def test_keep_zero_keeps_everything(tmp_path):
 
 def test_isolate_and_bench_folders_are_recognised(tmp_path):
     isolate = make_run(tmp_path, 0, marker="isolate-state.json", suffix="-isolate")
-    trials = make_run(tmp_path, 1, marker="trial-00/run.json", suffix="-isolate-77")
+    trials = make_run(
+        tmp_path, 1, marker="trial-00/run.json", suffix=f"-isolate-{DEAD}"
+    )  # a pid never alive, not 77
     bench = make_run(tmp_path, 2, marker="server-a/output.log")
     newest = make_run(tmp_path, 3)
     assert set(prune_run_dirs(tmp_path, 1).removed) == {isolate, trials, bench}

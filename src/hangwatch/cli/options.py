@@ -18,6 +18,10 @@ from hangwatch.analyse.assess import DEFAULT_STALL_AFTER_S
 from hangwatch.collect.http_probe import validate_probe_url
 from hangwatch.engines import PROFILES
 from hangwatch.errors import UsageError
+from hangwatch.model.history import AUTO_FACTOR
+from hangwatch.model.history import AUTO_FLOOR_S
+from hangwatch.model.history import AUTO_MARGIN_S
+from hangwatch.model.history import AUTO_MIN_BOOTS
 from hangwatch.render.files import STDOUT
 from hangwatch.render.files import folder_problem
 from hangwatch.render.files import output_path_problem
@@ -144,6 +148,24 @@ def seconds(flag: str, *, zero_ok: bool = False, no_limit: bool = False) -> Call
     return number(flag, "seconds", zero_ok=zero_ok, no_limit=no_limit)
 
 
+STALL_AUTO = "auto"
+
+
+def stall_after_arg(text: str) -> float | str:
+    """``--stall-after S`` or ``--stall-after auto`` (each boot phase's window from its history)."""
+    if text.strip().lower() == STALL_AUTO:
+        return STALL_AUTO
+    try:
+        value = seconds("--stall-after")(text)
+    except UsageError as exc:
+        raise UsageError(
+            f"{exc}; or --stall-after auto (each start-up phase's window from its history)"
+        ) from None
+    if value is None:  # not reached: only ``no_limit`` options read inf as None
+        raise UsageError(f"--stall-after {text}: give a number of seconds, or auto")
+    return value
+
+
 def add_output_file(group: ArgGroup, flag: str, help_text: str) -> None:
     """``--report-json FILE`` and its kin, the same in every command."""
     group.add_argument(
@@ -216,12 +238,15 @@ def add_supervision_options(
     )
     g.add_argument(
         "--stall-after",
-        type=seconds("--stall-after"),
+        type=stall_after_arg,
         default=stall_default,
         metavar="S",
         # One rule, said one way in every command: the default is the Assessor's, whoever resolves it.
         help=f"stalled when nothing progresses for S seconds (default: {DEFAULT_STALL_AFTER_S:g} s); "
-        "sooner when the stacks show a wait nothing can end",
+        "sooner when the stacks show a wait nothing can end. 'auto' (run, isolate): each start-up "
+        f"phase its own window, {AUTO_FACTOR:g} x its longest quiet spell in earlier boots of the same "
+        f"configuration + {AUTO_MARGIN_S:g} s, at least {AUTO_FLOOR_S:g} s, once {AUTO_MIN_BOOTS} boots "
+        f"timed it ({DEFAULT_STALL_AFTER_S:g} s before that, and while serving)",
     )
     g.add_argument(
         "--timeout",
@@ -253,8 +278,11 @@ def _regex(text: str, flag: str) -> re.Pattern[str]:
 
 
 def watch_options(args: argparse.Namespace, stall_after: float | None = None) -> WatchOptions:
-    stall = stall_after if stall_after is not None else args.stall_after
-    if stall is None or stall <= 0:
+    given = stall_after if stall_after is not None else args.stall_after
+    auto = given == STALL_AUTO
+    # auto: the fixed window stands for every phase the history does not time yet, and for serving.
+    stall = DEFAULT_STALL_AFTER_S if auto else given
+    if not isinstance(stall, float | int) or stall <= 0:
         raise UsageError("--stall-after must be a positive number of seconds")
     if args.interval > stall:
         raise UsageError(f"--interval {args.interval:g} must be no longer than --stall-after {stall:g}")
@@ -272,4 +300,5 @@ def watch_options(args: argparse.Namespace, stall_after: float | None = None) ->
         report_html=getattr(args, "report_html", None),
         report_md=getattr(args, "report_md", None),
         stacks=not getattr(args, "no_stacks", False),
+        stall_auto=auto,
     )

@@ -22,15 +22,25 @@ CACHE_ENTRIES = 256
 
 def local_model(value: str | None) -> tuple[str | None, int | None]:
     """A model named by a local folder: its absolute path and weights' bytes; a hub id as it is, no size."""
-    if not value:
+    name = model_name(value)
+    if name is None:
         return None, None
+    try:
+        return name, checkpoint_size(Path(name)).total_bytes if Path(name).is_dir() else None
+    except OSError:
+        return name, None
+
+
+def model_name(value: str | None) -> str | None:
+    """How the key names a model: a local folder by its absolute path, a hub id as it is (no size read:
+    what a launch knows before it starts)."""
+    if not value:
+        return None
     path = Path(value).expanduser()
     try:
-        if not path.is_dir():
-            return value, None
-        return str(path.resolve()), checkpoint_size(path).total_bytes
+        return str(path.resolve()) if path.is_dir() else value
     except OSError:
-        return value, None
+        return value
 
 
 def compile_caches_warm(env: Mapping[str, str], started_wall: float) -> bool:

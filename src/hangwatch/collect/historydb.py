@@ -34,7 +34,9 @@ from hangwatch.model.history import BootKey
 from hangwatch.model.history import BootRecord
 from hangwatch.model.history import PastBoots
 
-SCHEMA_VERSION = 1
+# 2: each phase's longest quiet spell (``phases.quiet_s``, for --stall-after auto); a version-1 file is
+# brought up to 2 when it can be written, else read without them.
+SCHEMA_VERSION = 2
 FILE_NAME = "history.sqlite3"
 BUSY_TIMEOUT_S = 5.0
 MAX_BOOTS_PER_CONFIG = 50
@@ -52,7 +54,7 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS boots_by_key ON boots (key_id, id)",
     "CREATE TABLE IF NOT EXISTS phases ("
     " boot_id INTEGER NOT NULL, ord INTEGER NOT NULL, phase TEXT NOT NULL, seconds REAL NOT NULL,"
-    " PRIMARY KEY (boot_id, ord))",
+    " quiet_s REAL, PRIMARY KEY (boot_id, ord))",
 )
 _TABLES = frozenset({"schema_version", "configs", "boots", "phases", "sqlite_sequence"})
 
@@ -147,16 +149,20 @@ class HistoryStore:
                 " GROUP BY c.key_id ORDER BY c.last_seen DESC",
                 (key_id,),
             ).fetchall()
+            quiet = "p.quiet_s" if _has_quiet(self._conn) else "NULL"
             rows = self._conn.execute(
-                "SELECT b.key_id, p.phase, p.seconds FROM phases p JOIN boots b ON b.id = p.boot_id"
+                f"SELECT b.key_id, p.phase, p.seconds, {quiet} FROM phases p JOIN boots b ON b.id = p.boot_id"  # noqa: S608 - one of two fixed words
                 " WHERE ?1 IS NULL OR b.key_id = ?1 ORDER BY b.id DESC, p.ord",
                 (key_id,),
             ).fetchall()
         except sqlite3.Error as exc:
             raise self._failure("reading", exc) from None
         durations: dict[str, dict[str, list[float]]] = {}
-        for kid, phase, seconds in rows:
+        spells: dict[str, dict[str, list[float]]] = {}
+        for kid, phase, seconds, quiet_s in rows:
             durations.setdefault(kid, {}).setdefault(phase, []).append(float(seconds))
+            if quiet_s is not None:
+                spells.setdefault(kid, {}).setdefault(phase, []).append(float(quiet_s))
         out = []
         unreadable = 0
         for kid, key_json, boots, first_at, last_at in configs:
@@ -165,7 +171,8 @@ class HistoryStore:
                 unreadable += 1
                 continue
             phases = {name: tuple(values) for name, values in durations.get(kid, {}).items()}
-            out.append(PastBoots(kid, key, int(boots), first_at or "", last_at or "", phases))
+            quiet_of = {name: tuple(values) for name, values in spells.get(kid, {}).items()}
+            out.append(PastBoots(kid, key, int(boots), first_at or "", last_at or "", phases, quiet_of))
         return out, unreadable
 
     def record(self, key: BootKey, boot: BootRecord) -> None:
@@ -186,8 +193,11 @@ class HistoryStore:
             )
             boot_id = cur.lastrowid
             conn.executemany(
-                "INSERT INTO phases (boot_id, ord, phase, seconds) VALUES (?, ?, ?, ?)",
-                [(boot_id, i, p.phase, p.seconds) for i, p in enumerate(boot.phases[:MAX_PHASES_PER_BOOT])],
+                "INSERT INTO phases (boot_id, ord, phase, seconds, quiet_s) VALUES (?, ?, ?, ?, ?)",
+                [
+                    (boot_id, i, p.phase, p.seconds, p.quiet_s)
+                    for i, p in enumerate(boot.phases[:MAX_PHASES_PER_BOOT])
+                ],
             )
             old = conn.execute(
                 "SELECT id FROM boots WHERE key_id = ? ORDER BY id DESC LIMIT -1 OFFSET ?",
@@ -343,7 +353,28 @@ def _prepare(conn: sqlite3.Connection, path: Path, writable: bool) -> bool:
             f"history: off: {path} was written by a newer hangwatch (schema {version}; this one knows "
             f"{SCHEMA_VERSION}): left as it is"
         )
+    if version < SCHEMA_VERSION and writable:
+        _upgrade(conn)
     return True
+
+
+def _has_quiet(conn: sqlite3.Connection) -> bool:
+    return any(row[1] == "quiet_s" for row in conn.execute("PRAGMA table_info(phases)"))
+
+
+def _upgrade(conn: sqlite3.Connection) -> None:
+    """Schema 1 -> 2: the quiet spells' column (empty for the boots before). Two runs upgrading at once:
+    one does, the other finds it done."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if not _has_quiet(conn):
+            conn.execute("ALTER TABLE phases ADD COLUMN quiet_s REAL")
+        if conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] < SCHEMA_VERSION:
+            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
 
 
 def _set_aside(

@@ -12,6 +12,7 @@ import hashlib
 import json
 from dataclasses import asdict
 from dataclasses import dataclass
+from dataclasses import field
 from enum import StrEnum
 
 from hangwatch.words import human_bytes
@@ -22,7 +23,22 @@ HISTORY_SCHEMA = "hangwatch.history/1"
 # weigh it: the most recent boots only (a driver or engine update shifts durations; old boots then age
 # out), and one odd boot at either end does not widen the range once there are enough to leave it out.
 RECENT_BOOTS = 10
+
+# --stall-after auto: a boot phase's stall window from its longest quiet spells in earlier boots of a
+# comparable configuration (same engine, model or program, parallel sizes, switches and host; any version,
+# GPU or cache state: the longest of them all, so that a cold boot's longer silences are covered). A false
+# stall kills a boot that would have finished: twice the longest spell seen plus a margin, never under the
+# floor, and only from enough boots; a phase without them keeps the fixed window.
+AUTO_FACTOR = 2.0
+AUTO_MARGIN_S = 10.0
+AUTO_FLOOR_S = 20.0
+AUTO_MIN_BOOTS = 3
 TRIM_FROM = 5  # with this many boots or more, the lowest and the highest are left out
+AUTO_RULE = (
+    f"each boot phase: {AUTO_FACTOR:g} x its longest quiet spell in the last {RECENT_BOOTS} comparable boots "
+    f"+ {AUTO_MARGIN_S:g} s, at least {AUTO_FLOOR_S:g} s, from {AUTO_MIN_BOOTS} boots on; other phases and "
+    "serving: the fixed window"
+)
 USUAL_RULE = (
     f"the last {RECENT_BOOTS} recorded boots of this configuration; from {TRIM_FROM} boots on, "
     "the fastest and the slowest left out"
@@ -83,6 +99,7 @@ class BootKey:
 class PhaseDuration:
     phase: str
     seconds: float
+    quiet_s: float | None = None  # its longest quiet spell (None: not known, a boot recorded before 2)
 
 
 @dataclass(frozen=True)
@@ -106,6 +123,8 @@ class PastBoots:
     first_at: str  # the first and the last recorded boot's start, ISO 8601 ("" when none)
     last_at: str
     durations: dict[str, tuple[float, ...]]
+    # Each phase's longest quiet spells, the most recent boot's first (boots that knew them only).
+    quiet: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -173,3 +192,24 @@ class HistoryListing:
     rule: str
     configurations: tuple[ConfigHistory, ...]
     notes: tuple[str, ...] = ()  # the database set aside, or left alone (a newer hangwatch's)
+
+
+@dataclass(frozen=True)
+class PhaseWindow:
+    """One boot phase's stall window under --stall-after auto, and what it was drawn from."""
+
+    phase: str
+    window_s: float
+    longest_quiet_s: float  # the longest quiet spell of that phase in the boots read
+    boots: int
+
+
+@dataclass(frozen=True)
+class LaunchHistory:
+    """What the history says before a launch, from the earlier boots of comparable configurations
+    (analyse.history.comparable): each phase's usual duration, for the live view, and, under
+    --stall-after auto, each phase's stall window."""
+
+    usual: tuple[PhaseHistory, ...] = ()
+    windows: tuple[PhaseWindow, ...] = ()
+    notes: tuple[str, ...] = ()  # a history that could not be read (set aside, held by another run)

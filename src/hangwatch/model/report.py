@@ -7,6 +7,7 @@ from dataclasses import field
 
 from hangwatch.model.gpukernels import KernelSample
 from hangwatch.model.history import HistoryComparison
+from hangwatch.model.history import PhaseWindow
 from hangwatch.model.rulebook import NearMiss
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import Tick
@@ -58,6 +59,9 @@ class PhaseSpan:
     end: float | None  # None while the phase is still current
     label: str = ""
     line: str = ""  # the log line that opened it
+    # Its longest quiet spell (seconds with no progress signal) before ready: what --stall-after auto's
+    # windows are drawn from in later boots; None where it was not watched (serving, a report's load).
+    quiet_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,9 @@ class Report:
     # This boot's phases against the earlier boots of its configuration (supervise/history.py, read before
     # this one was recorded); None where history is off (the notes say why) or not kept (attach, the demo).
     phase_history: HistoryComparison | None = None
+    # --stall-after auto: each boot phase's own stall window and what it was drawn from (model.history
+    # AUTO_RULE); empty with a fixed window, or where no phase had enough boots yet (the notes say so).
+    stall_windows: tuple[PhaseWindow, ...] = ()
     # The running kernels of the tree's GPU processes, read by cuda-gdb at a gpu-spin verdict
     # (supervise/watch.Watch.name_kernels); None where they were not read.
     kernels: KernelSample | None = None

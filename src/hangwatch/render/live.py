@@ -18,10 +18,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from hangwatch.model.history import PhaseHistory
 from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ProcessSample
 from hangwatch.redact import scrub
+from hangwatch.render.history_text import usual_range
 from hangwatch.words import human_bytes
 from hangwatch.words import plural
 
@@ -39,6 +41,7 @@ class LiveState:
     gpu: GpuSample | None
     gpu_mem_by_pid: dict[int, int]
     last_progress: str
+    usual: PhaseHistory | None = None  # the phase's usual duration in earlier boots (none: no history)
 
 
 class View(Protocol):
@@ -133,8 +136,9 @@ def status_line(state: LiveState) -> str:
     stall = (
         f"stall verdict in {state.time_to_stall_s:.0f} s" if state.time_to_stall_s is not None else "serving"
     )
+    usual = f", {usual_range(state.usual)}" if state.usual is not None else ""
     return (
-        f"{state.t:6.1f}s phase {state.phase} ({state.in_phase_s:.0f} s) | "
+        f"{state.t:6.1f}s phase {state.phase} ({state.in_phase_s:.0f} s{usual}) | "
         f"{plural(len(state.processes), 'process')}, CPU {cpu:.0%} | {probe} | {stall} | "
         f"last progress: {state.last_progress}"
     )
@@ -152,7 +156,7 @@ def status_table(state: LiveState) -> Table:
     title = Text.assemble(
         "phase ",
         (scrub(state.phase), "bold"),
-        scrub(f" ({state.phase_label}) for {state.in_phase_s:.0f} s — t={state.t:.0f} s"),
+        scrub(f" ({state.phase_label}) for {state.in_phase_s:.0f} s{_usual(state)} — t={state.t:.0f} s"),
     )
     table = Table(title=title, caption=Text(scrub(_caption(state))), expand=False)
     for column in ("pid", "role/rank", "name", "state", "CPU %", "I/O /s", "RSS", "GPU mem"):
@@ -172,6 +176,10 @@ def status_table(state: LiveState) -> Table:
         )
         table.add_row(*(Text(scrub(c)) for c in cells))
     return table
+
+
+def _usual(state: LiveState) -> str:
+    return f" ({usual_range(state.usual)})" if state.usual is not None else ""
 
 
 def _caption(state: LiveState) -> str:

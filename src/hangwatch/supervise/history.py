@@ -18,23 +18,32 @@ import socket
 import sys
 from collections.abc import Mapping
 
+from hangwatch.analyse.history import auto_windows
 from hangwatch.analyse.history import boot_key
 from hangwatch.analyse.history import boot_record
+from hangwatch.analyse.history import comparable
 from hangwatch.analyse.history import compare
+from hangwatch.analyse.history import launch_key
 from hangwatch.analyse.history import listing_phases
 from hangwatch.analyse.history import model_of
+from hangwatch.analyse.history import pooled_usual
 from hangwatch.collect.bootfacts import compile_caches_warm
 from hangwatch.collect.bootfacts import local_model
+from hangwatch.collect.bootfacts import model_name
 from hangwatch.collect.historydb import HistoryUnavailable
 from hangwatch.collect.historydb import history_path
 from hangwatch.collect.historydb import open_history
 from hangwatch.errors import HangwatchError
 from hangwatch.errors import UsageError
+from hangwatch.model.history import AUTO_MIN_BOOTS
+from hangwatch.model.history import AUTO_RULE
 from hangwatch.model.history import HISTORY_SCHEMA
 from hangwatch.model.history import USUAL_RULE
 from hangwatch.model.history import BootKey
 from hangwatch.model.history import ConfigHistory
 from hangwatch.model.history import HistoryListing
+from hangwatch.model.history import LaunchHistory
+from hangwatch.model.history import PhaseWindow
 from hangwatch.model.report import Report
 from hangwatch.render.history_text import listing_text
 from hangwatch.render.json_report import json_text
@@ -92,8 +101,44 @@ def record_history(report: Report, command: tuple[str, ...], env: Mapping[str, s
                         notes.append(str(exc))
                 comparison = compare(report, key, past, recorded=recorded)
     return dataclasses.replace(
-        report, phase_history=comparison, notes=report.notes + tuple(dict.fromkeys(notes))
+        # Deduplicated: a note said at launch (--stall-after auto read the history then) is not said twice.
+        report,
+        phase_history=comparison,
+        notes=tuple(dict.fromkeys(report.notes + tuple(notes))),
     )
+
+
+def launch_history(
+    command: tuple[str, ...], engine: str, *, auto: bool, env: Mapping[str, str] | None = None
+) -> LaunchHistory:
+    """What the comparable configurations' earlier boots say before this one starts: each phase's usual
+    duration and, with ``auto`` (--stall-after auto), each phase's window (analyse.history.auto_windows).
+    Nothing is created: no history yet is nothing to say. The demo has none."""
+    if DEMO_MODULE in command:
+        return LaunchHistory()
+    env = os.environ if env is None else env
+    key = launch_key(command, engine, model=model_name(model_of(command)), host=socket.gethostname())
+    store, notes = open_history(history_path(env), create=False)
+    if store is None:
+        return LaunchHistory(notes=tuple(notes))
+    with store:
+        try:
+            found, _ = store.all_configs()
+        except HistoryUnavailable as exc:
+            return LaunchHistory(notes=(*notes, str(exc)))
+    pasts = [p for p in found if comparable(p.key, key)]
+    return LaunchHistory(pooled_usual(pasts), auto_windows(pasts) if auto else (), tuple(notes))
+
+
+def auto_note(windows: tuple[PhaseWindow, ...], fixed_s: float) -> str:
+    """The verdict's line on --stall-after auto: which phases had a window of their own, and the rest."""
+    if not windows:
+        return (
+            f"stall window auto: no phase has {AUTO_MIN_BOOTS} earlier boots of this configuration timed "
+            f"yet: {fixed_s:g} s for every phase ({AUTO_RULE})"
+        )
+    own = ", ".join(f"{w.phase} {w.window_s:g} s" for w in windows)
+    return f"stall window auto: {own}; other phases and serving {fixed_s:g} s ({AUTO_RULE})"
 
 
 MIN_ID_CHARS = 4  # a prefix shorter than this names too many configurations to be meant

@@ -18,6 +18,7 @@ from hangwatch.collect.http_probe import Prober
 from hangwatch.collect.own_request import OwnRequester
 from hangwatch.collect.serving_metrics import ServingPoller
 from hangwatch.engines.profile import Profile
+from hangwatch.model.history import PhaseHistory
 from hangwatch.model.report import Report
 from hangwatch.render.files import write_outputs
 from hangwatch.render.html import write_html
@@ -47,6 +48,12 @@ class WatchOptions:
     # At a gpu-spin verdict, name the running kernels with cuda-gdb, pausing each GPU process's host for
     # seconds (run: on unless --no-kernel-names, the tree is stopped next anyway; attach: --kernel-names).
     kernel_names: bool = False
+    # --stall-after auto (run, isolate): each boot phase's own window, drawn from the phase history at
+    # launch (supervise/history.launch_history); a phase not here, and serving, keep ``stall_after``.
+    stall_auto: bool = False
+    phase_windows: tuple[tuple[str, float], ...] = ()
+    # Each phase's usual duration in comparable earlier boots, read at launch: the live view shows it.
+    phase_usual: tuple[PhaseHistory, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,7 @@ def make_assessor(
         window_end=window_end,
         has_readiness=bool(plan.probe_url or options.ready_pattern or plan.profile.ready_patterns),
         probe_url_given=options.ready_url is not None,
+        phase_windows=options.phase_windows,
     )
     return Assessor(plan.profile, policy, root_pids, stacks)
 

@@ -39,6 +39,8 @@ from hangwatch.render.text import verdict_text
 from hangwatch.supervise import shm
 from hangwatch.supervise import teardown
 from hangwatch.supervise.clock import WatchClock
+from hangwatch.supervise.history import auto_note
+from hangwatch.supervise.history import launch_history
 from hangwatch.supervise.history import record_history
 from hangwatch.supervise.launcher import Launched
 from hangwatch.supervise.launcher import become_subreaper
@@ -173,9 +175,19 @@ def start_supervised(
     watch.on_members = launched.tell_guardian
     view.event(
         f"supervising {plan.profile.name} command (pid {launched.pid}); log {log.path} ({RAW_LOG_NOTE}); "
-        f"probe {plan.probe_url or 'none'}; stall after {w.stall_after:g} s"
+        f"probe {plan.probe_url or 'none'}; stall after {stall_words(w)}"
     )
     return Supervised(launched, sampler, log, watch.c.prober, kit, watch.assessor, watch, subreaper=subreaper)
+
+
+def stall_words(w: WatchOptions) -> str:
+    """``60 s``; under --stall-after auto ``auto (weights 26 s, others 60 s)``."""
+    if not w.stall_auto:
+        return f"{w.stall_after:g} s"
+    own = ", ".join(f"{phase} {s:g} s" for phase, s in w.phase_windows)
+    return (
+        f"auto ({own}, others {w.stall_after:g} s)" if own else f"auto ({w.stall_after:g} s: no history yet)"
+    )
 
 
 def with_environment(report: Report, command: tuple[str, ...], python: str | None = None) -> Report:
@@ -244,8 +256,17 @@ def supervise(options: RunOptions, view: View | None = None) -> Supervision:
     plan = plan_for(w, options.command)
     options.run_dir.mkdir(parents=True, exist_ok=True)
     view = view if view is not None else make_view(w.quiet)
-    gpu = NvmlGpuSource()
     notes = list(plan.notes)
+    # Read before the launch: the live view shows each phase against its usual duration from the first
+    # tick, and --stall-after auto's windows hold from then on (this boot is not among them).
+    past = launch_history(options.command, plan.profile.name, auto=w.stall_auto)
+    notes += past.notes
+    w = dataclasses.replace(
+        w, phase_windows=tuple((p.phase, p.window_s) for p in past.windows), phase_usual=past.usual
+    )
+    if w.stall_auto:
+        notes.append(auto_note(past.windows, w.stall_after))
+    gpu = NvmlGpuSource()
     if gpu.unavailable:
         notes.append(f"GPU: unavailable: {gpu.unavailable}")
     verdict: Verdict | None = None
@@ -302,7 +323,9 @@ def supervise(options: RunOptions, view: View | None = None) -> Supervision:
     report = dataclasses.replace(
         report,
         last_progress_t=run.assessor.last_progress_t(),
-        stall_after_s=w.stall_after,
+        # The window in force at the end (a boot phase's own under --stall-after auto): the timeline draws it.
+        stall_after_s=run.assessor.stall_window(),
+        stall_windows=past.windows,
         tree_action=tree_action(verdict, result, options, kept),
     )
     report = record_history(report, options.command)  # this boot against its phase history, then added

@@ -43,7 +43,9 @@ from hangwatch.collect.proctree import TreeSampler
 from hangwatch.collect.serving_metrics import ServingPoller
 from hangwatch.collect.stacks import StackDumper
 from hangwatch.model.gpukernels import KernelSample
+from hangwatch.model.history import PhaseHistory
 from hangwatch.model.report import REPORT_SCHEMA
+from hangwatch.model.report import PhaseSpan
 from hangwatch.model.report import ProcessRecord
 from hangwatch.model.report import Report
 from hangwatch.model.report import Verdict
@@ -57,6 +59,7 @@ from hangwatch.model.status import StackRequest
 from hangwatch.model.status import Status
 from hangwatch.model.vocabulary import Cause
 from hangwatch.model.vocabulary import State
+from hangwatch.render.history_text import usual_range
 from hangwatch.render.live import LiveState
 from hangwatch.render.live import View
 from hangwatch.supervise.clock import WatchClock
@@ -198,6 +201,8 @@ class Watch:
         self.stopped_by: str | None = None  # "SIGTERM", "Ctrl-C": set by whoever asked the loop to stop
         self.started_wall = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         self._phase_shown = ""
+        # Each phase's usual duration in earlier boots (WatchOptions.phase_usual): said beside the phase.
+        self.usual: dict[str, PhaseHistory] = {}
         self._hint_shown: str | None = None
         # What the live line says happens after the verdict that ends the loop ("stopping the tree");
         # None: nothing said there, the verdict block follows at once (attach).
@@ -344,7 +349,9 @@ class Watch:
         if status.phase != self._phase_shown:
             self._phase_shown = status.phase
             if status.phase_line or status.phase == "ready":
-                self.view.event(f"{tick.t:.1f}s phase {status.phase}: {status.phase_label}")
+                usual = self.usual.get(status.phase)
+                was = f" ({usual_range(usual)})" if usual is not None else ""
+                self.view.event(f"{tick.t:.1f}s phase {status.phase}: {status.phase_label}{was}")
         if status.hint != self._hint_shown:
             self._hint_shown = status.hint
             if status.hint:
@@ -366,6 +373,7 @@ class Watch:
                 gpu=tick.gpu,
                 gpu_mem_by_pid=gpu_mem,
                 last_progress=status.last_progress,
+                usual=self.usual.get(status.phase),
             )
         )
 
@@ -458,7 +466,7 @@ class Watch:
             duration_s=round(end, 3),
             log_path=str(self.c.log.path) if self.c.log is not None else None,
             verdict=verdict,
-            phases=self.assessor.phases.spans(end),
+            phases=self._phases(end),
             processes=tuple(sorted(self.recorder.processes.values(), key=lambda p: p.first_seen)),
             probes=tuple(self.recorder.probes),
             timeline=tuple(self.recorder.timeline),
@@ -471,6 +479,14 @@ class Watch:
             stacks=self.assessor.stack_samples(),
             stack_tree=self.assessor.stack_tree(verdict),
             kernels=self.kernels,
+        )
+
+    def _phases(self, end: float) -> tuple[PhaseSpan, ...]:
+        """The phases, each boot phase with its longest quiet spell (the assessor's, to the tenth)."""
+        quiet = self.assessor.longest_quiet
+        return tuple(
+            replace(span, quiet_s=round(quiet[span.name], 1)) if span.name in quiet else span
+            for span in self.assessor.phases.spans(end)
         )
 
     def _late_note(self) -> tuple[str, ...]:
@@ -547,5 +563,6 @@ def build_watch(
         interval_s=options.interval,
     )
     watch.roots = set(root_pids)
+    watch.usual = {h.phase: h for h in options.phase_usual}
     watch.kernel_names = options.kernel_names
     return watch, kit
