@@ -13,6 +13,12 @@
         Tensor-core GEMMs for S seconds, silently: on a side stream with the host polling each chunk's
         completion event between 5 ms sleeps (``poll``), or launched back to back with the host blocked
         in the launch once the queue is full (``launch``); then DONE. GPU work that must never be stalled.
+    python gpu_waits.py cache-work --kind fma|small-gemm --seconds S
+        Compute that moves almost no memory, for S seconds, silently, the host polling each chunk's
+        completion event between 5 ms sleeps: a CuPy kernel whose every thread runs a long FMA chain in
+        registers (``fma``), or a CUDA graph of 2,000 small bf16 GEMMs whose operands fit in L2
+        (``small-gemm``); then DONE. NVML reads ~100 % utilisation and under 10 % memory utilisation,
+        as for a spin: only GPM's pipes tell it is work.
     python gpu_waits.py compile --seconds S
         torch.compile(mode="max-autotune") of a small MLP into a fresh Inductor cache (Triton autotuning,
         compile workers in child processes), its output sent to /dev/null, then DONE.
@@ -208,6 +214,71 @@ def gpu_work(host: str, seconds: float, ready_file: str | None) -> None:
     print("DONE", flush=True)
 
 
+FMA_KERNEL = r"""
+extern "C" __global__ void fma_chain(float *out, long long steps) {
+    // A long dependent FMA chain per thread, in registers: FP32 pipes busy, no memory traffic but the
+    // one store at the end (compiler cannot fold it: each step depends on the last).
+    float a = threadIdx.x * 1e-3f, b = 1.000001f, c = 1e-7f;
+    for (long long i = 0; i < steps; ++i) { a = fmaf(a, b, c); }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = a;
+}
+"""
+
+
+def cache_work(kind: str, seconds: float, ready_file: str | None) -> None:
+    """Compute in registers or L2 for ``seconds``, the host polling each chunk's event between sleeps."""
+    if kind == "fma":
+        import cupy as cp
+
+        kernel = cp.RawKernel(FMA_KERNEL, "fma_chain")
+        out = cp.zeros(132 * 8 * 1024, dtype=cp.float32)
+
+        def chunk() -> Any:
+            kernel((132 * 8,), (1024,), (out, cp.int64(4_000_000)))
+            done = cp.cuda.Event()
+            done.record()
+            return done
+
+        def finished(done: Any) -> bool:
+            return bool(done.done)
+    else:
+        import torch
+
+        a = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+        c = torch.empty_like(a)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):  # warm-up before capture, as torch's graph docs ask
+                torch.matmul(a, b, out=c)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(2000):
+                torch.matmul(a, b, out=c)
+
+        def chunk() -> Any:
+            for _ in range(20):
+                graph.replay()
+            done = torch.cuda.Event()
+            done.record()
+            return done
+
+        def finished(done: Any) -> bool:
+            return bool(done.query())
+
+    print(f"cache work begins ({kind})", flush=True)
+    if ready_file:
+        Path(ready_file).write_text("ready\n")
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        done = chunk()
+        while not finished(done):
+            time.sleep(0.005)
+    print("DONE", flush=True)
+
+
 def compile_autotune(seconds: float, ready_file: str | None) -> None:
     """max-autotune into a fresh cache: minutes of Triton benchmarking with every line silenced."""
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
@@ -320,7 +391,10 @@ def capture_decoder(seconds: float, ready_file: str | None) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["ipc", "ipc-rank", "compile", "capture", "gpu-work"])
+    parser.add_argument("mode", choices=["ipc", "ipc-rank", "compile", "capture", "gpu-work", "cache-work"])
+    parser.add_argument(
+        "--kind", choices=["fma", "small-gemm"], default="fma", help="(cache-work) what computes"
+    )
     parser.add_argument("--host-wait", choices=["sync", "poll", "sleep", "launch"], default="sync")
     parser.add_argument("--absent", choices=["wait", "spin"], default="wait")
     parser.add_argument("--arrive", action="store_true", help="both ranks arrive: the healthy shape")
@@ -341,9 +415,11 @@ def main() -> None:
         compile_autotune(args.seconds, args.ready_file)
     elif args.mode == "gpu-work":
         gpu_work("launch" if args.host_wait == "launch" else "poll", args.seconds, args.ready_file)
+    elif args.mode == "cache-work":
+        cache_work(args.kind, args.seconds, args.ready_file)
     else:
         capture_decoder(args.seconds, args.ready_file)
-    if args.mode in ("compile", "capture", "gpu-work"):
+    if args.mode in ("compile", "capture", "gpu-work", "cache-work"):
         while True:  # stay up after DONE, as a server would; hangwatch ends the tree
             time.sleep(3600)
 

@@ -17,7 +17,10 @@ Runs ``hangwatch run`` (stacks, NVML and GPM on) over gpu_waits.py and checks:
   gemm:       the long silent GEMM loop of stack_program.py -> ready, never stalled;
   side-gemm-poll: tensor-core GEMMs on a side stream, the host polling their completion event with 5 ms
               sleeps, --stall-after 20 -> ready, never stalled (GPU work is progress whatever the host does);
-  gemm-blocked-launch: GEMMs launched back to back, the host blocked in the launch -> ready, never stalled.
+  gemm-blocked-launch: GEMMs launched back to back, the host blocked in the launch -> ready, never stalled;
+  fma-poll / small-gemm-poll: compute that moves almost no memory (an FMA chain in registers; a CUDA graph
+              of small GEMMs in L2), the host polling with 5 ms sleeps, --stall-after 20 -> ready, never
+              stalled (GPM's pipes, read every tick, say it is work where NVML's memory utilisation cannot).
 Writes $OUT/gpu_waits_validation.json and, for the hang shapes, raw py-spy fixtures of the whole tree
 ($OUT/fixture_gpu_ipc_*.json, the format of tests/fixtures/stacks/capture.py).
 
@@ -60,7 +63,9 @@ HANGS = {
 }
 # GPU work whose host is in no synchronize (issue 23): progress from the GPU itself, never stalled.
 GPU_WORK = {"side-gemm-poll": ["--host-wait", "poll"], "gemm-blocked-launch": ["--host-wait", "launch"]}
-CASES = (*HANGS, "ipc-healthy", "ipc-healthy-logs", "compile", "capture", "gemm", *GPU_WORK)
+# Compute in registers or L2 (issue 23): NVML's memory utilisation under 10 %, GPM's pipes busy.
+CACHE_WORK = {"fma-poll": ["--kind", "fma"], "small-gemm-poll": ["--kind", "small-gemm"]}
+CASES = (*HANGS, "ipc-healthy", "ipc-healthy-logs", "compile", "capture", "gemm", *GPU_WORK, *CACHE_WORK)
 PROGRESS = ["--until-ready", "--ready-pattern", "^DONE$", "--stall-after", "10"]
 
 
@@ -73,6 +78,13 @@ def run_case(name: str, seconds: float) -> dict[str, Any]:
     elif name in GPU_WORK:
         report = hangwatch(
             "gpu-work", [*PROGRESS[:-1], "20"], [*GPU_WORK[name], "--seconds", str(seconds)], program=PROGRAM
+        )
+    elif name in CACHE_WORK:
+        report = hangwatch(
+            "cache-work",
+            [*PROGRESS[:-1], "20"],
+            [*CACHE_WORK[name], "--seconds", str(seconds)],
+            program=PROGRAM,
         )
     elif name in ("compile", "capture"):
         report = hangwatch(name, PROGRESS, ["--seconds", str(seconds)], timeout=600, program=PROGRAM)
@@ -87,6 +99,14 @@ def run_case(name: str, seconds: float) -> dict[str, Any]:
             if p.get("sm_util_pct") is not None:
                 sm_by_rank.setdefault(str(ranks.get(p["pid"], p["pid"])), []).append(p["sm_util_pct"])
     found["sm_util_by_rank"] = {k: [min(v), max(v), round(sum(v) / len(v), 1)] for k, v in sm_by_rank.items()}
+    # GPM's pipes as the loop read them every tick (empty on code that read GPM only at captures).
+    pipes: dict[str, float] = {}
+    for t in report.get("timeline", []):
+        for a in (t.get("gpu") or {}).get("activity", []):
+            for key in ("tensor_util", "fp32_util", "fp16_util", "integer_util", "dram_bw_util"):
+                if a.get(key) is not None:
+                    pipes[key] = max(pipes.get(key, 0.0), a[key])
+    found["tick_pipes_max"] = pipes
     found["stalled_events"] = [e for e in report.get("events", []) if "stall" in json.dumps(e).lower()][:5]
     return found
 
@@ -148,7 +168,8 @@ def main() -> int:
             f"{name:12} {r.get('state')}/{r.get('cause')} ({r.get('confidence')}) "
             f"culprits {r.get('culprit_ranks')} "
             f"after {r.get('duration_s')} s; util {r.get('util_pct')} %, mem util {r.get('mem_util_pct')} %, "
-            f"power {r.get('power_w')} W; SM util by rank (min, max, mean) {r.get('sm_util_by_rank')}",
+            f"power {r.get('power_w')} W; SM util by rank (min, max, mean) {r.get('sm_util_by_rank')}; "
+            f"tick pipes max {r.get('tick_pipes_max')}",
             flush=True,
         )
     if args.fixtures:

@@ -109,6 +109,7 @@ def run_attached(options: AttachOptions) -> int:
             log.close()
         sampler.close()
         kit.close()
+        watch.c.close_gpm()
         gpu.close()
         view.close()
     report = watch.report(verdict, plan.profile.name, "attach", redact_argv(cmdline), tuple(notes))

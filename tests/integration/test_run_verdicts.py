@@ -101,6 +101,9 @@ def test_port_already_in_use(hw):
         out = hw("run", "--quiet", "--stall-after", "20", "--", *program("port_in_use", "--port", str(port)))
     assert out.rc == 4
     assert out.verdict["cause"] == "port-in-use"
+    # The advice names the port the bind was refused on, never the placeholder (issue 24 item 9).
+    steps = " ".join(out.verdict["next_steps"])
+    assert f"sport = :{port}" in steps and "PORT" not in steps, steps
 
 
 def _bind_refused_then_hang(

@@ -66,3 +66,62 @@ def test_per_process_sm_samples_unsupported_are_absent_not_errors():
     for _ in range(2):
         sample = source.read()
         assert sample.processes[0].sm_util_pct is None and sample.error is None
+
+
+class _GpmNvml:
+    """NVML's GPM calls as pynvml spells them, for two GPUs whose samples count up: enough to see which
+    GPUs a read asks and which pairs of samples it turns into metrics (the real GPM: docs/gpu-validation.md)."""
+
+    NVML_GPM_METRICS_GET_VERSION = 1
+
+    def __init__(self) -> None:
+        self.taken: list[int] = []
+        self.freed = 0
+
+    def nvmlInit(self) -> None: ...
+
+    def nvmlShutdown(self) -> None: ...
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
+        return index
+
+    def nvmlGpmQueryDeviceSupport(self, handle: int) -> object:
+        return type("Support", (), {"isSupportedDevice": 1})()
+
+    def nvmlGpmSampleAlloc(self) -> list[int]:
+        return []
+
+    def nvmlGpmSampleGet(self, handle: int, sample: list[int]) -> None:
+        self.taken.append(handle)
+        sample.append(handle)
+
+    def nvmlGpmSampleFree(self, sample: list[int]) -> None:
+        self.freed += 1
+
+    def c_nvmlGpmMetricsGet_t(self) -> object:
+        metric = type("Metric", (), {"metricId": 0, "value": 41.0, "nvmlReturn": 0})
+        return type("Request", (), {"metrics": [metric() for _ in range(16)]})()
+
+    def nvmlGpmMetricsGet(self, request: object) -> None: ...
+
+
+def test_gpm_reads_the_gpus_asked_and_starts_again_after_a_gap():
+    from hangwatch.collect.gpm import GpmSource
+
+    now = [0.0]
+    nvml = _GpmNvml()
+    gpm = GpmSource(nvml, clock=lambda: now[0])
+    assert gpm.unavailable is None
+    assert gpm.read({1}) == () and nvml.taken == [1]  # GPU 0 not held by the tree: not read
+    now[0] = 1.0
+    [activity] = gpm.read({1}, max_interval_s=2.5)
+    assert (activity.index, activity.interval_s, activity.tensor_util) == (1, 1.0, 41.0)
+    now[0] = 10.0  # nobody read for 9 s: that average is not what the GPU does now
+    assert gpm.read({1}, max_interval_s=2.5) == ()
+    now[0] = 11.0
+    assert [a.interval_s for a in gpm.read({1}, max_interval_s=2.5)] == [1.0]
+    gpm.close()
+    assert nvml.freed == 4  # every sample taken was freed: three replaced, the last at close

@@ -20,12 +20,12 @@ from hangwatch.analyse.stackrules import diagnose
 from hangwatch.analyse.stackrules import rule_io_wait
 from hangwatch.analyse.stackwaits import Wait
 from hangwatch.analyse.stackwaits import classify_thread
+from hangwatch.model.samples import GpuActivity
 from hangwatch.model.samples import GpuProcessMemory
 from hangwatch.model.samples import GpuReading
 from hangwatch.model.samples import GpuSample
 from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import Frame
-from hangwatch.model.stacks import GpuActivity
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.stacks import ThreadStack
 from hangwatch.model.vocabulary import Cause

@@ -227,10 +227,10 @@ def test_a_burner_whose_stack_moves_counts_as_progress_even_when_starved():
 def test_a_host_parked_while_its_gpu_works_is_not_a_wait_that_logs():
     """A training loop in ``cudaDeviceSynchronize`` that prints ``step N``: its stack never moves, but its
     GPU works, so its lines are not discounted; the same host over a spinning GPU is parked."""
+    from hangwatch.model.samples import GpuActivity
     from hangwatch.model.samples import GpuProcessMemory
     from hangwatch.model.samples import GpuReading
     from hangwatch.model.samples import GpuSample
-    from hangwatch.model.stacks import GpuActivity
 
     # GPM as the H200 read a GEMM loop and a spinning kernel (scripts/gpu/validate_stacks.py, 2026-11-29).
     work_gpm = GpuActivity(0, 11.0, 99.12, 95.68, 88.39, 21.61, 1.84, 0.0, 0.34)

@@ -34,6 +34,7 @@ from hangwatch.collect import procfs
 from hangwatch.model.kernelwaits import ProcessWaits
 from hangwatch.model.kernelwaits import ThreadWait
 from hangwatch.model.kernelwaits import Waker
+from hangwatch.model.samples import GpuActivity
 from hangwatch.model.samples import GpuProcessMemory
 from hangwatch.model.samples import GpuReading
 from hangwatch.model.samples import GpuSample
@@ -231,6 +232,26 @@ def test_a_gpu_moving_memory_for_the_tree_is_progress_whatever_its_host_does():
     signals = progress_signals(gpu_tick(0.0, (), 4.0), gpu_tick(38.0, ((HOST, None),)), None)
     assert [s.kind for s in signals] == [SignalKind.GPU_WORK], signals
     assert signals[0].pid == HOST
+
+
+def _pipes(**values: float) -> GpuActivity:
+    fields = dict.fromkeys(("tensor_util", "dram_bw_util", "integer_util", "fp32_util", "fp16_util"), 0.0)
+    fields.update(values)
+    return GpuActivity(index=0, interval_s=1.0, graphics_util=100.0, sm_util=100.0, **fields)
+
+
+def test_a_gpu_computing_in_cache_is_progress_by_its_pipes_and_a_spin_is_not():
+    """Small GEMMs whose operands sit in L2 read 6 % memory utilisation, under MEM_UTIL_WORK: GPM's pipes
+    read every tick say it computes; every SM spinning lifts the integer pipe to 0.65 % and nothing else."""
+    before = gpu_tick(0.0, (), 4.0)
+    computing = gpu_tick(6.0, ((HOST, None),))
+    computing = replace(computing, gpu=replace(computing.gpu, activity=(_pipes(tensor_util=41.0),)))
+    [signal] = progress_signals(before, computing, None)
+    assert signal.kind is SignalKind.GPU_WORK and "tensor 41 %" in signal.text
+    spinning = replace(computing, gpu=replace(computing.gpu, activity=(_pipes(integer_util=0.65),)))
+    assert progress_signals(before, spinning, None) == ()
+    no_gpm = gpu_tick(6.0, ((HOST, None),))  # a GPU without GPM: memory utilisation alone, as before
+    assert progress_signals(before, no_gpm, None) == ()
 
 
 def test_a_spinning_gpu_is_not_progress():

@@ -138,6 +138,10 @@ class Assessor:
         self._discount: dict[int, float] = {}
         self._parked: dict[int, float] = {}
         self._pending_stall: Verdict | None = None
+        # A stall awaiting its second capture: the next tick decides again (progress cancels it) and asks
+        # for it; asked once per stall, so a capture that never comes cannot hold a verdict back.
+        self._one_more_capture = False
+        self._second_asked = False
         # "pid:812" / "rank:TP1" -> the furthest phase that source logged
         self._source_phase: dict[str, int] = {}
         self._tail: deque[str] = deque(maxlen=TAIL_KEPT)  # the tree's last lines of output
@@ -221,13 +225,27 @@ class Assessor:
         self._trim_history()
         if self.stacks is not None:
             self.stacks.observe_tick(tick)
-        if self._pending_stall is not None:
+        return self._settle(tick)
+
+    def _settle(self, tick: Tick) -> Verdict | None:
+        """This tick's verdict; a stall held back while the captures it asks for are taken."""
+        if self._pending_stall is not None and not self._one_more_capture:
             # The stacks asked for did not come: the verdict stands as it was reached.
             self._verdict, self._pending_stall = self._pending_stall, None
+            self._second_asked = False
             return self._verdict
+        again = self._pending_stall is not None
+        self._one_more_capture = False
         verdict = self._decide(tick)
-        if verdict is not None and verdict.state is State.STALLED and self._wants_first_stacks():
-            # The window ran out before any stack was taken: take one now, name the cause with it.
+        if again:
+            if verdict is not None and verdict.state is State.STALLED:
+                self._pending_stall = verdict  # still stalled: the second capture is asked for now
+                return None
+            self._pending_stall = None  # it moved while the second capture was awaited: no stall after all
+            self._second_asked = False
+        elif verdict is not None and verdict.state is State.STALLED and self._wants_stacks_first():
+            # The window ran out before two captures were taken (the kernel's wait-for graph compares two):
+            # take them now, name the cause with them.
             self._pending_stall = verdict
             return None
         self._verdict = verdict
@@ -246,8 +264,14 @@ class Assessor:
         assert self.stacks is not None and self._prev is not None
         self.stacks.add(sample)
         if self._pending_stall is not None:
+            if len(self.stacks.spell) < 2 and not self._second_asked:
+                # One capture: a second on the next tick, so that waits unchanged between the two say who
+                # waits for whom (a cycle of file locks is no compile, whatever its frames say).
+                self._one_more_capture = self._second_asked = True
+                return None
             rule = self._pending_stall.decided_by[0] if self._pending_stall.decided_by else "stalled:window"
             self._pending_stall = None
+            self._second_asked = False
             self._verdict = self._quiet_over(self._prev, self.quiet_for(self._prev.t), rule=rule)
             return self._verdict
         self._discount = self._spin_discount()
@@ -452,8 +476,8 @@ class Assessor:
 
     # -- decisions -----------------------------------------------------------------------------------
 
-    def _wants_first_stacks(self) -> bool:
-        return self.stacks is not None and not self.stacks.spell
+    def _wants_stacks_first(self) -> bool:
+        return self.stacks is not None and len(self.stacks.spell) < 2 and not self._second_asked
 
     def _decide(self, tick: Tick, settled: bool = False) -> Verdict | None:
         root_exit = next((e for e in tick.exits if e.pid in self._root_pids), None)

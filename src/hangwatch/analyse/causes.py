@@ -206,6 +206,12 @@ _PORT_IN_LINE = re.compile(
 )
 
 
+def ports_in_line(line: str) -> tuple[int, ...]:
+    """The ports a bind error names, in the order written (``_PORT_IN_LINE``'s shapes only)."""
+    found = (int(n) for groups in _PORT_IN_LINE.findall(line) for n in groups if n)
+    return tuple(dict.fromkeys(n for n in found if 0 < n < 65536))
+
+
 def port_held_by_tree(line: str, window: Sequence[Tick]) -> str | None:
     """Who holds the port a bind was refused on, when a member of the tree itself listens on it.
 
@@ -213,7 +219,7 @@ def port_held_by_tree(line: str, window: Sequence[Tick]) -> str | None:
     port its HTTP server is told to bind: SGLang's scheduler held the launcher's --port in a fault-matrix
     run (2026-12-04), and the launcher then waited forever in its shutdown. "A previous server may still
     run" is then the wrong lead: the owner is inside the tree, and a new start picks other ports."""
-    wanted = {int(n) for groups in _PORT_IN_LINE.findall(line) for n in groups if n and 0 < int(n) < 65536}
+    wanted = set(ports_in_line(line))
     if not wanted:
         return None
     for tick in reversed(window):

@@ -7,8 +7,8 @@ from collections.abc import Collection
 from collections.abc import Sequence
 from dataclasses import replace
 
+from hangwatch.model.samples import GpuActivity
 from hangwatch.model.samples import GpuSample
-from hangwatch.model.stacks import GpuActivity
 
 # docs/gpu-signals.md (H200): a spinning kernel reads ~100 % utilisation with 0 % memory utilisation at
 # 120-142 W; real work moves memory utilisation to 23-100 % and power to 400-700 W. Without GPM
@@ -17,6 +17,9 @@ GPU_BUSY_UTIL = 90.0
 MEM_UTIL_WORK = 10.0
 POWER_WORK_W = 300.0
 GPU_IDLE_UTIL = 5.0
+# GPM: a pipe at this share or more is work (every SM spinning lifts integer to 0.65 %, the rest to 0; an
+# fp16 matmul lifts tensor to 93 %, a copy DRAM to 88 %: docs/gpu-signals.md).
+PIPE_WORK = 5.0
 
 
 def gpu_state(
@@ -31,7 +34,7 @@ def gpu_state(
             gpu = replace(gpu, gpus=tuple(g for g in gpu.gpus if g.index in indices))
     busy_gpm = [g for g in gpm if g.graphics_util is not None and g.graphics_util >= GPU_BUSY_UTIL]
     if busy_gpm:
-        return "spinning" if all(g.pipes_idle() for g in busy_gpm) else "working"
+        return "spinning" if all(g.pipes_idle(PIPE_WORK) for g in busy_gpm) else "working"
     if gpm and all(g.graphics_util is not None and g.graphics_util < GPU_IDLE_UTIL for g in gpm):
         return "idle"
     if gpu is None or gpu.unavailable or not gpu.gpus:

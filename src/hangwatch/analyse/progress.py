@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from hangwatch.analyse.gpustate import MEM_UTIL_WORK
+from hangwatch.analyse.gpustate import PIPE_WORK
 from hangwatch.model.samples import ProbeOutcome
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import Tick
@@ -142,7 +143,10 @@ def gpu_work_signals(tick: Tick) -> list[ProgressSignal]:
     sits in a blocked launch, waits in a synchronize): progress of its own, as solid as GPU memory moving.
 
     Work is memory moved: NVML's memory-bandwidth utilisation at ``MEM_UTIL_WORK`` or more (a spinning
-    kernel reads 0 %, a GEMM 23-47 %, a copy 100 %: docs/gpu-signals.md). The GPU is the tree's when a
+    kernel reads 0 %, a GEMM 23-47 %, a copy 100 %: docs/gpu-signals.md); or, on a GPU with GPM, a pipe
+    (tensor, FP32, FP16, integer, DRAM) at ``PIPE_WORK`` or more since the previous tick: compute whose
+    operands stay in cache moves little memory (small GEMMs read 6 %), while every SM spinning lifts the
+    integer pipe to 0.65 % and nothing else. The GPU is the tree's when a
     process of the tree holds memory on it and, where NVML gives per-process samples, one of the tree's
     kernels ran on its SMs; without those samples, only when no process outside the tree holds memory
     there (another tenant's work is not ours). 2026-12-04: 80 s of tensor-core GEMMs on a side stream,
@@ -152,9 +156,15 @@ def gpu_work_signals(tick: Tick) -> list[ProgressSignal]:
     if tick.gpu is None or tick.gpu.unavailable or not tick.gpu.gpus:
         return []
     members = {p.pid for p in tick.processes}
+    pipes = {a.index: a for a in tick.gpu.activity}
     signals = []
     for g in tick.gpu.gpus:
-        if g.mem_util_pct is None or g.mem_util_pct < MEM_UTIL_WORK:
+        activity = pipes.get(g.index)
+        if g.mem_util_pct is not None and g.mem_util_pct >= MEM_UTIL_WORK:
+            why = f"memory {g.mem_util_pct:.0f} % busy"
+        elif activity is not None and activity.pipes_busy(PIPE_WORK):
+            why = f"pipes {activity.describe()}"
+        else:
             continue
         held = [p for p in tick.gpu.processes if p.gpu_index == g.index]
         ours = [p for p in held if p.pid in members]
@@ -170,11 +180,7 @@ def gpu_work_signals(tick: Tick) -> list[ProgressSignal]:
             continue
         else:
             pid = ours[0].pid if len(ours) == 1 else None
-        signals.append(
-            ProgressSignal(
-                SignalKind.GPU_WORK, pid, f"GPU {g.index} working (memory {g.mem_util_pct:.0f} % busy)"
-            )
-        )
+        signals.append(ProgressSignal(SignalKind.GPU_WORK, pid, f"GPU {g.index} working ({why})"))
     return signals
 
 

@@ -22,11 +22,11 @@ from hangwatch.analyse.world import expected_world
 from hangwatch.model.lockfiles import LockFile
 from hangwatch.model.samples import ENDED_STATES
 from hangwatch.model.samples import ExitRecord
+from hangwatch.model.samples import GpuActivity
 from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import ProcState
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import DumpOutcome
-from hangwatch.model.stacks import GpuActivity
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.vocabulary import Confidence
 

@@ -254,6 +254,43 @@ class GpuProcessMemory:
 
 
 @dataclass(frozen=True)
+class GpuActivity:
+    """NVML GPM metrics of one GPU between two readings (Hopper and newer), percentages: between two stack
+    captures, or two ticks while the tree holds a GPU context (``GpuSample.activity``)."""
+
+    index: int
+    interval_s: float
+    graphics_util: float | None
+    sm_util: float | None
+    tensor_util: float | None
+    dram_bw_util: float | None
+    integer_util: float | None
+    fp32_util: float | None
+    fp16_util: float | None
+
+    def pipes_idle(self, limit: float = 5.0) -> bool:
+        """Tensor, DRAM and arithmetic pipes all near 0: nothing is being computed or moved."""
+        pipes = [self.tensor_util, self.dram_bw_util, self.integer_util, self.fp32_util, self.fp16_util]
+        known = [p for p in pipes if p is not None]
+        return bool(known) and max(known) < limit
+
+    def pipes_busy(self, limit: float = 5.0) -> bool:
+        """A pipe well above what a spin lifts (every SM spinning: integer 0.65 %, the rest 0): computing
+        or moving data, whatever NVML's memory utilisation says (a GEMM whose operands sit in L2)."""
+        pipes = [self.tensor_util, self.dram_bw_util, self.integer_util, self.fp32_util, self.fp16_util]
+        known = [p for p in pipes if p is not None]
+        return bool(known) and max(known) >= limit
+
+    def describe(self) -> str:
+        """``tensor 41 %, DRAM 2 %, FP32 0 %``: the pipes it read."""
+        named = (
+            ("tensor", self.tensor_util), ("DRAM", self.dram_bw_util), ("FP32", self.fp32_util),
+            ("FP16", self.fp16_util), ("integer", self.integer_util),
+        )  # fmt: skip
+        return ", ".join(f"{name} {value:.0f} %" for name, value in named if value is not None)
+
+
+@dataclass(frozen=True)
 class GpuSample:
     """All GPUs at one tick, or why none could be read."""
 
@@ -261,6 +298,9 @@ class GpuSample:
     gpus: tuple[GpuReading, ...] = ()
     processes: tuple[GpuProcessMemory, ...] = ()
     error: str | None = None  # a read failed this tick (evidence: a wedged driver can do this)
+    # GPM's pipes since the previous tick, per GPU, read only while the tree holds a GPU context and only
+    # on GPUs with GPM (Hopper and newer): what tells compute whose operands stay in cache from a spin.
+    activity: tuple[GpuActivity, ...] = ()
 
     def memory_of(self, pids: frozenset[int]) -> int:
         return sum(p.used_bytes or 0 for p in self.processes if p.pid in pids)

@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from hangwatch.model.kernelwaits import ProcessWaits
 from hangwatch.model.lockfiles import LockFile
+from hangwatch.model.samples import GpuActivity
 
 
 class DumpOutcome(StrEnum):
@@ -164,27 +165,6 @@ class ProcessStacks:
                 return thread
         named = [t for t in self.threads if t.name == "MainThread"]
         return named[0] if named else (self.threads[0] if self.threads else None)
-
-
-@dataclass(frozen=True)
-class GpuActivity:
-    """NVML GPM metrics of one GPU between two capture rounds (Hopper and newer), percentages."""
-
-    index: int
-    interval_s: float
-    graphics_util: float | None
-    sm_util: float | None
-    tensor_util: float | None
-    dram_bw_util: float | None
-    integer_util: float | None
-    fp32_util: float | None
-    fp16_util: float | None
-
-    def pipes_idle(self, limit: float = 5.0) -> bool:
-        """Tensor, DRAM and arithmetic pipes all near 0: nothing is being computed or moved."""
-        pipes = [self.tensor_util, self.dram_bw_util, self.integer_util, self.fp32_util, self.fp16_util]
-        known = [p for p in pipes if p is not None]
-        return bool(known) and max(known) < limit
 
 
 @dataclass(frozen=True)

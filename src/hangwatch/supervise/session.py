@@ -133,6 +133,7 @@ class Supervised:
         self.launched.release_guardian(clean=not result.remaining)
         self.sampler.close()
         self.kit.close()
+        self.watch.c.close_gpm()
         return result, gpu_note
 
 

@@ -20,6 +20,7 @@ from dataclasses import replace
 from urllib.parse import urlsplit
 
 from hangwatch.analyse.assess import Assessor
+from hangwatch.analyse.causes import ports_in_line
 from hangwatch.analyse.gpukernels import kernel_notes
 from hangwatch.analyse.gpukernels import refine as refine_with_kernels
 from hangwatch.analyse.logscan import LogScanner
@@ -42,6 +43,7 @@ from hangwatch.collect.own_request import OwnRequester
 from hangwatch.collect.proctree import TreeSampler
 from hangwatch.collect.serving_metrics import ServingPoller
 from hangwatch.collect.stacks import StackDumper
+from hangwatch.engines.profile import int_flag
 from hangwatch.model.gpukernels import KernelSample
 from hangwatch.model.history import PhaseHistory
 from hangwatch.model.report import REPORT_SCHEMA
@@ -50,6 +52,7 @@ from hangwatch.model.report import ProcessRecord
 from hangwatch.model.report import Report
 from hangwatch.model.report import Verdict
 from hangwatch.model.samples import ExitRecord
+from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ProcessId
 from hangwatch.model.samples import Tick
@@ -91,6 +94,13 @@ class Collectors:
     serving: ServingPoller | None = None  # /metrics while serving (F6), run mode without --until-ready
     connections: ConnectionWatcher | None = None  # the server's client connections while serving
     own: OwnRequester | None = None  # hangwatch's own one-token completion while serving (run only)
+    # GPM read every tick on the GPUs the tree holds (its own source: the captures' keeps their interval).
+    gpm_ticks: GpmSource | None = None
+
+    def close_gpm(self) -> None:
+        """Release the tick's GPM source (NVML); after the last tick, the tear-down's included."""
+        if self.gpm_ticks is not None:
+            self.gpm_ticks.close()
 
     def stop_threads(self) -> None:
         """Stop the collectors that run threads of their own (probes, scrapes)."""
@@ -230,7 +240,7 @@ class Watch:
             self.c.tree.learn_titles(
                 (pid, self.assessor.profile.title_from_log(label)) for pid, label in log.named
             )
-        gpu = self.c.gpu.read()
+        gpu = self._gpu_reading({p.pid for p in reading.processes})
         exits = self.c.tree.retitle(reading.exits) if log.named else reading.exits
         if self.c.oom is not None:
             exits = tuple(
@@ -340,6 +350,17 @@ class Watch:
             )
         return sample
 
+    def _gpu_reading(self, members: set[int]) -> GpuSample:
+        """NVML's reading, with GPM's pipes since the last tick on each GPU a member holds memory on: work
+        that moves little memory (a GEMM in L2) is told from a spin every tick, not only at captures."""
+        gpu = self.c.gpu.read()
+        held = {p.gpu_index for p in gpu.processes if p.pid in members}
+        if self.c.gpm_ticks is None or not held:
+            return gpu
+        # A sample older than two ticks is a gap (the tree held no GPU meanwhile): started again, not used.
+        activity = self.c.gpm_ticks.read(held, max_interval_s=2.5 * self.interval)
+        return replace(gpu, activity=activity) if activity else gpu
+
     def interrupted(self) -> Verdict:
         if self.stopped_by in (None, "Ctrl-C"):
             return self.assessor.interrupted("interrupted by the user (Ctrl-C)")
@@ -428,6 +449,9 @@ class Watch:
             return f"{p.name} [{pid}]"
         return f"rank {p.rank} [{pid}]" if p.role in (None, "rank") else f"{p.role}/{p.rank} [{pid}]"
 
+    def _root_records(self) -> list[ProcessRecord]:
+        return [self.recorder.processes[pid] for pid in sorted(self.roots) if pid in self.recorder.processes]
+
     def step_facts(self, verdict: Verdict, tree_alive: bool) -> StepFacts:
         port = None
         probe = self.c.prober.url if self.c.prober is not None else None
@@ -437,6 +461,13 @@ class Watch:
             # No probe: the port the tree listens on is where a request would go.
             ports = [p for proc in self.recorder.timeline[-1].processes for p in proc.listening_ports]
             port = ports[0] if ports else None
+        if verdict.cause is Cause.PORT_IN_USE:
+            # The port the bind was refused on, as the line quoted says: the one to look up (not the probe's,
+            # which is the same only when the server was told to bind where it is probed).
+            refused = [port for text in (verdict.summary, *verdict.evidence) for port in ports_in_line(text)]
+            # Python's "[Errno 98] Address already in use" names none: the port the command was told to take.
+            told = [int_flag(p.cmdline, "--port", default=0) for p in self._root_records()]
+            port = refused[0] if refused else next((t for t in told if 0 < t < 65536), port)
         root = min(self.roots) if self.roots else None
         pid = verdict.culprits[0] if verdict.culprits else root
         return StepFacts(pid=pid, port=port, tree_alive=tree_alive, nccl=self.nccl)
@@ -549,8 +580,9 @@ def build_watch(
 
     kit = stack_kit(options.stacks, gpu.unavailable is None)
     collectors = Collectors(
-        sampler, log, prober, gpu, oom, kit.dumper, kit.gpm, serving, ConnectionWatcher(), own
-    )
+        sampler, log, prober, gpu, oom, kit.dumper, kit.gpm, serving, ConnectionWatcher(), own,
+        gpm_ticks=GpmSource() if gpu.unavailable is None else None,
+    )  # fmt: skip
     assessor = make_assessor(
         plan, options, root_pids, kit.history, timeout_label=timeout_label, window_end=window_end
     )
