@@ -78,6 +78,7 @@ bench: test-deps
 	$(BIN)/python benchmarks/bench_loadgen.py
 	$(BIN)/python benchmarks/bench_isolate.py
 	$(BIN)/python benchmarks/bench_nodes.py
+	$(BIN)/python benchmarks/bench_stall_auto.py
 
 check: lint
 	$(BIN)/python -m pytest -ra -m "not slow"

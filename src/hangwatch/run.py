@@ -23,7 +23,7 @@ def preflight(command: tuple[str, ...], engine: str | None) -> None:
 
 def run_supervised(options: RunOptions) -> int:
     outcome = supervise(options)
-    emit(outcome.report, options.watch)
+    emit(outcome.report, options.watch, said_at=outcome.said_at)
     if outcome.remaining:
         print(f"hangwatch: warning: processes of the tree remain: {outcome.remaining}", file=sys.stderr)
     return outcome.report.verdict.exit_code

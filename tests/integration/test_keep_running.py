@@ -94,7 +94,14 @@ def test_a_stall_leaves_the_tree_running_and_ctrl_c_ends_on_the_stall(tmp_path):
     finally:
         kill_tree(proc)
     assert proc.returncode == 3, out[-3000:]  # the stall in force, not "interrupted" (130)
+    # The stall in force was said in full when it came: the end says it in short, once (issue 24 item 10).
+    end = out[out.rindex("hangwatch verdict: STALLED") :]
+    assert "as said at" in end and "stalled:" not in end and "left running after the stall" in end, end
     data = json.loads(report.read_text())
+    # The tree was there to look at: no advice to run again with --keep-running (issue 24 item 9).
+    assert not any("--keep-running" in s for s in data["verdict"]["next_steps"]), data["verdict"][
+        "next_steps"
+    ]
     assert data["verdict"]["state"] == "stalled"
     assert data["tree_action"].startswith("left running after the stall"), data["tree_action"]
     history = [n for n in data["notes"] if n.startswith("--keep-running:")]

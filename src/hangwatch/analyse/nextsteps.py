@@ -38,6 +38,7 @@ class StepFacts:
     host: str = "127.0.0.1"
     tree_alive: bool = True  # False once run has stopped the tree
     nccl: bool | None = None  # None: not known, the NCCL advice stays
+    kept_running: bool = False  # run --keep-running: the tree was there to look at; no advice to keep it
 
 
 def fit(steps: Sequence[str], facts: StepFacts) -> tuple[str, ...]:
@@ -60,7 +61,7 @@ def fit(steps: Sequence[str], facts: StepFacts) -> tuple[str, ...]:
         text = text[:1].upper() + text[1:]  # a step whose first clause went starts a sentence
         if text not in out:
             out.append(text)
-    if dropped_live:
+    if dropped_live and not facts.kept_running:
         out.append(KEEP_FOR_A_LOOK)
     return tuple(out)
 

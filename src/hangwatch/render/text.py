@@ -38,14 +38,32 @@ def culprit_labels(report: Report, quote: Callable[[str], str] = str) -> list[st
     return labels
 
 
-def verdict_text(report: Report) -> str:
+def _headline(report: Report) -> str:
     v = report.verdict
     confidence = f", {v.confidence} confidence" if v.confidence and v.cause else ""
-    lines = [
-        f"hangwatch verdict: {_HEADLINE[v.state]}"
-        + (f" (cause: {v.cause.value}{confidence})" if v.cause else "")
-    ]
-    lines.append(f"  {v.summary}")
+    return f"hangwatch verdict: {_HEADLINE[v.state]}" + (
+        f" (cause: {v.cause.value}{confidence})" if v.cause else ""
+    )
+
+
+def recap_text(report: Report, said_at: float) -> str:
+    """The verdict at the end of ``run --keep-running`` when it is the stall said in full at ``said_at``
+    (the block above): its headline, what was done to the tree since, the notes, the log; the diagnosis is
+    not said twice."""
+    lines = [_headline(report), f"  as said at {said_at:.1f} s above (the whole verdict: the reports)"]
+    if report.tree_action:
+        lines.append(f"  tree: {report.tree_action}")
+    if report.notes:
+        lines.append("  notes:")
+        lines.extend(f"    - {n}" for n in report.notes)
+    if report.log_path:
+        lines.append(f"  log: {report.log_path} ({RAW_LOG_NOTE})")
+    return scrub("\n".join(lines))
+
+
+def verdict_text(report: Report) -> str:
+    v = report.verdict
+    lines = [_headline(report), f"  {v.summary}"]
     if v.phase:
         lines.append(f"  phase: {v.phase}")
     if v.culprits:

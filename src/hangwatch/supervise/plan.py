@@ -24,6 +24,7 @@ from hangwatch.render.files import write_outputs
 from hangwatch.render.html import write_html
 from hangwatch.render.json_report import write_report
 from hangwatch.render.markdown import write_markdown
+from hangwatch.render.text import recap_text
 from hangwatch.render.text import verdict_text
 
 
@@ -145,9 +146,10 @@ def make_own_requester(plan: Plan, options: WatchOptions, clock: Callable[[], fl
     return OwnRequester(urlunsplit((parts.scheme, parts.netloc, "", "", "")), clock, options.stall_after + 5)
 
 
-def emit(report: Report, options: WatchOptions) -> None:
-    """The verdict first, then the reports: a report that cannot be written is said, and costs nothing."""
-    print(verdict_text(report), flush=True)
+def emit(report: Report, options: WatchOptions, said_at: float | None = None) -> None:
+    """The verdict first, then the reports: a report that cannot be written is said, and costs nothing.
+    ``said_at``: the verdict is a stall already said in full at that time (run --keep-running): said short."""
+    print(verdict_text(report) if said_at is None else recap_text(report, said_at), flush=True)
     write_outputs(report_outputs(report, options))
 
 

@@ -25,6 +25,7 @@ from hangwatch.collect.oom import OomWitness
 from hangwatch.collect.proctree import TreeSampler
 from hangwatch.collect.versions import environment_versions
 from hangwatch.model.cleanup import SegmentOutcome
+from hangwatch.model.history import LaunchHistory
 from hangwatch.model.report import ProcessRecord
 from hangwatch.model.report import Report
 from hangwatch.model.report import Verdict
@@ -181,6 +182,22 @@ def start_supervised(
     return Supervised(launched, sampler, log, watch.c.prober, kit, watch.assessor, watch, subreaper=subreaper)
 
 
+def with_history(
+    w: WatchOptions, command: tuple[str, ...], engine: str, notes: list[str]
+) -> tuple[LaunchHistory, WatchOptions]:
+    """The history read before the launch, and the watch options with it: the live view shows each phase
+    against its usual duration from the first tick, and --stall-after auto's windows hold from then on
+    (this boot is not among them). Its notes are added to ``notes``."""
+    past = launch_history(command, engine, auto=w.stall_auto)
+    notes += past.notes
+    w = dataclasses.replace(
+        w, phase_windows=tuple((p.phase, p.window_s) for p in past.windows), phase_usual=past.usual
+    )
+    if w.stall_auto:
+        notes.append(auto_note(past.windows, w.stall_after))
+    return past, w
+
+
 def stall_words(w: WatchOptions) -> str:
     """``60 s``; under --stall-after auto ``auto (weights 26 s, others 60 s)``."""
     if not w.stall_auto:
@@ -248,6 +265,9 @@ class Supervision:
 
     report: Report
     remaining: tuple[int, ...]
+    # run --keep-running: when the verdict at the end is the stall already said in full, when it was said
+    # (the end then says it in short); None otherwise.
+    said_at: float | None = None
 
 
 def supervise(options: RunOptions, view: View | None = None) -> Supervision:
@@ -258,15 +278,7 @@ def supervise(options: RunOptions, view: View | None = None) -> Supervision:
     options.run_dir.mkdir(parents=True, exist_ok=True)
     view = view if view is not None else make_view(w.quiet)
     notes = list(plan.notes)
-    # Read before the launch: the live view shows each phase against its usual duration from the first
-    # tick, and --stall-after auto's windows hold from then on (this boot is not among them).
-    past = launch_history(options.command, plan.profile.name, auto=w.stall_auto)
-    notes += past.notes
-    w = dataclasses.replace(
-        w, phase_windows=tuple((p.phase, p.window_s) for p in past.windows), phase_usual=past.usual
-    )
-    if w.stall_auto:
-        notes.append(auto_note(past.windows, w.stall_after))
+    past, w = with_history(w, options.command, plan.profile.name, notes)
     gpu = NvmlGpuSource()
     if gpu.unavailable:
         notes.append(f"GPU: unavailable: {gpu.unavailable}")
@@ -301,6 +313,7 @@ def supervise(options: RunOptions, view: View | None = None) -> Supervision:
             adopt_orphans=True, watch_serving=not options.until_ready,
         )  # fmt: skip
         run.watch.final_words = "stopping the tree; the verdict follows"
+        run.watch.kept_running = options.keep_running
         notes.extend(run.kit.notes)
         try:
             with stop_on_signals(run.watch):
@@ -330,7 +343,8 @@ def supervise(options: RunOptions, view: View | None = None) -> Supervision:
         tree_action=tree_action(verdict, result, options, kept),
     )
     report = record_history(report, options.command)  # this boot against its phase history, then added
-    return Supervision(report, tuple(result.remaining))
+    said_at = kept.standing_t if kept.standing is not None and verdict is kept.standing else None
+    return Supervision(report, tuple(result.remaining), said_at)
 
 
 KEPT_NOW = (

@@ -222,6 +222,7 @@ class Watch:
         self.nccl: bool | None = None
         self.roots: set[int] = set()  # the pids the watch started from (build_watch)
         self.kernels: KernelSample | None = None  # the GPU's running kernels, read at a gpu-spin verdict
+        self.kept_running = False  # run --keep-running: a stall left the tree running for a look
         self.kernel_names = False  # whether name_kernels reads them (WatchOptions.kernel_names)
 
     def elapsed(self) -> float:
@@ -470,7 +471,9 @@ class Watch:
             port = refused[0] if refused else next((t for t in told if 0 < t < 65536), port)
         root = min(self.roots) if self.roots else None
         pid = verdict.culprits[0] if verdict.culprits else root
-        return StepFacts(pid=pid, port=port, tree_alive=tree_alive, nccl=self.nccl)
+        return StepFacts(
+            pid=pid, port=port, tree_alive=tree_alive, nccl=self.nccl, kept_running=self.kept_running
+        )
 
     def report(
         self,
