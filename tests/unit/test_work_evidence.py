@@ -250,6 +250,9 @@ def test_a_gpu_computing_in_cache_is_progress_by_its_pipes_and_a_spin_is_not():
     assert signal.kind is SignalKind.GPU_WORK and "tensor 41 %" in signal.text
     spinning = replace(computing, gpu=replace(computing.gpu, activity=(_pipes(integer_util=0.65),)))
     assert progress_signals(before, spinning, None) == ()
+    # A kernel polling memory for a peer's flag reads some DRAM: left to NVML's memory utilisation (10 %).
+    polling = replace(computing, gpu=replace(computing.gpu, activity=(_pipes(dram_bw_util=8.0),)))
+    assert progress_signals(before, polling, None) == ()
     no_gpm = gpu_tick(6.0, ((HOST, None),))  # a GPU without GPM: memory utilisation alone, as before
     assert progress_signals(before, no_gpm, None) == ()
 

@@ -143,11 +143,11 @@ def gpu_work_signals(tick: Tick) -> list[ProgressSignal]:
     sits in a blocked launch, waits in a synchronize): progress of its own, as solid as GPU memory moving.
 
     Work is memory moved: NVML's memory-bandwidth utilisation at ``MEM_UTIL_WORK`` or more (a spinning
-    kernel reads 0 %, a GEMM 23-47 %, a copy 100 %: docs/gpu-signals.md); or, on a GPU with GPM, a pipe
-    (tensor, FP32, FP16, integer, DRAM) at ``PIPE_WORK`` or more since the previous tick: compute whose
-    operands stay in cache moves little memory (small GEMMs read 6 %), while every SM spinning lifts the
-    integer pipe to 0.65 % and nothing else. The GPU is the tree's when a
-    process of the tree holds memory on it and, where NVML gives per-process samples, one of the tree's
+    kernel reads 0 %, a GEMM 23-47 %, a copy 100 %: docs/gpu-signals.md); or, on a GPU with GPM, an
+    arithmetic pipe (tensor, FP32, FP16, integer) at ``PIPE_WORK`` or more since the previous tick:
+    compute whose operands stay in cache moves little memory (small GEMMs read 6 %), while every SM
+    spinning lifts the integer pipe to 0.65 % and nothing else. The GPU is the tree's when a process of
+    the tree holds memory on it and, where NVML gives per-process samples, one of the tree's
     kernels ran on its SMs; without those samples, only when no process outside the tree holds memory
     there (another tenant's work is not ours). 2026-12-04: 80 s of tensor-core GEMMs on a side stream,
     the host polling the completion event with short sleeps, was "stalled / unknown" at a 20 s window:
@@ -162,7 +162,7 @@ def gpu_work_signals(tick: Tick) -> list[ProgressSignal]:
         activity = pipes.get(g.index)
         if g.mem_util_pct is not None and g.mem_util_pct >= MEM_UTIL_WORK:
             why = f"memory {g.mem_util_pct:.0f} % busy"
-        elif activity is not None and activity.pipes_busy(PIPE_WORK):
+        elif activity is not None and activity.computing(PIPE_WORK):
             why = f"pipes {activity.describe()}"
         else:
             continue

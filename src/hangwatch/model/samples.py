@@ -274,10 +274,12 @@ class GpuActivity:
         known = [p for p in pipes if p is not None]
         return bool(known) and max(known) < limit
 
-    def pipes_busy(self, limit: float = 5.0) -> bool:
-        """A pipe well above what a spin lifts (every SM spinning: integer 0.65 %, the rest 0): computing
-        or moving data, whatever NVML's memory utilisation says (a GEMM whose operands sit in L2)."""
-        pipes = [self.tensor_util, self.dram_bw_util, self.integer_util, self.fp32_util, self.fp16_util]
+    def computing(self, limit: float = 5.0) -> bool:
+        """An arithmetic pipe (tensor, FP32, FP16, integer) well above what a spin lifts (every SM spinning:
+        integer 0.65 %, the rest 0): work whatever NVML's memory utilisation says (a GEMM whose operands
+        sit in L2). DRAM is left to NVML's memory utilisation and its own threshold: a kernel polling
+        memory for a peer's flag reads some, and is no work."""
+        pipes = [self.tensor_util, self.integer_util, self.fp32_util, self.fp16_util]
         known = [p for p in pipes if p is not None]
         return bool(known) and max(known) >= limit
 
