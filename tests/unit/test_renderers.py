@@ -6,6 +6,7 @@ through (``clean_text``: control characters dropped, invalid UTF-8 replaced) mus
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 from html.parser import HTMLParser
@@ -283,3 +284,17 @@ def test_html_shows_the_servers_words_as_text_never_as_markup():
     }  # fmt: skip
     html = html_report(stalled_report(JUNK))
     assert not re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", html)
+
+
+def test_the_recap_of_a_stall_said_before_has_its_headline_and_the_tree_not_the_diagnosis():
+    from hangwatch.render.text import recap_text
+
+    r = dataclasses.replace(
+        stalled_report(), tree_action="left running after the stall at 5.0 s", notes=("n1",)
+    )
+    text = recap_text(r, 5.0)
+    assert text.splitlines()[0] == verdict_text(r).splitlines()[0]
+    assert (
+        "as said at 5.0 s above" in text and "tree: left running after the stall" in text and "- n1" in text
+    )
+    assert r.verdict.summary not in text and "stacks:" not in text

@@ -53,12 +53,7 @@ def recap_text(report: Report, said_at: float) -> str:
     lines = [_headline(report), f"  as said at {said_at:.1f} s above (the whole verdict: the reports)"]
     if report.tree_action:
         lines.append(f"  tree: {report.tree_action}")
-    if report.notes:
-        lines.append("  notes:")
-        lines.extend(f"    - {n}" for n in report.notes)
-    if report.log_path:
-        lines.append(f"  log: {report.log_path} ({RAW_LOG_NOTE})")
-    return scrub("\n".join(lines))
+    return scrub("\n".join(lines + _notes_and_log(report)))
 
 
 def verdict_text(report: Report) -> str:
@@ -84,6 +79,12 @@ def verdict_text(report: Report) -> str:
         lines.append("  next:")
         lines.extend(f"    - {s}" for s in v.next_steps)
     lines.extend(history_lines(report))
+    return scrub("\n".join(lines + _notes_and_log(report)))
+
+
+def _notes_and_log(report: Report) -> list[str]:
+    """The block's last lines: the notes, then where the log is."""
+    lines = []
     if report.notes:
         lines.append("  notes:")
         lines.extend(f"    - {n}" for n in report.notes)
@@ -92,4 +93,4 @@ def verdict_text(report: Report) -> str:
         # owner: collect/logtail.LOG_MODE). attach's is the server's own file, whatever its mode.
         private = f" ({RAW_LOG_NOTE})" if report.mode == "run" else ""
         lines.append(f"  log: {report.log_path}{private}")
-    return scrub("\n".join(lines))
+    return lines
