@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from hangwatch.model.samples import GpuActivity
+from hangwatch.model.samples import GpuReading
 from hangwatch.model.samples import GpuSample
 
 # docs/gpu-signals.md (H200): a spinning kernel reads ~100 % utilisation with 0 % memory utilisation at
@@ -46,6 +47,13 @@ def gpu_state(
     if all(g.util_pct is not None and g.util_pct < GPU_IDLE_UTIL for g in gpu.gpus):
         return "idle"
     return "unknown"
+
+
+def ambiguous(g: GpuReading) -> bool:
+    """Running kernels while moving little memory: a spin, or compute whose operands sit in cache; only
+    GPM's pipes tell them apart (an FMA chain in registers and a spinning flag both read 100 % / 0 % on an
+    H200). Any kernel time counts, not only "busy": a host that polls between chunks leaves gaps."""
+    return (g.util_pct or 0) >= GPU_IDLE_UTIL and (g.mem_util_pct or 0) < MEM_UTIL_WORK
 
 
 def gpus_of(gpu: GpuSample | None, pid: int) -> frozenset[int] | None:
