@@ -83,3 +83,19 @@ def test_http_status_is_recorded():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_probe_is_green_only_on_an_http_2xx():
+    from hangwatch.model.samples import ProbeOutcome
+    from hangwatch.model.samples import ProbeResult
+
+    assert (
+        ProbeResult(0, "u", ProbeOutcome.HTTP, 200).green
+        and ProbeResult(0, "u", ProbeOutcome.HTTP, 204).green
+    )
+    assert not ProbeResult(0, "u", ProbeOutcome.HTTP, 503).green
+    assert (
+        not ProbeResult(0, "u", ProbeOutcome.HTTP, 302).green
+        and not ProbeResult(0, "u", ProbeOutcome.HTTP).green
+    )
+    assert not ProbeResult(0, "u", ProbeOutcome.REFUSED).green

@@ -19,7 +19,6 @@ from enum import StrEnum
 
 from hangwatch.analyse.gpustate import MEM_UTIL_WORK
 from hangwatch.analyse.gpustate import PIPE_WORK
-from hangwatch.model.samples import ProbeOutcome
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import Tick
 from hangwatch.words import human_bytes
@@ -129,7 +128,7 @@ def progress_signals(
     if tick.probes:
         first = last_probe
         for probe in tick.probes:
-            green = probe.outcome is ProbeOutcome.HTTP and 200 <= (probe.status or 0) < 300
+            green = probe.green
             if first is not None and probe.key != first.key and (green or not serving) and not paused(first):
                 signals.append(
                     ProgressSignal(SignalKind.PROBE, None, f"probe {first.describe()} -> {probe.describe()}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hangwatch.model.samples import ProbeOutcome
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ServingSample
 from hangwatch.model.samples import Tick
@@ -108,7 +107,7 @@ class ServingWatch:
 
     def _probe_reasons(self, tick: Tick) -> tuple[str, ...]:
         for probe in tick.probes:
-            if probe.outcome is ProbeOutcome.HTTP and probe.status is not None and 200 <= probe.status < 300:
+            if probe.green:
                 self._green_until, self._failing_since = probe.t, None
             elif self._green_until is not None and self._failing_since is None:
                 self._failing_since = probe.t

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from hangwatch.model.samples import SUCCESS_STATUSES
 from hangwatch.model.samples import OwnRequest
 
 
@@ -65,7 +66,7 @@ class OwnRequester:
         body = {"model": data[0].get("id", ""), "prompt": "Hello", "max_tokens": 1, "temperature": 0}
         status, _ = self._call("POST", "/v1/completions", json.dumps(body).encode(), started)
         elapsed = time.monotonic() - started
-        if 200 <= status < 300:
+        if status in SUCCESS_STATUSES:
             return True, f"HTTP {status} in {elapsed:.2f} s"
         return False, f"HTTP {status} after {elapsed:.1f} s"
 

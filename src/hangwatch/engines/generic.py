@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import PurePath
 
 from hangwatch.engines.profile import Profile
+from hangwatch.model.samples import SUCCESS_STATUSES
 
 # Slurm's own programs inherit the step's SLURM_PROCID (the srun of a batch script is task 0 of the batch
 # step, and matches the job's --match through its command line): never a rank of the job.
@@ -29,6 +30,6 @@ GENERIC = Profile(
     name="generic",
     phases=(),
     role_of=generic_role,
-    ready_statuses=frozenset(range(200, 300)),
+    ready_statuses=SUCCESS_STATUSES,
     extra_phase_labels={"running": "running", "ready": "serving"},
 )

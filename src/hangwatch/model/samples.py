@@ -204,6 +204,10 @@ class ProbeOutcome(StrEnum):
     ERROR = "error"
 
 
+# An HTTP answer that says yes: readiness by --ready-url, and a probe green while serving.
+SUCCESS_STATUSES = frozenset(range(200, 300))
+
+
 @dataclass(frozen=True)
 class ProbeResult:
     """One HTTP readiness probe and exactly what happened to it."""
@@ -219,6 +223,11 @@ class ProbeResult:
     def key(self) -> tuple[str, int | None]:
         """What a change of outcome is judged on (the detail text may vary between probes)."""
         return (self.outcome.value, self.status)
+
+    @property
+    def green(self) -> bool:
+        """An HTTP answer with a 2xx status (whatever the engine's own readiness statuses are)."""
+        return self.outcome is ProbeOutcome.HTTP and self.status in SUCCESS_STATUSES
 
     def describe(self) -> str:
         if self.outcome is ProbeOutcome.HTTP:

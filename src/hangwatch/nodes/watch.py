@@ -57,6 +57,7 @@ from hangwatch.model.nodes import NodeResult
 from hangwatch.model.nodes import NodesWatchReport
 from hangwatch.model.nodes import RoundCost
 from hangwatch.model.report import Verdict
+from hangwatch.model.samples import SUCCESS_STATUSES
 from hangwatch.model.status import StackRequest
 from hangwatch.model.vocabulary import State
 from hangwatch.nodes.gather import in_pod
@@ -215,7 +216,7 @@ def make_assessor(o: NodesAttachOptions, roots: set[int], first_cmdline: tuple[s
         timeout=o.window_s,
         timeout_label=f"the {o.window_s:g} s --window",
         window_end=o.window_s,
-        ready_statuses=frozenset(range(200, 300)) if o.ready_url else profile.ready_statuses,
+        ready_statuses=SUCCESS_STATUSES if o.ready_url else profile.ready_statuses,
         # Without a probe (a training job has none) saying "a healthy idle server" of a listening TCPStore
         # would mislead, so the hint is off across nodes.
         has_readiness=True,

@@ -289,7 +289,7 @@ def _marks(report: Report, top: float, end: float) -> str:
     for probe in report.probes:
         color = (
             "#2ca02c"
-            if probe.outcome is ProbeOutcome.HTTP and (probe.status or 0) < 300
+            if probe.green
             else (
                 "#ff7f0e" if probe.outcome is ProbeOutcome.HTTP else PROBE_COLORS.get(probe.outcome, "#999")
             )

@@ -20,6 +20,7 @@ from hangwatch.collect.serving_metrics import ServingPoller
 from hangwatch.engines.profile import Profile
 from hangwatch.model.history import PhaseHistory
 from hangwatch.model.report import Report
+from hangwatch.model.samples import SUCCESS_STATUSES
 from hangwatch.render.files import write_outputs
 from hangwatch.render.html import write_html
 from hangwatch.render.json_report import write_report
@@ -110,7 +111,7 @@ def make_assessor(
     timeout_label: str | None = None,
     window_end: float | None = None,
 ) -> Assessor:
-    statuses = frozenset(range(200, 300)) if options.ready_url else plan.profile.ready_statuses
+    statuses = SUCCESS_STATUSES if options.ready_url else plan.profile.ready_statuses
     policy = Policy(
         stall_after=options.stall_after,
         timeout=options.timeout,
