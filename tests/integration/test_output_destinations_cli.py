@@ -200,3 +200,8 @@ def test_an_unknown_option_before_the_command_is_named(tmp_path):
     proc = hangwatch("--bogus", cwd=tmp_path)
     _one_line_usage_error(proc, "--bogus", "options go after the command")
     assert "required: COMMAND" not in proc.stderr
+
+
+def test_an_unknown_option_of_a_command_points_at_that_commands_help(tmp_path):
+    proc = hangwatch("run", "--bogus", "--", "true", cwd=tmp_path)
+    _one_line_usage_error(proc, "unrecognized arguments: --bogus", "`hangwatch run --help` lists its options")

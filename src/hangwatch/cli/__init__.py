@@ -119,7 +119,13 @@ def main(argv: list[str] | None = None) -> int:
             )
         # Option types raise UsageError for a bad value (a report path that is a folder, --stall-after nan):
         # one short message, not the whole usage.
-        args = parser.parse_args(argv)
+        args, extras = parser.parse_known_args(argv)
+        if extras:
+            # Said with the command's own help: `hangwatch --help` does not list `run`'s options.
+            raise UsageError(
+                f"unrecognized arguments: {' '.join(extras)} "
+                f"(`hangwatch {args.command} --help` lists its options)"
+            )
         handler: Command = args.handler
         with _on_stdout(args):
             return handler.run(args)
