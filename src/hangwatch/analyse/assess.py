@@ -138,8 +138,8 @@ class Assessor:
         self._discount: dict[int, float] = {}
         self._parked: dict[int, float] = {}
         self._pending_stall: Verdict | None = None
-        # A stall awaiting its second capture: the next tick decides again (progress cancels it) and asks
-        # for it; asked once per stall, so a capture that never comes cannot hold a verdict back.
+        # A stall awaiting its second capture, taken on the next tick; asked once per stall, so a capture
+        # that never comes cannot hold a verdict back.
         self._one_more_capture = False
         self._second_asked = False
         # "pid:812" / "rank:TP1" -> the furthest phase that source logged
@@ -229,21 +229,19 @@ class Assessor:
 
     def _settle(self, tick: Tick) -> Verdict | None:
         """This tick's verdict; a stall held back while the captures it asks for are taken."""
-        if self._pending_stall is not None and not self._one_more_capture:
+        if self._pending_stall is not None:
+            if self._one_more_capture:
+                # The stall stands (its window ran out); this tick only takes the second capture. Not
+                # decided again: a capture's own view of code that moves in place (a spinning handler)
+                # would read as progress and cancel a stall the window already proved.
+                self._one_more_capture = False
+                return None
             # The stacks asked for did not come: the verdict stands as it was reached.
             self._verdict, self._pending_stall = self._pending_stall, None
             self._second_asked = False
             return self._verdict
-        again = self._pending_stall is not None
-        self._one_more_capture = False
         verdict = self._decide(tick)
-        if again:
-            if verdict is not None and verdict.state is State.STALLED:
-                self._pending_stall = verdict  # still stalled: the second capture is asked for now
-                return None
-            self._pending_stall = None  # it moved while the second capture was awaited: no stall after all
-            self._second_asked = False
-        elif verdict is not None and verdict.state is State.STALLED and self._wants_stacks_first():
+        if verdict is not None and verdict.state is State.STALLED and self._wants_stacks_first():
             # The window ran out before two captures were taken (the kernel's wait-for graph compares two):
             # take them now, name the cause with them.
             self._pending_stall = verdict
