@@ -46,6 +46,16 @@ def opened(path: Path) -> historydb.HistoryStore:
     return store
 
 
+def read_only(path: Path, monkeypatch: pytest.MonkeyPatch) -> historydb.HistoryStore:
+    """The history at ``path`` opened as from a folder that takes no files, with the one note that says so.
+    Root writes through a mode of 0500: what the module asks is whether the folder takes files."""
+    monkeypatch.setattr(historydb, "_writable", lambda folder: False)
+    store, notes = open_history(path)
+    assert store is not None and not store.writable
+    assert notes == [f"history: {path.parent} is read-only: boots are compared, not recorded"]
+    return store
+
+
 def test_the_history_lives_in_the_state_folder_of_the_test_never_the_users(state_dir):
     assert history_path() == state_dir / "history.sqlite3"
     assert not str(history_path()).startswith(str(Path.home() / ".local"))
@@ -185,12 +195,7 @@ def test_a_read_only_state_folder_reads_the_history_and_records_nothing(tmp_path
     path = tmp_path / "history.sqlite3"
     with opened(path) as store:
         store.record(key(), boot(22.0))
-    # Root writes through a mode of 0500: what the module asks is whether the folder takes files.
-    monkeypatch.setattr(historydb, "_writable", lambda folder: False)
-    store, notes = open_history(path)
-    assert store is not None and not store.writable
-    assert notes == [f"history: {tmp_path} is read-only: boots are compared, not recorded"]
-    with store:
+    with read_only(path, monkeypatch) as store:
         past = store.past(key().key_id)
         assert past is not None and past.durations["weights"] == (22.0,)
         with pytest.raises(HistoryUnavailable, match="read-only: this boot is not recorded"):
@@ -296,11 +301,7 @@ def test_a_read_only_version_1_history_is_read_without_quiet_spells(tmp_path, mo
     path = tmp_path / "history.sqlite3"
     _schema_1(path)
     before = path.read_bytes()
-    monkeypatch.setattr(historydb, "_writable", lambda folder: False)
-    store, notes = open_history(path)
-    assert store is not None and not store.writable
-    assert notes == [f"history: {tmp_path} is read-only: boots are compared, not recorded"]
-    with store:
+    with read_only(path, monkeypatch) as store:
         past = store.past(key().key_id)
     assert past is not None and past.durations == {"weights": (21.0,)} and past.quiet == {}
     assert path.read_bytes() == before  # not upgraded: it could not be written

@@ -262,6 +262,12 @@ class GpuProcessMemory:
     sm_util_pct: float | None = None
 
 
+def _peak(*pipes: float | None) -> float | None:
+    """The busiest of the pipes this GPU reported (None: it reported none of them)."""
+    known = [p for p in pipes if p is not None]
+    return max(known) if known else None
+
+
 @dataclass(frozen=True)
 class GpuActivity:
     """NVML GPM metrics of one GPU between two readings (Hopper and newer), percentages: between two stack
@@ -279,18 +285,16 @@ class GpuActivity:
 
     def pipes_idle(self, limit: float = 5.0) -> bool:
         """Tensor, DRAM and arithmetic pipes all near 0: nothing is being computed or moved."""
-        pipes = [self.tensor_util, self.dram_bw_util, self.integer_util, self.fp32_util, self.fp16_util]
-        known = [p for p in pipes if p is not None]
-        return bool(known) and max(known) < limit
+        peak = _peak(self.tensor_util, self.dram_bw_util, self.integer_util, self.fp32_util, self.fp16_util)
+        return peak is not None and peak < limit
 
     def computing(self, limit: float = 5.0) -> bool:
         """An arithmetic pipe (tensor, FP32, FP16, integer) well above what a spin lifts (every SM spinning:
         integer 0.65 %, the rest 0): work whatever NVML's memory utilisation says (a GEMM whose operands
         sit in L2). DRAM is left to NVML's memory utilisation and its own threshold: a kernel polling
         memory for a peer's flag reads some, and is no work."""
-        pipes = [self.tensor_util, self.integer_util, self.fp32_util, self.fp16_util]
-        known = [p for p in pipes if p is not None]
-        return bool(known) and max(known) >= limit
+        peak = _peak(self.tensor_util, self.integer_util, self.fp32_util, self.fp16_util)
+        return peak is not None and peak >= limit
 
     def describe(self) -> str:
         """``tensor 41 %, DRAM 2 %, FP32 0 %``: the pipes it read."""
@@ -309,8 +313,9 @@ class GpuSample:
     gpus: tuple[GpuReading, ...] = ()
     processes: tuple[GpuProcessMemory, ...] = ()
     error: str | None = None  # a read failed this tick (evidence: a wedged driver can do this)
-    # GPM's pipes since the previous tick, per GPU, read only while the tree holds a GPU context and only
-    # on GPUs with GPM (Hopper and newer): what tells compute whose operands stay in cache from a spin.
+    # GPM's pipes since the previous tick, per GPU, read only on GPUs with GPM (Hopper and newer) that the
+    # tree holds and NVML cannot judge (kernels running, little memory moved: gpustate.ambiguous): what
+    # tells compute whose operands stay in cache from a spin.
     activity: tuple[GpuActivity, ...] = ()
 
     def memory_of(self, pids: frozenset[int]) -> int:

@@ -357,12 +357,13 @@ class Watch:
         that moves little memory (a GEMM in L2) is told from a spin every tick, not only at captures."""
         gpu = self.c.gpu.read()
         held = {p.gpu_index for p in gpu.processes if p.pid in members}
-        # Only where NVML cannot tell work from a spin (busy, moving little memory): a read costs 1.8 ms a
-        # GPU on an H200, 1.4 % of a core a second on eight; an idle GPU or one moving memory needs none.
+        # Only where NVML cannot tell work from a spin (kernels running, little memory moved): a read costs
+        # 1.8 ms a GPU on an H200, 1.4 % of a core a second on eight; an idle GPU or one moving memory needs
+        # none.
         held = {g.index for g in gpu.gpus if g.index in held and ambiguous(g)}
         if self.c.gpm_ticks is None or not held:
             return gpu
-        # A sample older than two ticks is a gap (the tree held no GPU meanwhile): started again, not used.
+        # A sample older than 2.5 ticks is a gap (the GPU was not read meanwhile): started again, not used.
         activity = self.c.gpm_ticks.read(held, max_interval_s=2.5 * self.interval)
         return replace(gpu, activity=activity) if activity else gpu
 
