@@ -27,7 +27,8 @@
         an engine captures, silently, repeated for S seconds, then DONE.
 
 Every mode prints one line when it starts its interesting part and writes --ready-file then. The ranks
-carry RANK and WORLD_SIZE, as torchrun's do, so hangwatch sees them as peers.
+carry RANK and WORLD_SIZE, as torchrun's do, so hangwatch sees them as peers; with --unranked they carry
+none (a producer and a consumer sharing GPU memory), and only the GPU says who waits for whom.
 """
 
 from __future__ import annotations
@@ -62,7 +63,11 @@ def launch_ipc(args: argparse.Namespace) -> None:
     children = []
     for rank in range(WORLD):
         env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(WORLD)}
+        if args.unranked:
+            # A producer and a consumer, not a group: nothing in their environment says they are peers.
+            env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
         argv = [sys.executable, __file__, "ipc-rank", "--dir", str(workdir), "--host-wait", args.host_wait]
+        argv += ["--rank", str(rank)]
         argv += ["--absent", args.absent, "--seconds", str(args.seconds)]
         argv += ["--arrive"] if args.arrive else []
         argv += ["--log"] if args.log else []
@@ -78,7 +83,7 @@ def launch_ipc(args: argparse.Namespace) -> None:
 def ipc_rank(args: argparse.Namespace) -> None:
     import cupy as cp
 
-    rank = int(os.environ["RANK"])
+    rank = args.rank
     handle_file = Path(args.dir) / "flags.handle"
     if rank == 0:
         flags = cp.zeros(WORLD + 1, dtype=cp.int32)  # + the healthy shape's last epoch
@@ -400,6 +405,10 @@ def main() -> None:
     parser.add_argument("--arrive", action="store_true", help="both ranks arrive: the healthy shape")
     parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--dir", help="(ipc-rank) where rank 0 leaves its IPC handle")
+    parser.add_argument("--rank", type=int, default=0, help="(ipc-rank) which side of the barrier it is")
+    parser.add_argument(
+        "--unranked", action="store_true", help="(ipc) the two processes carry no RANK/WORLD_SIZE: not peers"
+    )
     parser.add_argument("--ready-file")
     parser.add_argument(
         "--log",

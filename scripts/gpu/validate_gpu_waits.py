@@ -7,6 +7,8 @@ Runs ``hangwatch run`` (stacks, NVML and GPM on) over gpu_waits.py and checks:
               -> stalled, gpu-spin, culprit rank 1;
   ipc-sleep:  the same, the host polling with sleeps, rank 1 busy-spinning on the CPU instead
               -> stalled, gpu-spin, culprit rank 1;
+  ipc-poll-unranked: ipc-poll with no RANK in either process (a producer and a consumer, not a group)
+              -> stalled, gpu-spin, culprit the process that never arrives (the other one mapping the GPU);
   ipc-sync-logs: ipc-sync with rank 0 logging "still waiting (attempt N)" every 2 s from a thread
               -> stalled, gpu-spin, culprit rank 1 (a wait that logs is no progress);
   ipc-healthy: both ranks arrive, barriers and GEMMs for --seconds, silently -> ready, never stalled;
@@ -60,6 +62,8 @@ HANGS = {
     "ipc-poll": ["--host-wait", "poll", "--absent", "wait"],
     "ipc-sleep": ["--host-wait", "sleep", "--absent", "spin"],
     "ipc-sync-logs": ["--host-wait", "sync", "--absent", "wait", "--log"],
+    # No RANK in either process: the wait-for edge is the GPU memory both map (NVML's contexts), not a group.
+    "ipc-poll-unranked": ["--host-wait", "poll", "--absent", "wait", "--unranked"],
 }
 # GPU work whose host is in no synchronize (issue 23): progress from the GPU itself, never stalled.
 GPU_WORK = {"side-gemm-poll": ["--host-wait", "poll"], "gemm-blocked-launch": ["--host-wait", "launch"]}
@@ -91,7 +95,8 @@ def run_case(name: str, seconds: float) -> dict[str, Any]:
     else:
         report = hangwatch("matmul", PROGRESS, ["--seconds", str(seconds)], program=HERE / "stack_program.py")
     found = figures(report)
-    ranks = {p["pid"]: p.get("rank") for p in report.get("processes", [])}
+    # A process's side of the barrier: its RANK, else its --rank argument (the unranked shape).
+    ranks = {p["pid"]: p.get("rank") or _rank_arg(p.get("cmdline", ())) for p in report.get("processes", [])}
     found["culprit_ranks"] = [ranks.get(pid) for pid in found.get("culprits", [])]
     sm_by_rank: dict[str, list[float]] = {}
     for t in report.get("timeline", []):
@@ -109,6 +114,11 @@ def run_case(name: str, seconds: float) -> dict[str, Any]:
     found["tick_pipes_max"] = pipes
     found["stalled_events"] = [e for e in report.get("events", []) if "stall" in json.dumps(e).lower()][:5]
     return found
+
+
+def _rank_arg(cmdline: list[str] | tuple[str, ...]) -> str | None:
+    args = list(cmdline)
+    return args[args.index("--rank") + 1] if "--rank" in args[:-1] else None
 
 
 def capture_fixture(name: str, py_spy: str, out: Path) -> dict[str, Any]:

@@ -428,3 +428,37 @@ def test_gpu_wait_on_several_gpus_is_judged_on_each_rank_own_gpu(per_process_sm)
     busy = replace(gpu, processes=(GpuProcessMemory(rank0, 2, 1 << 30, sm[0]), gpu.processes[1]))
     d = diagnose(samples, [replace(t, gpu=busy) for t in loader.ticks(name, cpu_delta=0.5)])
     assert d.cause is not Cause.GPU_SPIN
+
+
+# The IPC flag barrier with no RANK in either process (H100, 2026-12-06): pid 891 polls its event, 892
+# never arrives (Event.wait), 890 is the launcher and holds no GPU memory.
+UNRANKED = "gpu_ipc_poll_unranked"
+
+
+def _unranked(processes: tuple[GpuProcessMemory, ...]) -> causes.Diagnosis:
+    gpu = replace(SPIN_GPU, processes=processes)
+    samples = loader.samples(UNRANKED, "native")
+    samples = [*samples[:-1], replace(samples[-1], gpus=(SPIN_GPM,))]
+    return diagnose(samples, [replace(t, gpu=gpu) for t in loader.ticks(UNRANKED, cpu_delta=0.5)])
+
+
+@pytest.mark.parametrize("sm", [(99.0, 0.0), (None, None)], ids=["sm-samples", "no-sm-samples"])
+def test_a_gpu_wait_with_no_ranks_ends_at_the_other_process_mapping_that_gpu(sm):
+    """No group says who the spinning kernel waits for: the wait-for edge runs through the GPU's memory,
+    to the other process holding a context on it whose kernel is not on the SMs (it never arrived)."""
+    d = _unranked((GpuProcessMemory(891, 0, 700 << 20, sm[0]), GpuProcessMemory(892, 0, 700 << 20, sm[1])))
+    assert d.cause is Cause.GPU_SPIN and d.culprits == (892,), d.explanation
+    assert "mapping GPU 0's memory" in d.explanation and "never_arrive" in d.explanation
+    assert 890 not in d.culprits  # the launcher maps no GPU: the GPU says nothing of it
+
+
+def test_a_gpu_wait_alone_on_its_gpu_or_beside_a_second_waiter_names_no_bystander():
+    """Must not fire: alone on its GPU, the waiter is the culprit as before; a process on the GPU whose own
+    kernel runs on the SMs is a second waiter, not the one waited for."""
+    alone = _unranked((GpuProcessMemory(891, 0, 700 << 20, 99.0),))
+    assert alone.cause is Cause.GPU_SPIN and alone.culprits == (891,), alone.explanation
+    assert "mapping" not in alone.explanation
+    # Its kernel on the SMs: both wait on the GPU (both named as waiters), neither is "the other mapping".
+    both = _unranked((GpuProcessMemory(891, 0, 700 << 20, 99.0), GpuProcessMemory(892, 0, 700 << 20, 40.0)))
+    assert both.cause is Cause.GPU_SPIN and set(both.culprits) == {891, 892}, both.explanation
+    assert "mapping" not in both.explanation

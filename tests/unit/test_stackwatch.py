@@ -278,3 +278,50 @@ def test_a_move_between_two_captures_the_burst_holds_in_place_does_not_date_the_
         h.add(s)
     assert h.spinning(pid)
     assert h.spin_since(pid) == 59.0, h.spin_since(pid)  # not 64.13, the second capture
+
+
+# Captured on an H100 by scripts/gpu/validate_gpu_waits.py (2026-12-06): the CUDA-IPC flag barrier with no
+# RANK in either process (a producer and a consumer, not a group). One polls its event at 100 % of a core
+# in `host_wait`; the other never arrives (`never_arrive > Event.wait`). Before: the poller's CPU counted
+# as progress for 240 s and no verdict ever came.
+UNRANKED = "gpu_ipc_poll_unranked"
+POLLER, ABSENT = 891, 892
+
+
+def _unranked_history(gpm: object, gpu_pids: tuple[int, ...] = (POLLER, ABSENT)) -> StackHistory:
+    from hangwatch.model.samples import GpuProcessMemory
+    from hangwatch.model.samples import GpuReading
+    from hangwatch.model.samples import GpuSample
+
+    # NVML reads a spin and an FMA chain alike (100 % / 0 %, low power): only GPM's pipes tell them apart.
+    reading = GpuReading(0, "NVIDIA H100 80GB HBM3", 100.0, 0.0, 2 << 30, 80 << 30, 120.0, 1980)
+    gpu = GpuSample(gpus=(reading,), processes=tuple(GpuProcessMemory(p, 0, 700 << 20) for p in gpu_pids))
+    h = StackHistory()
+    h.observe_tick(Tick(0.0, (), gpu=gpu))
+    assert h.due(now=4.0, solid_since=0.0, quiet_since=0.0)
+    captured = loader.samples(UNRANKED, "python")
+    for s in dense_burst(captured, total=8):
+        h.add(replace(s, gpus=(gpm,)) if gpm is not None else s)
+    return h
+
+
+def test_a_host_polling_a_gpu_that_spins_is_held_up_by_it_without_any_rank():
+    """The GPU is the edge: the poller waits on its GPU, whose pipes are idle (a kernel spinning on a flag).
+    Its CPU is then a spin, whatever its frames are called and with no group to say so."""
+    from hangwatch.model.samples import GpuActivity
+
+    spin_gpm = GpuActivity(0, 3.0, 100.0, 0.76, 0.0, 0.0, 0.0, 0.0, 0.0)
+    assert _unranked_history(spin_gpm).spinning(POLLER)
+
+
+def test_a_host_polling_a_gpu_that_computes_in_cache_keeps_its_cpu_as_progress():
+    """Must not fire: an FMA chain in registers reads exactly like a spin to NVML (100 % / 0 %); without
+    GPM's pipes, or with them busy, the poller's CPU is work, as before (a false stall kills the tree)."""
+    from hangwatch.model.samples import GpuActivity
+
+    fma_gpm = GpuActivity(0, 3.0, 100.0, 99.0, 0.0, 0.5, 37.4, 74.8, 0.0)  # FP32 74.8 %, integer 37.4 %
+    assert not _unranked_history(fma_gpm).spinning(POLLER)
+    assert not _unranked_history(None).spinning(POLLER)
+    # Nor a process holding no GPU memory: the GPU says nothing of it.
+    spin_gpm = GpuActivity(0, 3.0, 100.0, 0.76, 0.0, 0.0, 0.0, 0.0, 0.0)
+    assert not _unranked_history(spin_gpm, gpu_pids=()).spinning(POLLER)

@@ -673,8 +673,40 @@ def rule_gpu_spin(ctx: StackContext) -> Diagnosis | Miss | None:
                 for v in absent[:4]
             )
             text += f"; {ctx.label(culprits)} never reached the GPU wait its peers are in: {elsewhere}"
+    else:
+        mapping = _mapping_the_same_gpu(ctx, waiting)
+        if mapping:
+            culprits = tuple(v.pid for v in mapping)
+            where = "; ".join(f"{_who(v)} in {_where(v)}" for v in mapping[:4])
+            gpus = ", ".join(map(str, sorted(_gpus_of(ctx, waiting))))
+            text += (
+                f"; the other process{'es' if len(mapping) > 1 else ''} mapping GPU {gpus}'s memory, whose "
+                f"kernel is not on it, never reached a GPU wait: {where}"
+            )
     pids = tuple(dict.fromkeys((*culprits, *(v.pid for v in waiting))))
     return Diagnosis(Cause.GPU_SPIN, culprits, text + _gpu_note(ctx), ctx.confidence(*pids))
+
+
+def _gpus_of(ctx: StackContext, views: Sequence[ProcessView]) -> set[int]:
+    pids = {v.pid for v in views}
+    return {p.gpu_index for p in (ctx.gpu.processes if ctx.gpu is not None else ()) if p.pid in pids}
+
+
+def _mapping_the_same_gpu(ctx: StackContext, waiting: Sequence[ProcessView]) -> list[ProcessView]:
+    """Where no rank says who the GPU wait is for: the other processes of the tree holding a context on
+    the waiting ones' GPUs (NVML), whose own kernel is not on the SMs. A spinning kernel waits for memory
+    that another process writes, and a process can only write GPU memory it maps: on one host, the
+    processes sharing the GPU (a producer and a consumer through CUDA IPC, validated on an H100). One
+    with its own kernel on the SMs is a second waiter, not the one waited for."""
+    gpus = _gpus_of(ctx, waiting)
+    if not gpus or ctx.gpu is None:
+        return []
+    inside = {v.pid for v in waiting}
+    on_sms = {p.pid for p in ctx.gpu.processes if (p.sm_util_pct or 0.0) > 0.0}
+    sharing = {p.pid for p in ctx.gpu.processes if p.gpu_index in gpus} - inside - on_sms
+    return [
+        v for v in ctx.views if v.pid in sharing and (v.outcome is DumpOutcome.OK or v.outcome in _UNREAD)
+    ]
 
 
 # A host that polls the GPU (an event query in a loop, with or without sleeps) uses some CPU; a rank

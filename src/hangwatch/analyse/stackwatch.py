@@ -44,6 +44,7 @@ from hangwatch.analyse.waitgraph import WaitGraph
 from hangwatch.analyse.waitgraph import wait_graph
 from hangwatch.model.samples import STOPPED_STATES
 from hangwatch.model.samples import ExitRecord
+from hangwatch.model.samples import GpuActivity
 from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import DumpOutcome
@@ -313,7 +314,27 @@ class StackHistory:
                 return True
         if any(v.outcome is DumpOutcome.STOPPED or v.state in STOPPED_STATES for v in others):
             return True
+        if self._waits_for_spinning_gpu(view.pid):
+            return True
         return view.peer and any(v.peer and v.blocked for v in others)
+
+    def _waits_for_spinning_gpu(self, pid: int) -> bool:
+        """Its GPU is busy doing nothing, as GPM's pipes measure it: the host burning in place polls a
+        kernel that waits (a flag only another process can set), whatever its frames are called, and
+        with no rank to say so (a producer and a consumer sharing GPU memory through CUDA IPC: the poller
+        counted as progress for 240 s on an H100, 2026-12-06). Only from GPM's pipes: NVML's utilisation
+        alone reads an FMA chain in registers as a spin, and that host's CPU must stay progress."""
+        own = gpus_of(self._gpu, pid)
+        if own is None:
+            return False
+        measured = [a for a in self._gpm_readings() if a.index in own]
+        return bool(measured) and gpu_state(None, measured, own) == "spinning"
+
+    def _gpm_readings(self) -> tuple[GpuActivity, ...]:
+        """GPM's pipes: the latest capture's, else the loop's own reading of this tick."""
+        if self._solid and self._solid[-1].gpus:
+            return self._solid[-1].gpus
+        return self._gpu.activity if self._gpu is not None else ()
 
     def _waits_for_working_gpu(self, pid: int, view: ProcessView) -> bool:
         """A host thread parked in place while the GPU works hard is waiting for real work (a long
