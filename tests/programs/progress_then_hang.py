@@ -5,6 +5,7 @@ then writes ``--ready-file`` (its mtime marks the start of the stall) and hangs 
 state S, no CPU, no I/O. With ``--waiting-line TEXT`` the hung process still prints ``TEXT`` every
 ``--waiting-every`` seconds, like vLLM's ``No available shared memory broadcast block found in 60
 seconds...`` lines from a process that is itself waiting on a stuck peer: output that is not progress.
+With ``--resume-after S`` it is silent for S seconds only, then progresses again for good.
 
 Example::
 
@@ -30,6 +31,12 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between progress lines")
     parser.add_argument("--waiting-line", metavar="TEXT", help="line to print periodically while hung")
     parser.add_argument("--waiting-every", type=float, default=60.0, help="period of --waiting-line")
+    parser.add_argument(
+        "--resume-after",
+        type=float,
+        metavar="S",
+        help="after S seconds silent, progress again for good (a long GC, a late peer): a stall that ends",
+    )
     add_ready_file_arg(parser)
     args = parser.parse_args()
 
@@ -41,6 +48,14 @@ def main() -> None:
             # Absolute schedule: the line rate does not drift with print cost.
             time.sleep(max(0.0, start + step * args.interval - time.monotonic()))
     write_ready(args.ready_file)
+    if args.resume_after is not None:
+        time.sleep(args.resume_after)
+        step = 0
+        while True:  # real work between the lines (about 0.2 s of CPU): a loop that only slept and printed
+            step += 1  # would be a wait that logs, a heartbeat
+            done = sum(i * i for i in range(2_000_000 + step))
+            log(f"progress again: step {step} ({done % 997})")
+            time.sleep(args.interval)
     if not args.waiting_line:
         block_forever()
     hung_at = time.monotonic()

@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "hangwatch"
 LEAVES = {"hangwatch", "errors", "redact", "words"}
 # One module or package per command; nodes/ is the ``collect`` command's and ``stacks --hosts``' (a module
 # named ``collect`` would shadow collect/).
-COMMANDS = {"run", "attach", "stacks", "cleanup", "doctor", "bench", "isolate", "demo", "nodes"}
+COMMANDS = {"run", "attach", "stacks", "cleanup", "doctor", "bench", "isolate", "demo", "nodes", "sidecar"}
 BELOW_COMMANDS = {"model", "collect", "transports", "engines", "analyse", "render", "supervise"}
 # What each part may import besides itself and the leaves. The commands sit on top of supervise/;
 # cli/ on top of everything.
@@ -35,6 +35,8 @@ ALLOWED: dict[str, set[str]] = {
 # the bundled story.
 ALLOWED["run"] |= {"doctor"}
 ALLOWED["demo"] |= {"run"}
+# The sidecar (``hangwatch watch``) is attach's read-only watch kept running, its reading served over HTTP.
+ALLOWED["sidecar"] |= {"attach"}
 # Across nodes the watch is the assessor's over merged evidence, not supervise/'s local session: nodes/
 # reaches the nodes (transports/) and analyses what comes back, and never launches or signals anything.
 ALLOWED["nodes"] -= {"supervise"}

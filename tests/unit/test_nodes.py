@@ -296,7 +296,7 @@ def test_texts_show_each_nodes_own_pid() -> None:
 
 def test_other_collectors_and_their_clients_are_never_the_server() -> None:
     """Two streams on one host (two aliases, two pods of one machine) must not select each other."""
-    from hangwatch.nodes.collector import is_collector
+    from hangwatch.collect.proctree import is_collector
 
     assert is_collector(["ssh", "-T", "--", "n1", "'/opt/v/bin/hangwatch' collect --match 'sglang::'"])
     assert is_collector(["kubectl", "exec", "-i", "p", "-c", "c", "--", "hangwatch", "collect", "--stream"])

@@ -1,5 +1,5 @@
-"""The command line: ``hangwatch run``, ``attach``, ``stacks``, ``collect``, ``doctor``, ``cleanup``,
-``bench``, ``isolate``, ``history``, ``demo``.
+"""The command line: ``hangwatch run``, ``attach``, ``watch``, ``probe``, ``stacks``, ``collect``,
+``doctor``, ``cleanup``, ``bench``, ``isolate``, ``history``, ``demo``.
 
 ``main(argv) -> int`` returns the exit code so tests can call it directly; errors a user can act
 on are ``HangwatchError`` subclasses, caught here and only here.
@@ -24,6 +24,8 @@ from hangwatch.cli.history import HistoryCommand
 from hangwatch.cli.isolate import IsolateCommand
 from hangwatch.cli.run import RunCommand
 from hangwatch.cli.stacks import StacksCommand
+from hangwatch.cli.watch import ProbeCommand
+from hangwatch.cli.watch import WatchCommand
 from hangwatch.errors import HangwatchError
 from hangwatch.errors import UsageError
 from hangwatch.model.vocabulary import USAGE_EXIT_CODE
@@ -34,6 +36,8 @@ from hangwatch.render.files import report_on_stdout
 COMMANDS: tuple[Command, ...] = (
     RunCommand(),
     AttachCommand(),
+    WatchCommand(),
+    ProbeCommand(),
     StacksCommand(),
     CollectCommand(),
     DoctorCommand(),
@@ -62,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Exit codes (run, attach): 0 ready or clean exit, 2 usage error, 3 stalled, 4 crashed, "
             "5 timeout, "
             "130 interrupted. doctor: 0 pass, 1 warnings, 3 failures. "
-            "isolate: 0 a change makes it boot, 1 none found or inconclusive."
+            "isolate: 0 a change makes it boot, 1 none found or inconclusive. "
+            "watch: 0 once stopped. probe: 0 passes, 1 fails."
         ),
     )
     parser.add_argument("--version", action="version", version=f"hangwatch {__version__}")

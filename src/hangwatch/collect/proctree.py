@@ -10,6 +10,7 @@ reparented (pid reuse is ruled out by its start time).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Sequence
@@ -543,3 +544,59 @@ def check_target(
             f"{target}: {which(ours[0])} is {who}: its tree contains hangwatch itself",
             "Give the pid of the server's main (launcher) process, and run hangwatch from outside its tree.",
         )
+
+
+def _ancestors(pid: int, root: Path) -> set[int]:
+    """Our own chain up to init: the ssh session's shell has ``--match``'s pattern in its command line."""
+    out = set()
+    while pid > 1 and pid not in out:
+        out.add(pid)
+        stat = procfs.read_stat(pid, root)
+        if stat is None:
+            break
+        pid = stat.ppid
+    return out
+
+
+# A hangwatch collector's command line, or a transport client's that starts one (``ssh NODE 'hangwatch'
+# collect --match ...``, ``kubectl exec ... -- hangwatch collect``, ``srun ... python -m hangwatch collect``),
+# the controller's own (``hangwatch attach --hosts ... --match``, run on one of the nodes), or a sidecar's
+# (``hangwatch watch --match``): they carry the --match pattern, and are never the server.
+_COLLECTOR = re.compile(r"hangwatch\S*\s+(?:collect|attach|stacks|watch)(?:\s|$)")
+
+
+def is_collector(cmdline: tuple[str, ...] | list[str]) -> bool:
+    return bool(_COLLECTOR.search(" ".join(cmdline)))
+
+
+def matching_roots(pattern: re.Pattern[str], root: Path = procfs.PROC) -> list[int]:
+    """The roots of the trees whose command line or title matches: the topmost matching processes, never
+    hangwatch itself, its own chain, its children or another hangwatch that carries the pattern."""
+    ours = _ancestors(os.getpid(), root)
+    parents: dict[int, int] = {}
+    matched: set[int] = set()
+    for pid in procfs.list_pids(root):
+        stat = procfs.read_stat(pid, root)
+        if stat is None:
+            continue
+        parents[pid] = stat.ppid
+        if pid in ours or stat.ppid == os.getpid():
+            continue
+        cmdline = procfs.read_cmdline(pid, root) or ()
+        if is_collector(cmdline):
+            continue  # another collector (a second stream on this host), or the client that started it
+        title = procfs.process_title(cmdline, stat.comm)
+        if pattern.search(title) or pattern.search(" ".join(cmdline)):
+            matched.add(pid)
+
+    def under_another(pid: int) -> bool:
+        seen = set()
+        parent = parents.get(pid, 0)
+        while parent > 1 and parent not in seen:
+            if parent in matched:
+                return True
+            seen.add(parent)
+            parent = parents.get(parent, 0)
+        return False
+
+    return sorted(p for p in matched if not under_another(p))

@@ -32,6 +32,7 @@ from hangwatch.collect.logtail import FileLog
 from hangwatch.collect.logtail import clean_text
 from hangwatch.collect.nvml import GpuSource
 from hangwatch.collect.proctree import TreeSampler
+from hangwatch.collect.proctree import matching_roots
 from hangwatch.collect.proctree import own_processes
 from hangwatch.collect.stacks import StackDumper
 from hangwatch.engines import sglang
@@ -333,29 +334,6 @@ def has_sys_ptrace(status: str) -> bool | None:
     return None
 
 
-def _ancestors(pid: int, root: Path) -> set[int]:
-    """Our own chain up to init: the ssh session's shell has ``--match``'s pattern in its command line."""
-    out = set()
-    while pid > 1 and pid not in out:
-        out.add(pid)
-        stat = procfs.read_stat(pid, root)
-        if stat is None:
-            break
-        pid = stat.ppid
-    return out
-
-
-# A hangwatch collector's command line, or a transport client's that starts one (``ssh NODE 'hangwatch'
-# collect --match ...``, ``kubectl exec ... -- hangwatch collect``, ``srun ... python -m hangwatch collect``),
-# or the controller's own (``hangwatch attach --hosts ... --match``, run on one of the nodes): they carry
-# the --match pattern, and are never the server.
-_COLLECTOR = re.compile(r"hangwatch\S*\s+(?:collect|attach|stacks)(?:\s|$)")
-
-
-def is_collector(cmdline: tuple[str, ...] | list[str]) -> bool:
-    return bool(_COLLECTOR.search(" ".join(cmdline)))
-
-
 def select_roots(options: CollectOptions, root: Path, errors: list[BundleError]) -> tuple[list[int], str]:
     """The roots of the server's trees on this node: the topmost matching processes, never ourselves."""
     if options.pids:
@@ -373,34 +351,7 @@ def select_roots(options: CollectOptions, root: Path, errors: list[BundleError])
     except re.error as exc:
         errors.append(BundleError("select", f"--match is not a regular expression: {exc}"))
         return [], selector
-    ours = _ancestors(os.getpid(), root)
-    parents: dict[int, int] = {}
-    matched: set[int] = set()
-    for pid in procfs.list_pids(root):
-        stat = procfs.read_stat(pid, root)
-        if stat is None:
-            continue
-        parents[pid] = stat.ppid
-        if pid in ours or stat.ppid == os.getpid():
-            continue
-        cmdline = procfs.read_cmdline(pid, root) or ()
-        if is_collector(cmdline):
-            continue  # another collector (a second stream on this host), or the client that started it
-        title = procfs.process_title(cmdline, stat.comm)
-        if pattern.search(title) or pattern.search(" ".join(cmdline)):
-            matched.add(pid)
-
-    def under_another(pid: int) -> bool:
-        seen = set()
-        parent = parents.get(pid, 0)
-        while parent > 1 and parent not in seen:
-            if parent in matched:
-                return True
-            seen.add(parent)
-            parent = parents.get(parent, 0)
-        return False
-
-    roots = sorted(p for p in matched if not under_another(p))
+    roots = matching_roots(pattern, root)
     if not roots:
         errors.append(BundleError("select", f"no process matches {options.match!r} on this node"))
     return roots, selector

@@ -149,6 +149,8 @@ class Recorder:
             half = len(self.timeline) // 2
             self.timeline = self.timeline[:half:2] + self.timeline[half:]
         self.probes.extend(tick.probes)
+        if len(self.probes) > MAX_TIMELINE_TICKS:  # a sidecar watches for days: the latest are kept
+            del self.probes[: len(self.probes) - MAX_TIMELINE_TICKS]
         for p in tick.processes:
             old = self.processes.get(p.pid)
             self.processes[p.pid] = ProcessRecord(
@@ -205,6 +207,10 @@ class Watch:
         self.clock = clock
         self.interval = interval_s
         self.on_members = on_members
+        # Hears every tick and the status the analysis gave it (the sidecar keeps its reading from them).
+        self.on_status: Callable[[Tick, Status], None] | None = None
+        self.captures = 0  # stack captures taken, and their total time: what watching costs the tree
+        self.capture_s = 0.0
         self.resumed: list[str] = []  # processes a dump left stopped and we resumed (for the notes)
         self.late: list[float] = []  # how late each tick that came a whole interval or more late was
         self.recorder = Recorder()
@@ -303,6 +309,8 @@ class Watch:
             if self.on_members is not None:
                 self.on_members(self.c.tree.identities())
             status = self.assessor.status()
+            if self.on_status is not None:
+                self.on_status(tick, status)
             if status.ask and self.c.own is not None:
                 self.c.own.ask()
             self._show(tick, status)
@@ -337,6 +345,8 @@ class Watch:
         assert self.c.stacks is not None
         # Stamped with the tick's time so that samples stay on the tick grid ("2 s apart" is 2 ticks).
         sample = self.c.stacks.capture(tick.processes, tick.t, native=request is StackRequest.NATIVE)
+        self.captures += 1
+        self.capture_s += sample.elapsed_s
         if self.c.gpm is not None:
             sample = replace(sample, gpus=self.c.gpm.read(), gpm_unavailable=self.c.gpm.unavailable)
         for p in sample.processes:

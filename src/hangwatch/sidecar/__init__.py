@@ -1,0 +1,1 @@
+"""The sidecar: ``hangwatch watch`` keeps a rolling verdict and serves it to orchestrators and Prometheus."""

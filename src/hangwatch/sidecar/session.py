@@ -1,0 +1,168 @@
+"""``hangwatch watch``: one long watch over a server's tree, its reading served over HTTP.
+
+The same read-only watch as ``attach`` (the same assessor, never a signal), but it never ends by itself:
+a stall is a reading that stands until the tree progresses again, and the watch goes on. The moment a
+stall is reached, its evidence (the report with the stacks, the GPU and the log that made it) is written
+into the evidence folder, before an orchestrator acting on the failed probe restarts the pod.
+
+The target is a pid, or the topmost process whose command line matches ``--match``; with a pattern and
+no such process yet (the sidecar started before the server), it waits for one, the probes passing open
+meanwhile. When the whole tree has ended, the last reading stays served until the sidecar is stopped.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from hangwatch.analyse.health import HealthTracker
+from hangwatch.attach import Attached
+from hangwatch.attach import AttachOptions
+from hangwatch.attach import attached_report
+from hangwatch.attach import watching
+from hangwatch.collect import procfs
+from hangwatch.collect.proctree import matching_roots
+from hangwatch.errors import UsageError
+from hangwatch.model.health import Reading
+from hangwatch.model.report import Verdict
+from hangwatch.model.samples import Tick
+from hangwatch.model.status import Status
+from hangwatch.model.vocabulary import State
+from hangwatch.redact import redact_argv
+from hangwatch.render.json_report import write_report
+from hangwatch.sidecar.server import HealthBoard
+from hangwatch.sidecar.server import HealthServer
+from hangwatch.supervise.plan import WatchOptions
+from hangwatch.supervise.signals import handling
+
+# How many stalls' evidence one sidecar keeps: a tree that stalls and recovers all day must not fill the
+# disk. The first ones are kept (the first stall is the one to read), and the latest.
+EVIDENCE_KEPT = 20
+
+
+@dataclass(frozen=True)
+class SidecarOptions:
+    watch: WatchOptions
+    pid: int | None
+    match: re.Pattern[str] | None
+    host: str
+    port: int
+    log: Path | None
+    evidence_dir: Path
+    whole_machine: bool = False
+
+
+class Sidecar:
+    """The board the server reads, the tracker that fills it, and the stop every wait listens to."""
+
+    def __init__(self, options: SidecarOptions) -> None:
+        self.options = options
+        self.board = HealthBoard()
+        self.stop = threading.Event()
+        pattern = options.match.pattern if options.match is not None else ""
+        target = f"pid {options.pid}" if options.pid is not None else f"match {pattern!r}"
+        self.tracker = HealthTracker(target, options.watch.interval)
+        self.evidence: list[Path] = []
+        self._gone = False
+
+    def find_target(self) -> int | None:
+        """The pid to watch; with a pattern, the first match, waited for (None: stopped while waiting)."""
+        o = self.options
+        if o.pid is not None:
+            return o.pid
+        assert o.match is not None
+        said = False
+        while not self.stop.is_set():
+            roots = matching_roots(o.match)
+            if roots:
+                return _oldest(roots)
+            self.board.set(self.tracker.waiting(f"no process matches {o.match.pattern!r} yet"))
+            if not said:
+                print(f"hangwatch watch: waiting for a process matching {o.match.pattern!r}", flush=True)
+                said = True
+            self.stop.wait(o.watch.interval)
+        return None
+
+    def watch(self, pid: int) -> None:
+        o = self.options
+        log = o.log if o.log is not None and o.log.is_file() else None  # else its stdout's file, if one
+        attach = AttachOptions(o.watch, pid, window=0.0, log=log, whole_machine=o.whole_machine)
+        with watching(attach, continuous=True) as a:
+            self.tracker.target = f"pid {pid} ({' '.join(redact_argv(a.cmdline))[:200]})"
+            a.watch.on_status = lambda tick, status: self._observe(a, tick, status)
+            a.watch.stop_requested = self.stop
+            a.watch.view.event(f"watching pid {pid} ({a.plan.profile.name}), read-only, until stopped")
+            a.watch.run(lambda v: self._gone, on_change=lambda v, t: self._changed(a, pid, v, t))
+
+    def _observe(self, a: Attached, tick: Tick, status: Status) -> None:
+        spans = a.watch.assessor.phases.spans(tick.t)
+        phases = tuple((s.name, (s.end if s.end is not None else tick.t) - s.start) for s in spans)
+        health = self.tracker.observe(
+            tick, status, phases=phases, captures=a.watch.captures, capture_s=a.watch.capture_s
+        )
+        self.board.set(health)
+        # The tree has ended: the loop stops, and its last reading stays served.
+        self._gone = not tick.processes and health.reading in (Reading.CRASHED, Reading.EXITED)
+
+    def _changed(self, a: Attached, pid: int, verdict: Verdict | None, t: float) -> bool:
+        """A new verdict stands (None: the tree progresses again). A stall's evidence is written now, while
+        the tree is still there to read; said in one line by the watch's own view."""
+        if verdict is None or verdict.state is not State.STALLED:
+            return False
+        n = self.tracker.stalls
+        if n > EVIDENCE_KEPT and self.evidence:
+            self.evidence.pop(EVIDENCE_KEPT // 2).unlink(missing_ok=True)
+        path = self.options.evidence_dir / f"stall-{n}-at-{t:.0f}s.json"
+        try:
+            self.options.evidence_dir.mkdir(parents=True, exist_ok=True)
+            write_report(attached_report(a, a.watch.name_kernels(verdict), pid), path)
+            self.evidence.append(path)
+            a.watch.view.event(f"{t:.1f}s evidence of the stall written to {path}")
+        except OSError as exc:
+            a.watch.view.event(
+                f"{t:.1f}s could not write the stall's evidence to {path}: {exc.strerror or exc}"
+            )
+        return False
+
+
+def _oldest(pids: list[int]) -> int:
+    """Of several matching trees, the one started first (the server, not a later helper's tree)."""
+    started = {p: s.starttime_ticks for p in pids if (s := procfs.read_stat(p)) is not None}
+    return min(started, key=lambda p: (started[p], p)) if started else pids[0]
+
+
+def run_sidecar(options: SidecarOptions) -> int:
+    """Serve until stopped (SIGTERM, SIGINT, SIGHUP); 0 then."""
+    car = Sidecar(options)
+    try:
+        server = HealthServer(options.host, options.port, car.board)
+    except OSError as exc:
+        raise UsageError(
+            f"--listen {options.host}:{options.port}: {exc.strerror or exc}",
+            "Give another port (--listen HOST:PORT), or stop what listens there.",
+        ) from None
+    server.start()
+    host, port = server.address
+    print(
+        f"hangwatch watch: serving http://{host}:{port}/ (startup, live, ready, verdict, metrics)", flush=True
+    )
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        car.stop.set()
+
+    try:
+        with handling(stop):
+            pid = car.find_target()
+            if pid is not None:
+                car.watch(pid)
+            while not car.stop.wait(3600):  # the tree has ended: its last reading stays served
+                pass
+    finally:
+        server.close()
+    print(f"hangwatch watch: stopped at {time.strftime('%H:%M:%S')}", file=sys.stderr, flush=True)
+    return 0
