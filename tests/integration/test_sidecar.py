@@ -109,6 +109,12 @@ def test_a_hang_fails_startup_keeps_liveness_and_leaves_its_evidence(tmp_path):
             evidence = wait_until(lambda: list((tmp_path / "evidence").glob("stall-1-*.json")), 10)
             report = json.loads(evidence[0].read_text())
             assert report["verdict"]["state"] == "stalled" and report["stacks"], report["verdict"]
+            # A preStop hook's dump: the whole report again, now, its path said.
+            dumped = subprocess.run(hangwatch_argv("dump", "--url", base), capture_output=True, text=True)
+            assert dumped.returncode == 0, dumped.stdout + dumped.stderr
+            path = Path(dumped.stdout.strip())
+            assert path.parent == tmp_path / "evidence" and path.name.startswith("dump-"), path
+            assert json.loads(path.read_text())["verdict"]["state"] == "stalled"
         assert server.poll() is None  # never signalled: still there after the sidecar stopped
 
 

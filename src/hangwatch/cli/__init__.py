@@ -1,5 +1,5 @@
-"""The command line: ``hangwatch run``, ``attach``, ``watch``, ``probe``, ``stacks``, ``collect``,
-``doctor``, ``cleanup``, ``bench``, ``isolate``, ``history``, ``demo``.
+"""The command line: ``hangwatch run``, ``attach``, ``watch``, ``probe``, ``dump``, ``stacks``,
+``collect``, ``doctor``, ``cleanup``, ``bench``, ``isolate``, ``history``, ``demo``.
 
 ``main(argv) -> int`` returns the exit code so tests can call it directly; errors a user can act
 on are ``HangwatchError`` subclasses, caught here and only here.
@@ -24,6 +24,7 @@ from hangwatch.cli.history import HistoryCommand
 from hangwatch.cli.isolate import IsolateCommand
 from hangwatch.cli.run import RunCommand
 from hangwatch.cli.stacks import StacksCommand
+from hangwatch.cli.watch import DumpCommand
 from hangwatch.cli.watch import ProbeCommand
 from hangwatch.cli.watch import WatchCommand
 from hangwatch.errors import HangwatchError
@@ -38,6 +39,7 @@ COMMANDS: tuple[Command, ...] = (
     AttachCommand(),
     WatchCommand(),
     ProbeCommand(),
+    DumpCommand(),
     StacksCommand(),
     CollectCommand(),
     DoctorCommand(),
@@ -67,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
             "5 timeout, "
             "130 interrupted. doctor: 0 pass, 1 warnings, 3 failures. "
             "isolate: 0 a change makes it boot, 1 none found or inconclusive. "
-            "watch: 0 once stopped. probe: 0 passes, 1 fails."
+            "watch: 0 once stopped. probe: 0 passes, 1 fails. dump: 0 written, 1 not."
         ),
     )
     parser.add_argument("--version", action="version", version=f"hangwatch {__version__}")

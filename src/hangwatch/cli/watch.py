@@ -1,4 +1,4 @@
-"""The ``watch`` (sidecar) and ``probe`` commands."""
+"""The ``watch`` (sidecar), ``probe`` and ``dump`` commands."""
 
 from __future__ import annotations
 
@@ -140,5 +140,38 @@ class ProbeCommand:
         if not args.url.startswith("http://"):
             raise UsageError(f"--url {args.url!r}: the sidecar serves plain http://HOST:PORT")
         reply = ask(args.url, KINDS[args.kind], args.timeout)
+        print(reply.line, flush=True)
+        return reply.exit_code
+
+
+class DumpCommand:
+    """Ask a running `hangwatch watch` sidecar to write its whole report now: for a preStop hook.
+
+    The report (the reading, the standing verdict or the state so far, stacks, GPU readings, the log's
+    tail) goes to the sidecar's --evidence-dir; its path is printed. Exit 0 when written, 1 otherwise.
+    """
+
+    name = "dump"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--url",
+            default=f"http://{DEFAULT_LISTEN}",
+            help=f"the sidecar's address (default: http://{DEFAULT_LISTEN})",
+        )
+        parser.add_argument(
+            "--timeout",
+            type=seconds("--timeout"),
+            default=20.0,
+            metavar="S",
+            help="give up after S seconds (default: 20; the sidecar waits up to 15 s for its loop)",
+        )
+
+    def run(self, args: argparse.Namespace) -> int:
+        from hangwatch.sidecar.client import dump
+
+        if not args.url.startswith("http://"):
+            raise UsageError(f"--url {args.url!r}: the sidecar serves plain http://HOST:PORT")
+        reply = dump(args.url, args.timeout)
         print(reply.line, flush=True)
         return reply.exit_code

@@ -1,4 +1,4 @@
-"""``hangwatch probe``: the exec-probe client of the sidecar, for manifests that prefer exec probes.
+"""``hangwatch probe`` and ``hangwatch dump``: the sidecar's clients, for exec probes and preStop hooks.
 
 It asks the sidecar's endpoint and exits 0 when it passes, 1 when it fails; its output is one line under
 ``OUTPUT_BYTES`` (the kubelet keeps a probe's output in the pod's events), and it gives up after a hard
@@ -45,6 +45,23 @@ def ask(base_url: str, kind: ProbeKind, timeout_s: float) -> ProbeReply:
             return ProbeReply(False, _cut(f"{kind.value}: not ready: {trouble}"))
         return ProbeReply(
             True, _cut(f"{kind.value}: passing open: {trouble}; hangwatch's own trouble never fails it")
+        )
+    finally:
+        conn.close()
+
+
+def dump(base_url: str, timeout_s: float) -> ProbeReply:
+    """Ask the sidecar to write its whole report now (a preStop hook, before the pod goes): its path."""
+    parts = urlsplit(base_url)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=timeout_s)
+    try:
+        conn.request("POST", "/dump", headers={"Connection": "close", "Content-Length": "0"})
+        reply = conn.getresponse()
+        said = reply.read(OUTPUT_BYTES).decode("utf-8", "replace").strip()
+        return ProbeReply(reply.status == 200, _cut(said or f"HTTP {reply.status}"))
+    except (OSError, http.client.HTTPException) as exc:
+        return ProbeReply(
+            False, _cut(f"the sidecar at {base_url} did not answer ({exc.__class__.__name__}: {exc})")
         )
     finally:
         conn.close()

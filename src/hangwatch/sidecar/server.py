@@ -8,6 +8,8 @@ probes need ``--listen 0.0.0.0:PORT``).
     /startup  /live  /ready   200 or 503, one line of text: why
     /verdict                  the reading and the standing verdict, JSON (schema hangwatch.health/1)
     /metrics                  Prometheus text
+    /dump (POST, or GET for a preStop httpGet hook)
+                              the whole report written to the evidence folder now; its path, one line
 """
 
 from __future__ import annotations
@@ -36,20 +38,45 @@ PATHS: dict[str, ProbeKind] = {
     "/ready": ProbeKind.READINESS,
     "/readyz": ProbeKind.READINESS,
 }
-INDEX = "hangwatch sidecar: /startup /live /ready /verdict /metrics\n"
+INDEX = "hangwatch sidecar: /startup /live /ready /verdict /metrics /dump\n"
+# How long a dump request waits for the loop: a tick (1 s), a capture of a large tree (2-3 s) and the write.
+DUMP_WAIT_S = 15.0
 
 
 class HealthBoard:
-    """The latest reading, swapped whole (one reference: readers never see half a reading)."""
+    """The latest reading, swapped whole (one reference: readers never see half a reading), and the desk
+    where a dump is asked for: the loop's own thread writes it (the analysis is not shared across
+    threads), the asking thread waits for the answer."""
 
     def __init__(self) -> None:
         self._health: Health | None = None
+        self._lock = threading.Lock()  # one dump at a time
+        self._asked = threading.Event()
+        self._done = threading.Event()
+        self._answer = ""
 
     def set(self, health: Health) -> None:
         self._health = health
 
     def get(self) -> Health | None:
         return self._health
+
+    def ask_dump(self, timeout_s: float) -> str | None:
+        """The loop's answer (the report's path, or why not), None when no loop took it in time."""
+        with self._lock:
+            self._done.clear()
+            self._asked.set()
+            answered = self._done.wait(timeout_s)
+            self._asked.clear()
+            return self._answer if answered else None
+
+    def dump_asked(self) -> bool:
+        return self._asked.is_set()
+
+    def dumped(self, answer: str) -> None:
+        self._answer = answer
+        self._asked.clear()
+        self._done.set()
 
 
 def _handler(board: HealthBoard, wall: Callable[[], float]) -> type[BaseHTTPRequestHandler]:
@@ -67,6 +94,8 @@ def _handler(board: HealthBoard, wall: Callable[[], float]) -> type[BaseHTTPRequ
             elif path == "/verdict":
                 data = {"schema": HEALTH_SCHEMA, "health": report_to_dict(health) if health else None}
                 self._send(200, "application/json", json_text(data))
+            elif path == "/dump":
+                self._dump()
             elif path == "/":
                 self._send(200, "text/plain; charset=utf-8", INDEX)
             else:
@@ -74,6 +103,21 @@ def _handler(board: HealthBoard, wall: Callable[[], float]) -> type[BaseHTTPRequ
 
         def do_HEAD(self) -> None:
             self.do_GET()
+
+        def do_POST(self) -> None:
+            if urlsplit(self.path).path.rstrip("/") == "/dump":
+                self._dump()
+            else:
+                self._send(404, "text/plain; charset=utf-8", "only /dump takes a POST\n")
+
+        def _dump(self) -> None:
+            said = board.ask_dump(DUMP_WAIT_S)
+            if said is None:
+                self._send(
+                    503, "text/plain; charset=utf-8", "no watch running to dump (none yet, or it ended)\n"
+                )
+            else:
+                self._send(200 if said.startswith("/") else 500, "text/plain; charset=utf-8", f"{said}\n")
 
         def _send(self, status: int, kind: str, text: str) -> None:
             body = text.encode("utf-8", "replace")

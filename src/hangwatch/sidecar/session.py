@@ -40,8 +40,8 @@ from hangwatch.sidecar.server import HealthServer
 from hangwatch.supervise.plan import WatchOptions
 from hangwatch.supervise.signals import handling
 
-# How many stalls' evidence one sidecar keeps: a tree that stalls and recovers all day must not fill the
-# disk. The first ones are kept (the first stall is the one to read), and the latest.
+# How many evidence files (stalls, dumps) one sidecar keeps: a tree that stalls and recovers all day must
+# not fill the disk. The first ones are kept (the first stall is the one to read), and the latest.
 EVIDENCE_KEPT = 20
 
 
@@ -68,6 +68,7 @@ class Sidecar:
         target = f"pid {options.pid}" if options.pid is not None else f"match {pattern!r}"
         self.tracker = HealthTracker(target, options.watch.interval)
         self.evidence: list[Path] = []
+        self.pid = 0  # the tree's root, once found
         self._gone = False
 
     def find_target(self) -> int | None:
@@ -90,6 +91,7 @@ class Sidecar:
 
     def watch(self, pid: int) -> None:
         o = self.options
+        self.pid = pid
         log = o.log if o.log is not None and o.log.is_file() else None  # else its stdout's file, if one
         attach = AttachOptions(o.watch, pid, window=0.0, log=log, whole_machine=o.whole_machine)
         with watching(attach, continuous=True) as a:
@@ -97,7 +99,7 @@ class Sidecar:
             a.watch.on_status = lambda tick, status: self._observe(a, tick, status)
             a.watch.stop_requested = self.stop
             a.watch.view.event(f"watching pid {pid} ({a.plan.profile.name}), read-only, until stopped")
-            a.watch.run(lambda v: self._gone, on_change=lambda v, t: self._changed(a, pid, v, t))
+            a.watch.run(lambda v: self._gone, on_change=lambda v, t: self._changed(a, v, t))
 
     def _observe(self, a: Attached, tick: Tick, status: Status) -> None:
         spans = a.watch.assessor.phases.spans(tick.t)
@@ -106,28 +108,37 @@ class Sidecar:
             tick, status, phases=phases, captures=a.watch.captures, capture_s=a.watch.capture_s
         )
         self.board.set(health)
+        if self.board.dump_asked():
+            self.board.dumped(self._dump(a, tick.t, "dump"))
         # The tree has ended: the loop stops, and its last reading stays served.
         self._gone = not tick.processes and health.reading in (Reading.CRASHED, Reading.EXITED)
 
-    def _changed(self, a: Attached, pid: int, verdict: Verdict | None, t: float) -> bool:
+    def _changed(self, a: Attached, verdict: Verdict | None, t: float) -> bool:
         """A new verdict stands (None: the tree progresses again). A stall's evidence is written now, while
         the tree is still there to read; said in one line by the watch's own view."""
-        if verdict is None or verdict.state is not State.STALLED:
-            return False
-        n = self.tracker.stalls
-        if n > EVIDENCE_KEPT and self.evidence:
+        if verdict is not None and verdict.state is State.STALLED:
+            self._dump(a, t, f"stall-{self.tracker.stalls}", a.watch.name_kernels(verdict))
+        return False
+
+    def _dump(self, a: Attached, t: float, name: str, verdict: Verdict | None = None) -> str:
+        """The whole report as it stands, written to the evidence folder: its path, or why it was not."""
+        if verdict is None:
+            standing = self.board.get()
+            verdict = standing.verdict if standing is not None else None
+        if verdict is None:  # nothing decided: the watch's state so far, as a stop would say it
+            verdict = a.watch.assessor.interrupted("a dump was asked for (hangwatch dump)")
+        if len(self.evidence) >= EVIDENCE_KEPT:
             self.evidence.pop(EVIDENCE_KEPT // 2).unlink(missing_ok=True)
-        path = self.options.evidence_dir / f"stall-{n}-at-{t:.0f}s.json"
+        path = self.options.evidence_dir / f"{name}-at-{t:.0f}s.json"
         try:
             self.options.evidence_dir.mkdir(parents=True, exist_ok=True)
-            write_report(attached_report(a, a.watch.name_kernels(verdict), pid), path)
-            self.evidence.append(path)
-            a.watch.view.event(f"{t:.1f}s evidence of the stall written to {path}")
+            write_report(attached_report(a, verdict, self.pid), path)
         except OSError as exc:
-            a.watch.view.event(
-                f"{t:.1f}s could not write the stall's evidence to {path}: {exc.strerror or exc}"
-            )
-        return False
+            a.watch.view.event(f"{t:.1f}s could not write {path}: {exc.strerror or exc}")
+            return f"could not write {path}: {exc.strerror or exc}"
+        self.evidence.append(path)
+        a.watch.view.event(f"{t:.1f}s {name} evidence written to {path}")
+        return str(path)
 
 
 def _oldest(pids: list[int]) -> int:
