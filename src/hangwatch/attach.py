@@ -68,6 +68,7 @@ class Attached:
     options: WatchOptions  # as applied: the window turned into a timeout
     cmdline: tuple[str, ...]
     notes: list[str]
+    mode: str = "attach"  # the report's mode: "run" where the sidecar launched the tree itself
 
 
 def _target_check(pid: int, whole_machine: bool) -> procfs.Stat:
@@ -138,7 +139,7 @@ def watching(options: AttachOptions, *, continuous: bool = False) -> Iterator[At
 
 def attached_report(a: Attached, verdict: Verdict, pid: int) -> Report:
     """The report of an attached watch: the server's own interpreter read for its environment."""
-    report = a.watch.report(verdict, a.plan.profile.name, "attach", redact_argv(a.cmdline), tuple(a.notes))
+    report = a.watch.report(verdict, a.plan.profile.name, a.mode, redact_argv(a.cmdline), tuple(a.notes))
     exe = None
     with contextlib.suppress(OSError):
         exe = os.readlink(f"/proc/{pid}/exe")  # the server's own interpreter, not ours on PATH

@@ -11,12 +11,14 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -169,3 +171,25 @@ def test_a_wedge_while_serving_fails_liveness_and_readiness(tmp_path):
             m = metrics(base)
             assert m["hangwatch_serving"] == 1.0 and m["hangwatch_readiness_probe_green"] == 1.0
         assert server.poll() is None
+
+
+def test_a_launched_tree_is_kept_through_a_stall_stopped_with_the_sidecar_and_its_status_passed_on(tmp_path):
+    """`hangwatch watch -- CMD`, a container's entrypoint: a stall fails the probe but stops nothing (the
+    orchestrator decides); the sidecar's stop stops the tree; a command that ends by itself ends the
+    sidecar with its status."""
+    command = program("progress_then_hang", "--seconds", "2")
+    with sidecar(tmp_path, "--stall-after", "4", "--", *command) as (base, _):
+        wait_until(lambda: reading(base) == "stalled", 40, interval=0.5, what="the stall")
+        assert get(base, "/startup")[0] == 503
+        health = json.loads(get(base, "/verdict")[1])["health"]
+        root = int(health["target"].split()[1])
+        assert psutil.pid_exists(root) and psutil.Process(root).status() != psutil.STATUS_ZOMBIE
+    # The sidecar was stopped (SIGTERM, exit 0): the tree it launched is gone with it.
+    wait_until(lambda: not psutil.pid_exists(root), 10, what="the launched tree to be stopped")
+    assert (tmp_path / "evidence" / "output.log").is_file()
+    done = subprocess.run(
+        hangwatch_argv("watch", "--quiet", "--listen", "127.0.0.1:0", "--evidence-dir", str(tmp_path / "e2"),
+                       "--", sys.executable, "-c", "import sys, time; time.sleep(0.5); sys.exit(3)"),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stdout + done.stderr

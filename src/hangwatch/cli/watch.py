@@ -6,7 +6,10 @@ import argparse
 import re
 from pathlib import Path
 
+from hangwatch.cli.options import add_command
+from hangwatch.cli.options import add_grace
 from hangwatch.cli.options import add_supervision_options
+from hangwatch.cli.options import command_of
 from hangwatch.cli.options import output_folder
 from hangwatch.cli.options import seconds
 from hangwatch.cli.options import watch_options
@@ -33,7 +36,8 @@ def listen_address(text: str) -> tuple[str, int]:
 class WatchCommand:
     """Keep a rolling verdict of a server's tree and serve it: a sidecar for probes and Prometheus.
 
-    The same read-only watch as attach (nothing is ever signalled), but it never ends: a stall is a
+    The same read-only watch as attach (nothing is ever signalled), or, with -- CMD, a tree it launches
+    and stops only when it is itself stopped; it never ends at a verdict: a stall is a
     reading that stands until the tree progresses again. Endpoints, answered from the latest reading in
     microseconds: /startup (fails only on a stall, a crash or an end), /live (fails only on a stall
     while serving or a dead member), /ready (serving, nothing wedged, the engine's own probe green),
@@ -73,15 +77,26 @@ class WatchCommand:
             "~/.local/state/hangwatch/runs)",
         )
         s.add_argument("--no-stacks", action="store_true", help="never take stacks (py-spy)")
-        s.add_argument("--quiet", action="store_true", help="no live view on the terminal")
+        s.add_argument(
+            "--quiet", action="store_true", help="no live view, no echo of a launched command's output"
+        )
+        add_grace(s, "launched: when stopped, how long to wait after SIGTERM before SIGKILL (default: 10)")
+        add_command(
+            parser,
+            "launch this and watch it (a container's entrypoint): never stopped at a stall, stopped when the "
+            "sidecar is; the sidecar ends with its status",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from hangwatch.cli.options import default_run_dir_checked
         from hangwatch.sidecar.session import SidecarOptions
         from hangwatch.sidecar.session import run_sidecar
 
-        if (args.pid is None) == (args.match is None):
-            raise UsageError("give one of --pid PID or --match REGEX: the server to watch")
+        command = command_of(args)
+        if sum((args.pid is not None, args.match is not None, bool(command))) != 1:
+            raise UsageError(
+                "give one of --pid PID, --match REGEX or -- CMD: the server to watch (or launch)"
+            )
         if args.timeout is not None:
             raise UsageError("--timeout: a sidecar watches until it is stopped; drop it")
         if args.stall_after == "auto":
@@ -105,6 +120,8 @@ class WatchCommand:
                 log=args.log,
                 evidence_dir=args.evidence_dir or default_run_dir_checked(),
                 whole_machine=args.whole_machine,
+                command=command,
+                grace=args.grace,
             )
         )
 

@@ -8,6 +8,11 @@ into the evidence folder, before an orchestrator acting on the failed probe rest
 The target is a pid, or the topmost process whose command line matches ``--match``; with a pattern and
 no such process yet (the sidecar started before the server), it waits for one, the probes passing open
 meanwhile. When the whole tree has ended, the last reading stays served until the sidecar is stopped.
+
+Or the sidecar launches the tree itself (``hangwatch watch -- CMD``, a container's entrypoint): as ``run``
+launches it (its own session, the guardian, the log kept), but a stall never stops it (the orchestrator
+acts on the failed probe); the sidecar ends when the command does, with its status, and stops the tree
+when it is itself stopped.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from hangwatch.attach import AttachOptions
 from hangwatch.attach import attached_report
 from hangwatch.attach import watching
 from hangwatch.collect import procfs
+from hangwatch.collect.nvml import NvmlGpuSource
 from hangwatch.collect.proctree import matching_roots
 from hangwatch.errors import UsageError
 from hangwatch.model.health import Reading
@@ -35,9 +41,12 @@ from hangwatch.model.status import Status
 from hangwatch.model.vocabulary import State
 from hangwatch.redact import redact_argv
 from hangwatch.render.json_report import write_report
+from hangwatch.render.live import make_view
 from hangwatch.sidecar.server import HealthBoard
 from hangwatch.sidecar.server import HealthServer
 from hangwatch.supervise.plan import WatchOptions
+from hangwatch.supervise.plan import plan_for
+from hangwatch.supervise.session import start_supervised
 from hangwatch.supervise.signals import handling
 
 # How many evidence files (stalls, dumps) one sidecar keeps: a tree that stalls and recovers all day must
@@ -53,8 +62,10 @@ class SidecarOptions:
     host: str
     port: int
     log: Path | None
-    evidence_dir: Path
+    evidence_dir: Path  # with a command: its run folder too (output.log, run.json)
     whole_machine: bool = False
+    command: tuple[str, ...] = ()  # launch this, rather than watch a pid or a match
+    grace: float = 10.0  # launched: how long the stop waits after SIGTERM before SIGKILL
 
 
 class Sidecar:
@@ -65,7 +76,13 @@ class Sidecar:
         self.board = HealthBoard()
         self.stop = threading.Event()
         pattern = options.match.pattern if options.match is not None else ""
-        target = f"pid {options.pid}" if options.pid is not None else f"match {pattern!r}"
+        target = (
+            f"pid {options.pid}"
+            if options.pid is not None
+            else f"match {pattern!r}"
+            if options.match is not None
+            else " ".join(redact_argv(options.command))[:200]
+        )
         self.tracker = HealthTracker(target, options.watch.interval)
         self.evidence: list[Path] = []
         self.pid = 0  # the tree's root, once found
@@ -100,6 +117,38 @@ class Sidecar:
             a.watch.stop_requested = self.stop
             a.watch.view.event(f"watching pid {pid} ({a.plan.profile.name}), read-only, until stopped")
             a.watch.run(lambda v: self._gone, on_change=lambda v, t: self._changed(a, v, t))
+
+    def launch(self) -> int:
+        """Launch the command and watch it until it ends (its exit status) or the sidecar is stopped (0)."""
+        o = self.options
+        w = o.watch
+        plan = plan_for(w, o.command)
+        o.evidence_dir.mkdir(parents=True, exist_ok=True)
+        view = make_view(w.quiet)
+        gpu = NvmlGpuSource()
+        notes = list(plan.notes)
+        try:
+            run = start_supervised(
+                o.command, plan, w, o.evidence_dir, view=view, gpu=gpu, adopt_orphans=True, watch_serving=True
+            )
+            notes.extend(run.kit.notes)
+            a = Attached(run.watch, plan, w, o.command, notes, mode="run")
+            self.pid = run.launched.pid
+            self.tracker.target = f"pid {self.pid} ({' '.join(redact_argv(o.command))[:200]})"
+            a.watch.on_status = lambda tick, status: self._observe(a, tick, status)
+            a.watch.stop_requested = self.stop
+            try:
+                a.watch.run(lambda v: self._gone, on_change=lambda v, t: self._changed(a, v, t))
+            finally:
+                run.tear_down(gpu, o.grace)  # ours, whatever happened: the tree never outlives us
+        finally:
+            gpu.close()
+            view.close()
+        if self.stop.is_set():
+            return 0
+        ended = run.watch.recorder.processes.get(self.pid)
+        code = ended.exit_code if ended is not None and ended.exit_code is not None else 1
+        return code if code >= 0 else 128 - code  # a death by signal N: 128 + N, as a shell says it
 
     def _observe(self, a: Attached, tick: Tick, status: Status) -> None:
         spans = a.watch.assessor.phases.spans(tick.t)
@@ -148,7 +197,8 @@ def _oldest(pids: list[int]) -> int:
 
 
 def run_sidecar(options: SidecarOptions) -> int:
-    """Serve until stopped (SIGTERM, SIGINT, SIGHUP); 0 then."""
+    """Serve until stopped (SIGTERM, SIGINT, SIGHUP): 0 then; a launched command's own status when it
+    ended by itself."""
     car = Sidecar(options)
     try:
         server = HealthServer(options.host, options.port, car.board)
@@ -166,14 +216,18 @@ def run_sidecar(options: SidecarOptions) -> int:
     def stop(signum: int, frame: FrameType | None) -> None:
         car.stop.set()
 
+    code = 0
     try:
         with handling(stop):
-            pid = car.find_target()
-            if pid is not None:
-                car.watch(pid)
-            while not car.stop.wait(3600):  # the tree has ended: its last reading stays served
-                pass
+            if options.command:
+                code = car.launch()  # the entrypoint's shape: it ends with the command
+            else:
+                pid = car.find_target()
+                if pid is not None:
+                    car.watch(pid)
+                while not car.stop.wait(3600):  # the tree has ended: its last reading stays served
+                    pass
     finally:
         server.close()
     print(f"hangwatch watch: stopped at {time.strftime('%H:%M:%S')}", file=sys.stderr, flush=True)
-    return 0
+    return code
