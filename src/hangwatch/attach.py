@@ -161,6 +161,9 @@ def run_attached(options: AttachOptions) -> int:
             verdict: Verdict = a.watch.name_kernels(
                 a.watch.run(lambda v: v.state is not State.READY or a.watch.assessor.window_over)
             )  # the kernels of a GPU that spins, with --kernel-names: the server is still there
+            # The ranks' own record of their collectives, where they keep one (asked through its pipe:
+            # a write the rank reads, no signal).
+            verdict = a.watch.read_collectives(verdict)
         report = attached_report(a, verdict, options.pid)
     emit(report, a.options)
     return verdict.exit_code

@@ -87,3 +87,26 @@ def test_a_gloo_job_hanging_is_stalled_not_idle(hw, tmp_path, waiters):
     assert "stacks:idle-server" not in v["decided_by"] and "idle" not in v["summary"], v
     assert any(e.startswith("listening on") for e in v["evidence"]), v["evidence"]
     assert_all_gone(out.report)
+
+
+@pytest.mark.torch
+def test_a_torchrun_desync_is_said_by_the_flight_recorder_run_turned_on(hw, tmp_path):
+    """run turns torch's Flight Recorder on for the tree (its variables, in the run folder); at the stall it
+    reads the ranks' dumps: ranks 0-1 wait in the fourth all-reduce, rank 2 enqueued only three. Gloo has
+    no dump pipe (NCCL's, validated on an H100: docs/gpu-validation.md), so the ranks dump their recorder
+    themselves (--self-dump-after), the pickle torch writes for NCCL's pipe."""
+    port = free_port()
+    torchrun = Path(sys.executable).with_name("torchrun")
+    out = hw(
+        "run", "--quiet", "--no-doctor", "--stall-after", "12", "--",
+        str(torchrun), "--nnodes", "1", "--nproc-per-node", "3", "--master-addr", "127.0.0.1",
+        "--master-port", str(port), str(PROGRAMS / "torchrun_hang.py"), "--ready-dir", str(tmp_path),
+        "--steps", "3", "--self-dump-after", "3",
+    )  # fmt: skip
+    v = out.verdict
+    assert (v["state"], v["cause"]) == ("stalled", "collective-wait"), v
+    said = "Flight Recorder, group 0: ranks 0-1 wait in seq 4 (gloo:all_reduce); rank 2 never reached it"
+    assert said in v["summary"] and "stall:flight-recorder" in v["decided_by"], v
+    fr = out.report["flight_recorder"]
+    assert len(fr["dumps"]) == 3 and fr["triggered"] == 0, fr  # no pipe: gloo
+    assert_all_gone(out.report)

@@ -93,6 +93,13 @@ def compact_ranges(labels: Iterable[str]) -> str:
     return ",".join(parts + sorted(other))
 
 
+def rank_words(ranks: Iterable[int]) -> str:
+    """Global ranks in words: ``rank 3``, ``ranks 0-2,5``."""
+    numbers = tuple(dict.fromkeys(ranks))
+    text = compact_ranges(f"rank{r}" for r in numbers)
+    return text.replace("rank", "ranks ", 1) if len(numbers) > 1 else text.replace("rank", "rank ", 1)
+
+
 def _runs(prefix: str, numbers: list[int]) -> list[str]:
     out: list[str] = []
     start = prev = numbers[0]

@@ -89,6 +89,7 @@ class SupervisedServer:
         self._run = start_supervised(
             self.spec.command, self.plan, self.spec.watch, self.spec.run_dir,
             view=view, gpu=self._gpu, adopt_orphans=False, watch_serving=False,
+            flight_recorder=False,  # a benchmark measures the server as it is: nothing added to a collective
         )  # fmt: skip
         self._thread = threading.Thread(
             target=self._loop, name=f"hangwatch-bench-{self.spec.label}", daemon=True

@@ -58,6 +58,12 @@ class RunCommand:
             help="at a gpu-spin verdict, do not ask cuda-gdb which kernels the GPU runs (by default it "
             "attaches to each GPU process before the tree is stopped, pausing it for seconds)",
         )
+        parser.add_argument(
+            "--no-flight-recorder",
+            action="store_true",
+            help="do not turn torch's Flight Recorder on for the tree (by default its variables are set, "
+            "unless you set them, so that a stall reads each rank's last collectives)",
+        )
         add_command(parser, "the command to supervise")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -83,5 +89,6 @@ class RunCommand:
             run_dir=args.run_dir or default_run_dir_checked(),
             grace=args.grace,
             keep_running=args.keep_running,
+            flight_recorder=not args.no_flight_recorder,
         )
         return run_supervised(options)

@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from dataclasses import field
 
+from hangwatch.model.flightrecorder import FlightCapture
 from hangwatch.model.gpukernels import KernelSample
 from hangwatch.model.history import HistoryComparison
 from hangwatch.model.history import PhaseWindow
+from hangwatch.model.ncclras import RasSnapshot
 from hangwatch.model.rulebook import NearMiss
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import Tick
@@ -120,3 +122,8 @@ class Report:
     # The running kernels of the tree's GPU processes, read by cuda-gdb at a gpu-spin verdict
     # (supervise/watch.Watch.name_kernels); None where they were not read.
     kernels: KernelSample | None = None
+    # The ranks' Flight Recorder dumps read at a stall (each group's last enqueued, started and completed
+    # collective per rank), where the tree's ranks had the recorder on.
+    flight_recorder: FlightCapture | None = None
+    # NCCL RAS's two readings at a stall, where a member of the tree served it.
+    nccl_ras: tuple[RasSnapshot, ...] = ()

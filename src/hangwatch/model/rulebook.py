@@ -213,7 +213,8 @@ _STATE = _in(
 )
 
 # Applied after the cause is named, in this order: the first two by the stack rules' classifier, the next
-# two by the assessor's stall, the last two to a gpu-spin verdict once cuda-gdb has read the kernels.
+# two by the assessor's stall, two to a gpu-spin verdict once cuda-gdb has read the kernels, and last what
+# the collectives' own records say (torch's Flight Recorder, NCCL's RAS), read from the ranks at the stall.
 _REFINE = _in(
     "refine",
     RuleEntry(
@@ -243,6 +244,16 @@ _REFINE = _in(
         "kernels:odd-one-out",
         "the stacks named every rank of a GPU wait alike; of three or more read, all but one run the same "
         "kernels: that one (another kernel, or none) is the culprit",
+    ),
+    RuleEntry(
+        "stall:flight-recorder",
+        "at a stall, the ranks' Flight Recorder dumps show some ranks inside a collective (by sequence "
+        "number) and others that never enqueued it: those are named where no rule named a culprit",
+    ),
+    RuleEntry(
+        "stall:nccl-ras",
+        "at a stall, NCCL's RAS service, read twice 3 s apart, shows ranks unreachable, in error, or every "
+        "rank's collective count frozen (equal: all stuck in one; spread: the ranks behind)",
     ),
 )
 

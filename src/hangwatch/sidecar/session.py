@@ -166,7 +166,8 @@ class Sidecar:
         """A new verdict stands (None: the tree progresses again). A stall's evidence is written now, while
         the tree is still there to read; said in one line by the watch's own view."""
         if verdict is not None and verdict.state is State.STALLED:
-            self._dump(a, t, f"stall-{self.tracker.stalls}", a.watch.name_kernels(verdict))
+            refined = a.watch.read_collectives(a.watch.name_kernels(verdict))
+            self._dump(a, t, f"stall-{self.tracker.stalls}", refined)
         return False
 
     def _dump(self, a: Attached, t: float, name: str, verdict: Verdict | None = None) -> str:

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
@@ -72,7 +73,9 @@ class Launched:
             self.guardian.wait()
 
 
-def launch(argv: list[str], cwd: Path | None = None) -> Launched:
+def launch(argv: list[str], cwd: Path | None = None, extra_env: Mapping[str, str] | None = None) -> Launched:
+    """Start ``argv`` in a session of its own, its output into a pipe we read; ``extra_env``: variables
+    added to our environment for it (the Flight Recorder's), never replacing one the user set."""
     if not argv:
         raise UsageError(
             "no command to run", "Put the command after `--`: hangwatch run -- python -m vllm..."
@@ -83,7 +86,7 @@ def launch(argv: list[str], cwd: Path | None = None) -> Launched:
         pid = os.posix_spawnp(
             argv[0],
             argv,
-            dict(os.environ),
+            {**(extra_env or {}), **os.environ},
             file_actions=[
                 (os.POSIX_SPAWN_DUP2, devnull, 0),
                 (os.POSIX_SPAWN_DUP2, write_fd, 1),

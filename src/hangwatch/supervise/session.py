@@ -16,6 +16,7 @@ from pathlib import Path
 from types import FrameType
 
 from hangwatch.analyse.assess import Assessor
+from hangwatch.collect import flightrecorder
 from hangwatch.collect import procfs
 from hangwatch.collect.http_probe import Prober
 from hangwatch.collect.logtail import PipeLog
@@ -69,6 +70,9 @@ class RunOptions:
     # After a stall verdict, leave the tree running: report, go on watching, report again on a change
     # or a recovery; the tree is stopped only when it ends, or at Ctrl-C / SIGTERM (run --keep-running).
     keep_running: bool = False
+    # Turn torch's Flight Recorder on for the tree (its variables, unless the user set them): a stall reads
+    # each rank's last collectives (run --no-flight-recorder turns it off).
+    flight_recorder: bool = True
 
 
 def default_run_dir() -> Path:
@@ -148,16 +152,24 @@ def start_supervised(
     gpu: NvmlGpuSource,
     adopt_orphans: bool,
     watch_serving: bool,
+    flight_recorder: bool = True,
 ) -> Supervised:
     """Launch ``command`` and set up its watch (not yet running); ``run.json`` goes to ``run_dir``.
 
     ``adopt_orphans``: become the subreaper, so that orphans of the tree are reparented to us and keep
     being watched; only right when a single tree is watched (with two, an adopted orphan could not be
     told apart). ``watch_serving``: after ready, read /metrics for the stall-while-serving rule.
+    ``flight_recorder``: turn torch's Flight Recorder on for the tree, its dump pipes and dumps in the run
+    folder (unless the user set its variables), so that a stall can read it.
     """
     subreaper = become_subreaper() if adopt_orphans else False
     clock = WatchClock()
-    launched = launch(list(command))
+    extra: dict[str, str] = {}
+    if flight_recorder:
+        folder = run_dir / "flight-recorder"
+        folder.mkdir(parents=True, exist_ok=True)
+        extra = flightrecorder.launch_environment(folder, os.environ)
+    launched = launch(list(command), extra_env=extra)
     write_run_record(run_dir, launched.pid, redact_argv(command))  # for `cleanup --run`
     sampler = TreeSampler(
         [launched.pid],
@@ -309,8 +321,8 @@ def supervise(options: RunOptions, view: View | None = None) -> Supervision:
 
     try:
         run = start_supervised(
-            options.command, plan, w, options.run_dir, view=view, gpu=gpu,
-            adopt_orphans=True, watch_serving=not options.until_ready,
+            options.command, plan, w, options.run_dir, view=view, gpu=gpu, adopt_orphans=True,
+            watch_serving=not options.until_ready, flight_recorder=options.flight_recorder,
         )  # fmt: skip
         run.watch.final_words = "stopping the tree; the verdict follows"
         run.watch.kept_running = options.keep_running
@@ -318,7 +330,7 @@ def supervise(options: RunOptions, view: View | None = None) -> Supervision:
         try:
             with stop_on_signals(run.watch):
                 # A GPU that spins: its kernels named before the tear-down, while the tree is alive.
-                verdict = run.watch.name_kernels(run.watch.run(until, said))
+                verdict = run.watch.read_collectives(run.watch.name_kernels(run.watch.run(until, said)))
         finally:
             result, gpu_note = run.tear_down(gpu, options.grace)
     finally:

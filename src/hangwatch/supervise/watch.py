@@ -14,6 +14,7 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
 from dataclasses import replace
@@ -21,14 +22,19 @@ from urllib.parse import urlsplit
 
 from hangwatch.analyse.assess import Assessor
 from hangwatch.analyse.causes import ports_in_line
+from hangwatch.analyse.flightrecorder import refine_with_flight_recorder
 from hangwatch.analyse.gpukernels import kernel_notes
 from hangwatch.analyse.gpukernels import refine as refine_with_kernels
 from hangwatch.analyse.gpustate import ambiguous
 from hangwatch.analyse.logscan import LogScanner
+from hangwatch.analyse.ncclras import RULE as RAS_RULE
+from hangwatch.analyse.ncclras import ras_findings
 from hangwatch.analyse.nextsteps import StepFacts
 from hangwatch.analyse.nextsteps import fit
 from hangwatch.analyse.stacktree import build_tree
 from hangwatch.analyse.stackwatch import StackHistory
+from hangwatch.collect import flightrecorder
+from hangwatch.collect import ncclras
 from hangwatch.collect import procfs
 from hangwatch.collect.connections import ConnectionWatcher
 from hangwatch.collect.cudagdb import KernelReader
@@ -45,8 +51,10 @@ from hangwatch.collect.proctree import TreeSampler
 from hangwatch.collect.serving_metrics import ServingPoller
 from hangwatch.collect.stacks import StackDumper
 from hangwatch.engines.profile import int_flag
+from hangwatch.model.flightrecorder import FlightCapture
 from hangwatch.model.gpukernels import KernelSample
 from hangwatch.model.history import PhaseHistory
+from hangwatch.model.ncclras import RasSnapshot
 from hangwatch.model.report import REPORT_SCHEMA
 from hangwatch.model.report import PhaseSpan
 from hangwatch.model.report import ProcessRecord
@@ -56,6 +64,7 @@ from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ProcessId
+from hangwatch.model.samples import ProcessSample
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import Frame
 from hangwatch.model.stacks import StackSample
@@ -76,6 +85,9 @@ from hangwatch.supervise.plan import make_scanner
 from hangwatch.supervise.plan import make_serving_poller
 from hangwatch.words import plural
 
+# NCCL RAS is read twice at a stall, at least this far apart: counts that do not move in 3 s while
+# collectives run at thousands a second are frozen.
+RAS_GAP_S = 3.0
 MAX_TIMELINE_TICKS = 3600  # older ticks are thinned to every other one beyond this
 
 
@@ -229,6 +241,10 @@ class Watch:
         self.nccl: bool | None = None
         self.roots: set[int] = set()  # the pids the watch started from (build_watch)
         self.kernels: KernelSample | None = None  # the GPU's running kernels, read at a gpu-spin verdict
+        self.flight: FlightCapture | None = None  # the ranks' Flight Recorder dumps, read at a stall
+        self.ras: tuple[RasSnapshot, ...] = ()  # NCCL RAS's two readings at a stall
+        self.started_unix = time.time()  # a dump older than the watch is an earlier run's
+        self._prev_tick: Tick | None = None
         self.kept_running = False  # run --keep-running: a stall left the tree running for a look
         self.kernel_names = False  # whether name_kernels reads them (WatchOptions.kernel_names)
 
@@ -299,6 +315,7 @@ class Watch:
         next_at = time.monotonic()
         while True:
             tick = self.tick(late_s=round(max(0.0, time.monotonic() - next_at), 3))
+            self._prev_tick = tick
             if tick.late_s >= self.interval:
                 self.late.append(tick.late_s)
             verdict = self.assessor.observe(tick)
@@ -447,6 +464,50 @@ class Watch:
         quiet = self.assessor.now - self.assessor.last_progress_t()
         return refine_with_kernels(verdict, self.kernels, self._label, quiet)
 
+    def read_collectives(self, verdict: Verdict) -> Verdict:
+        """A stall with what the collectives' own records say of it, read while the tree is alive:
+
+        - torch's Flight Recorder: every rank whose environment turns it on is asked for its dump through
+          its pipe (NCCL; the rank runs on) and the dumps read, within ``flightrecorder.DUMP_WAIT_S``;
+        - NCCL's RAS service, where a member of the tree listens on its port: read before and after that
+          (at least ``RAS_GAP_S`` apart), its counts compared.
+
+        A tree with neither costs nothing. Not after a stop (Ctrl-C): the user asked for the verdict now."""
+        if verdict.state is not State.STALLED or self.stopped_by is not None or self._prev_tick is None:
+            return verdict
+        processes = self._prev_tick.processes
+        found = flightrecorder.targets(processes)
+        ras_at = ncclras_port(processes)
+        first = self._ras_reading(ras_at) if ras_at is not None else None
+        if found:
+            if any(t.pipe is not None for t in found):
+                self.view.event(f"asking {plural(len(found), 'rank')} for their Flight Recorder (about 5 s)")
+            self.flight = flightrecorder.capture(found, not_before=self.started_unix)
+            verdict = refine_with_flight_recorder(verdict, self.flight)
+        if isinstance(first, RasSnapshot) and ras_at is not None:
+            time.sleep(max(0.0, RAS_GAP_S - (self.elapsed() - first.t)))
+            second = self._ras_reading(ras_at)
+            if isinstance(second, RasSnapshot):
+                self.ras = (first, second)
+                said = ras_findings(first, second)
+                if said:
+                    verdict = replace(
+                        verdict,
+                        evidence=(*said, *verdict.evidence),
+                        decided_by=(*verdict.decided_by, RAS_RULE),
+                    )
+            else:
+                verdict = replace(verdict, evidence=(*verdict.evidence, f"NCCL RAS: {second}"))
+        elif first is not None:
+            verdict = replace(verdict, evidence=(*verdict.evidence, f"NCCL RAS: {first}"))
+        return verdict
+
+    def _ras_reading(self, at: tuple[str, int]) -> RasSnapshot | str:
+        try:
+            return ncclras.query(at[0], at[1], round(self.elapsed(), 3))
+        except ncclras.RasUnavailable as exc:
+            return str(exc)
+
     def _gpu_members(self, verdict: Verdict) -> list[int]:
         """The tree's processes that hold GPU memory (NVML), by rank; the verdict's culprits where NVML
         names none (a container's pid namespace)."""
@@ -528,6 +589,8 @@ class Watch:
             stacks=self.assessor.stack_samples(),
             stack_tree=self.assessor.stack_tree(verdict),
             kernels=self.kernels,
+            flight_recorder=self.flight,
+            nccl_ras=self.ras,
         )
 
     def _phases(self, end: float) -> tuple[PhaseSpan, ...]:
@@ -616,3 +679,18 @@ def build_watch(
     watch.usual = {h.phase: h for h in options.phase_usual}
     watch.kernel_names = options.kernel_names
     return watch, kit
+
+
+def ncclras_port(processes: Sequence[ProcessSample]) -> tuple[str, int] | None:
+    """Where this node's NCCL RAS service answers, when a member of the tree listens there: the ranks'
+    ``NCCL_RAS_ADDR`` (host:port), else localhost:28028. None where no member listens on it (no NCCL, or
+    RAS off with ``NCCL_RAS_ENABLE=0``)."""
+    listening = {port for p in processes for port in p.listening_ports}
+    for p in processes:
+        env = procfs.read_environ(p.pid, frozenset({"NCCL_RAS_ADDR", "NCCL_RAS_ENABLE"}))
+        if env.get("NCCL_RAS_ENABLE") == "0":
+            return None
+        host, _, port = env.get("NCCL_RAS_ADDR", "").rpartition(":")
+        if port.isdigit() and int(port) in listening:
+            return host.strip("[]") or "127.0.0.1", int(port)
+    return ("127.0.0.1", ncclras.DEFAULT_PORT) if ncclras.DEFAULT_PORT in listening else None
