@@ -183,3 +183,26 @@ def test_the_probe_client_passes_open_when_the_sidecar_is_unreachable():
 
 def _health() -> Health:
     return fold(tracker(), (1, status(1, 0.5), True))
+
+
+def test_the_trees_gpus_are_labelled_as_dcgm_exporter_does_with_the_rules_state():
+    """A GPU the tree holds, busy with every GPM pipe idle: spinning; one it does not hold: not a series."""
+    from hangwatch.model.samples import GpuActivity
+    from hangwatch.model.samples import GpuProcessMemory
+    from hangwatch.model.samples import GpuReading
+    from hangwatch.model.samples import GpuSample
+
+    gpu = GpuSample(
+        gpus=(
+            GpuReading(0, "NVIDIA H200", 100.0, 0.0, 1 << 30, 141 << 30, 120.0, 1980, uuid="GPU-aaaa"),
+            GpuReading(1, "NVIDIA H200", 100.0, 40.0, 1 << 30, 141 << 30, 650.0, 1980, uuid="GPU-bbbb"),
+        ),
+        processes=(GpuProcessMemory(10, 0, 1 << 30),),
+        activity=(GpuActivity(0, 1.0, 100.0, 0.7, 0.0, 0.0, 0.0, 0.0, 0.0),),
+    )
+    tr = tracker()
+    h = tr.observe(Tick(5.0, (process_sample(10, "server", rank="TP0"),), gpu=gpu), status(5, 1), phases=())
+    assert h.gpus == ((0, "GPU-aaaa", "spinning"),)
+    families = {f.name: f for f in text_string_to_metric_families(metrics_text(h, WALL))}
+    on = [s.labels for s in families["hangwatch_gpu_state"].samples if s.value == 1.0]
+    assert on == [{"gpu": "0", "UUID": "GPU-aaaa", "state": "spinning"}]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from hangwatch.analyse.gpustate import gpu_state
 from hangwatch.model.health import Health
 from hangwatch.model.health import ProbeAnswer
 from hangwatch.model.health import ProbeKind
@@ -111,6 +112,7 @@ class HealthTracker:
             captures=captures,
             capture_s=capture_s,
             culprit_ranks=tuple(dict.fromkeys(culprits)),
+            gpus=_gpu_states(tick),
         )
 
     def _fold(self, tick: Tick, status: Status) -> None:
@@ -140,6 +142,17 @@ class HealthTracker:
 
     def _count(self, v: Verdict) -> None:
         self.verdicts[v.state.value] = self.verdicts.get(v.state.value, 0) + 1
+
+
+def _gpu_states(tick: Tick) -> tuple[tuple[int, str, str], ...]:
+    """The tree's GPUs judged as the rules judge them (GPM's pipes where read, else NVML's readings)."""
+    gpu = tick.gpu
+    if gpu is None or not gpu.gpus:
+        return ()
+    members = {p.pid for p in tick.processes}
+    held = sorted({p.gpu_index for p in gpu.processes if p.pid in members})
+    uuids = {g.index: g.uuid or "" for g in gpu.gpus}
+    return tuple((i, uuids.get(i, ""), gpu_state(gpu, gpu.activity, {i})) for i in held if i in uuids)
 
 
 def answer(kind: ProbeKind, health: Health | None, now_wall: float | None = None) -> ProbeAnswer:

@@ -126,6 +126,28 @@ class WatchCommand:
         )
 
 
+def _add_client_options(parser: argparse.ArgumentParser, timeout_s: float, why: str) -> None:
+    """--url and --timeout of a client of the sidecar (probe, dump)."""
+    parser.add_argument(
+        "--url",
+        default=f"http://{DEFAULT_LISTEN}",
+        help=f"the sidecar's address (default: http://{DEFAULT_LISTEN})",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=seconds("--timeout"),
+        default=timeout_s,
+        metavar="S",
+        help=f"give up after S seconds (default: {timeout_s:g}; {why})",
+    )
+
+
+def _sidecar_url(args: argparse.Namespace) -> str:
+    if not args.url.startswith("http://"):
+        raise UsageError(f"--url {args.url!r}: the sidecar serves plain http://HOST:PORT")
+    return str(args.url)
+
+
 class ProbeCommand:
     """Ask a running `hangwatch watch` sidecar one probe: exit 0 passes, 1 fails (an exec probe).
 
@@ -138,25 +160,12 @@ class ProbeCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--kind", choices=sorted(KINDS), required=True, help="which probe to answer")
-        parser.add_argument(
-            "--url",
-            default=f"http://{DEFAULT_LISTEN}",
-            help=f"the sidecar's address (default: http://{DEFAULT_LISTEN})",
-        )
-        parser.add_argument(
-            "--timeout",
-            type=seconds("--timeout"),
-            default=2.0,
-            metavar="S",
-            help="give up after S seconds (default: 2; set it below the probe's timeoutSeconds)",
-        )
+        _add_client_options(parser, 2.0, "set it below the probe's timeoutSeconds")
 
     def run(self, args: argparse.Namespace) -> int:
         from hangwatch.sidecar.client import ask
 
-        if not args.url.startswith("http://"):
-            raise UsageError(f"--url {args.url!r}: the sidecar serves plain http://HOST:PORT")
-        reply = ask(args.url, KINDS[args.kind], args.timeout)
+        reply = ask(_sidecar_url(args), KINDS[args.kind], args.timeout)
         print(reply.line, flush=True)
         return reply.exit_code
 
@@ -171,24 +180,11 @@ class DumpCommand:
     name = "dump"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--url",
-            default=f"http://{DEFAULT_LISTEN}",
-            help=f"the sidecar's address (default: http://{DEFAULT_LISTEN})",
-        )
-        parser.add_argument(
-            "--timeout",
-            type=seconds("--timeout"),
-            default=20.0,
-            metavar="S",
-            help="give up after S seconds (default: 20; the sidecar waits up to 15 s for its loop)",
-        )
+        _add_client_options(parser, 20.0, "the sidecar waits up to 15 s for its loop")
 
     def run(self, args: argparse.Namespace) -> int:
         from hangwatch.sidecar.client import dump
 
-        if not args.url.startswith("http://"):
-            raise UsageError(f"--url {args.url!r}: the sidecar serves plain http://HOST:PORT")
-        reply = dump(args.url, args.timeout)
+        reply = dump(_sidecar_url(args), args.timeout)
         print(reply.line, flush=True)
         return reply.exit_code

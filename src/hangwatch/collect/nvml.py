@@ -37,6 +37,7 @@ class NvmlGpuSource:
     def __init__(self, nvml: ModuleType | Any | None = None) -> None:
         self._handles: list[Any] = []
         self._names: list[str] = []
+        self._uuids: list[str | None] = []
         self._process_util_supported = True
         self._util_seen: dict[int, int] = {}  # GPU index -> newest per-process sample timestamp read
         self._nvml: Any
@@ -48,6 +49,7 @@ class NvmlGpuSource:
             count = self._nvml.nvmlDeviceGetCount()
             self._handles = [self._nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
             self._names = [_text(self._nvml.nvmlDeviceGetName(h)) for h in self._handles]
+            self._uuids = [self._uuid(h) for h in self._handles]
         except Exception as exc:
             self.unavailable = f"NVML could not list GPUs: {_nvml_reason(exc)}"
             return
@@ -76,6 +78,7 @@ class NvmlGpuSource:
                     mem_total_bytes=int(memory.total) if memory is not None else None,
                     power_w=power_mw / 1000.0 if power_mw is not None else None,
                     sm_clock_mhz=int(clock) if clock is not None else None,
+                    uuid=self._uuids[index] if index < len(self._uuids) else None,
                 )
             )
             running = running_processes(nvml, handle, index, errors)
@@ -88,6 +91,13 @@ class NvmlGpuSource:
             processes=tuple(processes),
             error="; ".join(sorted(set(errors))) or None,
         )
+
+    def _uuid(self, handle: Any) -> str | None:
+        """Read once: a GPU's UUID does not change (a driver or fake without it: none)."""
+        try:
+            return _text(self._nvml.nvmlDeviceGetUUID(handle))
+        except Exception:
+            return None
 
     def _process_sm_util(self, index: int, handle: Any, errors: list[str]) -> dict[int, float] | None:
         """pid -> the highest SM share of its samples since the last reading; None where unsupported.

@@ -55,6 +55,8 @@ class Health:
     captures: int  # stack captures taken
     capture_s: float  # their total time (each pauses its targets for milliseconds)
     culprit_ranks: tuple[str, ...]  # the standing verdict's culprits, as their ranks are spelled
+    # Each GPU the tree holds memory on: (index, UUID or "", "spinning" | "idle" | "working" | "unknown").
+    gpus: tuple[tuple[int, str, str], ...] = ()
     # hangwatch's own trouble (no target found yet, the loop behind): the probes fail open then.
     problem: str | None = None
 

@@ -249,6 +249,7 @@ class GpuReading:
     mem_total_bytes: int | None
     power_w: float | None
     sm_clock_mhz: int | None
+    uuid: str | None = None  # "GPU-5f1c...": how dcgm-exporter and the sidecar's metrics label it
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 Labels stay bounded, so that a scrape every 15 s for months does not grow the series: the reading and the
 phase as 0/1 gauges over their known values, ranks as the engines spell them (``tp_rank``, ``pp_rank``,
-``dp_rank``, ``ep_rank``, else ``rank``), never a pid. docs/sidecar.md lists every series.
+``dp_rank``, ``ep_rank``, else ``rank``), GPUs as dcgm-exporter labels them (``gpu``, ``UUID``), never a
+pid. docs/sidecar.md lists every series.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from hangwatch.model.health import Health
 from hangwatch.model.health import Reading
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# gpustate.gpu_state's words: a spin is busy doing nothing (every pipe idle), as the stall rules read it.
+GPU_STATES = ("working", "spinning", "idle", "unknown")
 
 # "TP1", "DP0_TP1", "PP1-TP3": each group as its own label, as vLLM and SGLang name them in their own
 # metrics; a bare number is torchrun's RANK.
@@ -94,6 +97,12 @@ def metrics_text(health: Health | None, now_wall: float) -> str:
     out.sample("stack_captures_total", health.captures)
     out.family("stack_capture_seconds_total", "counter", "time spent capturing stacks (each pauses them)")
     out.sample("stack_capture_seconds_total", health.capture_s)
+    if health.gpus:
+        out.family("gpu_state", "gauge", "each GPU the tree holds, as the rules judge it: 1 for its state")
+        for index, uuid, state in health.gpus:
+            for name in GPU_STATES:
+                labels = {"gpu": str(index), "UUID": uuid, "state": name}
+                out.sample("gpu_state", 1.0 if name == state else 0.0, labels)
     if health.culprit_ranks:
         out.family("culprit", "gauge", "1 for each rank the standing verdict names as the culprit")
         for rank in health.culprit_ranks:

@@ -31,40 +31,41 @@ class ProbeReply:
 
 def ask(base_url: str, kind: ProbeKind, timeout_s: float) -> ProbeReply:
     """One GET of the sidecar's endpoint for ``kind``, within ``timeout_s`` in all (connect and read)."""
-    parts = urlsplit(base_url)
-    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=timeout_s)
     try:
-        conn.request("GET", ENDPOINTS[kind], headers={"Connection": "close"})
-        reply = conn.getresponse()
-        body = reply.read(OUTPUT_BYTES).decode("utf-8", "replace").strip()
-        said = body.splitlines()[0] if body else f"HTTP {reply.status}"
-        return ProbeReply(reply.status == 200, _cut(f"{kind.value}: {said}"))
+        status, body = _request(base_url, "GET", ENDPOINTS[kind], timeout_s)
     except (OSError, http.client.HTTPException) as exc:
-        trouble = f"the sidecar at {base_url} did not answer ({exc.__class__.__name__}: {exc})"
+        trouble = _unanswered(base_url, exc)
         if kind is ProbeKind.READINESS:
             return ProbeReply(False, _cut(f"{kind.value}: not ready: {trouble}"))
         return ProbeReply(
             True, _cut(f"{kind.value}: passing open: {trouble}; hangwatch's own trouble never fails it")
         )
-    finally:
-        conn.close()
+    said = body.splitlines()[0] if body else f"HTTP {status}"
+    return ProbeReply(status == 200, _cut(f"{kind.value}: {said}"))
 
 
 def dump(base_url: str, timeout_s: float) -> ProbeReply:
     """Ask the sidecar to write its whole report now (a preStop hook, before the pod goes): its path."""
+    try:
+        status, body = _request(base_url, "POST", "/dump", timeout_s)
+    except (OSError, http.client.HTTPException) as exc:
+        return ProbeReply(False, _cut(_unanswered(base_url, exc)))
+    return ProbeReply(status == 200, _cut(body or f"HTTP {status}"))
+
+
+def _request(base_url: str, method: str, path: str, timeout_s: float) -> tuple[int, str]:
     parts = urlsplit(base_url)
     conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=timeout_s)
     try:
-        conn.request("POST", "/dump", headers={"Connection": "close", "Content-Length": "0"})
+        conn.request(method, path, headers={"Connection": "close", "Content-Length": "0"})
         reply = conn.getresponse()
-        said = reply.read(OUTPUT_BYTES).decode("utf-8", "replace").strip()
-        return ProbeReply(reply.status == 200, _cut(said or f"HTTP {reply.status}"))
-    except (OSError, http.client.HTTPException) as exc:
-        return ProbeReply(
-            False, _cut(f"the sidecar at {base_url} did not answer ({exc.__class__.__name__}: {exc})")
-        )
+        return reply.status, reply.read(OUTPUT_BYTES).decode("utf-8", "replace").strip()
     finally:
         conn.close()
+
+
+def _unanswered(base_url: str, exc: Exception) -> str:
+    return f"the sidecar at {base_url} did not answer ({exc.__class__.__name__}: {exc})"
 
 
 def _cut(line: str) -> str:
