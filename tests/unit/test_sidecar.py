@@ -206,3 +206,30 @@ def test_the_trees_gpus_are_labelled_as_dcgm_exporter_does_with_the_rules_state(
     families = {f.name: f for f in text_string_to_metric_families(metrics_text(h, WALL))}
     on = [s.labels for s in families["hangwatch_gpu_state"].samples if s.value == 1.0]
     assert on == [{"gpu": "0", "UUID": "GPU-aaaa", "state": "spinning"}]
+
+
+def _proc(root, pid: int, ppid: int, cmdline: str, cgroup: str) -> None:
+    d = root / str(pid)
+    d.mkdir()
+    comm = cmdline.split()[0].rsplit("/", 1)[-1][:15]
+    fields = ["S", str(ppid)] + ["0"] * 17 + ["100"] + ["0"] * 30
+    (d / "stat").write_text(f"{pid} ({comm}) {' '.join(fields)}\n")
+    (d / "cmdline").write_bytes(cmdline.replace(" ", "\0").encode() + b"\0")
+    (d / "cgroup").write_text(cgroup)
+
+
+def test_a_containers_processes_are_selected_by_their_cgroup_topmost_first(tmp_path):
+    """shareProcessNamespace: the pod's pause process, the server's container (its entrypoint and a
+    worker), and another container; v2 and v1 cgroup files alike."""
+    import re
+
+    from hangwatch.collect.proctree import matching_roots
+
+    _proc(tmp_path, 1, 0, "/pause", "0::/kubepods/pod1/cri-containerd-aaaa\n")
+    _proc(tmp_path, 20, 1, "python3 -m sglang.launch_server", "0::/kubepods/pod1/cri-containerd-bbbb\n")
+    _proc(tmp_path, 21, 20, "python3 -c worker", "0::/kubepods/pod1/cri-containerd-bbbb\n")
+    _proc(tmp_path, 30, 1, "nginx", "12:memory:/kubepods/pod1/cccc\n0::/\n")
+    assert matching_roots(None, tmp_path, cgroup=re.compile("bbbb")) == [20]
+    assert matching_roots(None, tmp_path, cgroup=re.compile("cccc")) == [30]  # a v1 hierarchy's path
+    assert matching_roots(re.compile("worker"), tmp_path, cgroup=re.compile("bbbb")) == [21]
+    assert matching_roots(re.compile("sglang"), tmp_path, cgroup=re.compile("cccc")) == []

@@ -56,6 +56,12 @@ class WatchCommand:
             metavar="REGEX",
             help="the topmost process whose command line or title matches; waited for if none runs yet",
         )
+        t.add_argument(
+            "--cgroup",
+            metavar="REGEX",
+            help="a container's processes: the topmost one whose cgroup path matches (its container ID, "
+            "say); with --match, both must",
+        )
         t.add_argument("--whole-machine", action="store_true", help="allow --pid 1 (a container's init)")
         t.add_argument("--log", type=Path, metavar="FILE", help="the server's log file to follow")
         g = parser.add_argument_group("what to watch for")
@@ -104,10 +110,8 @@ class WatchCommand:
         if args.log is not None and args.pid is not None and not args.log.is_file():
             # With --match the server may not have started yet, nor written its log: looked for then.
             raise UsageError(f"--log {args.log}: no such file")
-        try:
-            pattern = re.compile(args.match) if args.match is not None else None
-        except re.error as exc:
-            raise UsageError(f"--match {args.match!r} is not a regular expression: {exc}") from None
+        pattern = _pattern("--match", args.match)
+        cgroup = _pattern("--cgroup", args.cgroup)
         args.report_json = None
         host, port = args.listen
         return run_sidecar(
@@ -122,8 +126,16 @@ class WatchCommand:
                 whole_machine=args.whole_machine,
                 command=command,
                 grace=args.grace,
+                cgroup=cgroup,
             )
         )
+
+
+def _pattern(flag: str, text: str | None) -> re.Pattern[str] | None:
+    try:
+        return re.compile(text) if text is not None else None
+    except re.error as exc:
+        raise UsageError(f"{flag} {text!r} is not a regular expression: {exc}") from None
 
 
 def _add_client_options(parser: argparse.ArgumentParser, timeout_s: float, why: str) -> None:

@@ -569,9 +569,13 @@ def is_collector(cmdline: tuple[str, ...] | list[str]) -> bool:
     return bool(_COLLECTOR.search(" ".join(cmdline)))
 
 
-def matching_roots(pattern: re.Pattern[str], root: Path = procfs.PROC) -> list[int]:
-    """The roots of the trees whose command line or title matches: the topmost matching processes, never
-    hangwatch itself, its own chain, its children or another hangwatch that carries the pattern."""
+def matching_roots(
+    pattern: re.Pattern[str] | None, root: Path = procfs.PROC, cgroup: re.Pattern[str] | None = None
+) -> list[int]:
+    """The roots of the trees whose command line or title matches ``pattern`` and whose cgroup path
+    matches ``cgroup`` (either may be left out: a container's processes are its cgroup's, whatever they
+    run): the topmost matching processes, never hangwatch itself, its own chain, its children or another
+    hangwatch that carries the pattern."""
     ours = _ancestors(os.getpid(), root)
     parents: dict[int, int] = {}
     matched: set[int] = set()
@@ -586,8 +590,11 @@ def matching_roots(pattern: re.Pattern[str], root: Path = procfs.PROC) -> list[i
         if is_collector(cmdline):
             continue  # another collector (a second stream on this host), or the client that started it
         title = procfs.process_title(cmdline, stat.comm)
-        if pattern.search(title) or pattern.search(" ".join(cmdline)):
-            matched.add(pid)
+        if pattern is not None and not (pattern.search(title) or pattern.search(" ".join(cmdline))):
+            continue
+        if cgroup is not None and not any(cgroup.search(path) for path in _cgroup_paths(pid, root)):
+            continue
+        matched.add(pid)
 
     def under_another(pid: int) -> bool:
         seen = set()
@@ -600,3 +607,12 @@ def matching_roots(pattern: re.Pattern[str], root: Path = procfs.PROC) -> list[i
         return False
 
     return sorted(p for p in matched if not under_another(p))
+
+
+def _cgroup_paths(pid: int, root: Path) -> list[str]:
+    """Every cgroup path of a process: v2's one (``0::/...``) and v1's one per hierarchy."""
+    try:
+        lines = (root / str(pid) / "cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    return [line.split(":", 2)[2] for line in lines if line.count(":") >= 2]

@@ -65,6 +65,7 @@ class SidecarOptions:
     evidence_dir: Path  # with a command: its run folder too (output.log, run.json)
     whole_machine: bool = False
     command: tuple[str, ...] = ()  # launch this, rather than watch a pid or a match
+    cgroup: re.Pattern[str] | None = None  # the topmost process of a matching cgroup (a container's)
     grace: float = 10.0  # launched: how long the stop waits after SIGTERM before SIGKILL
 
 
@@ -75,12 +76,11 @@ class Sidecar:
         self.options = options
         self.board = HealthBoard()
         self.stop = threading.Event()
-        pattern = options.match.pattern if options.match is not None else ""
         target = (
             f"pid {options.pid}"
             if options.pid is not None
-            else f"match {pattern!r}"
-            if options.match is not None
+            else _selector(options)
+            if options.match is not None or options.cgroup is not None
             else " ".join(redact_argv(options.command))[:200]
         )
         self.tracker = HealthTracker(target, options.watch.interval)
@@ -93,15 +93,14 @@ class Sidecar:
         o = self.options
         if o.pid is not None:
             return o.pid
-        assert o.match is not None
         said = False
         while not self.stop.is_set():
-            roots = matching_roots(o.match)
+            roots = matching_roots(o.match, cgroup=o.cgroup)
             if roots:
                 return _oldest(roots)
-            self.board.set(self.tracker.waiting(f"no process matches {o.match.pattern!r} yet"))
+            self.board.set(self.tracker.waiting(f"no process of {_selector(o)} yet"))
             if not said:
-                print(f"hangwatch watch: waiting for a process matching {o.match.pattern!r}", flush=True)
+                print(f"hangwatch watch: waiting for a process of {_selector(o)}", flush=True)
                 said = True
             self.stop.wait(o.watch.interval)
         return None
@@ -189,6 +188,13 @@ class Sidecar:
         self.evidence.append(path)
         a.watch.view.event(f"{t:.1f}s {name} evidence written to {path}")
         return str(path)
+
+
+def _selector(o: SidecarOptions) -> str:
+    """``match 'sglang'``, ``cgroup 'cri-containerd-4f2a'``, or both, in words."""
+    parts = [f"match {o.match.pattern!r}"] if o.match is not None else []
+    parts += [f"cgroup {o.cgroup.pattern!r}"] if o.cgroup is not None else []
+    return " and ".join(parts)
 
 
 def _oldest(pids: list[int]) -> int:
