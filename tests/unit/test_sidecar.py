@@ -211,7 +211,7 @@ def test_the_trees_gpus_are_labelled_as_dcgm_exporter_does_with_the_rules_state(
 def _proc(root, pid: int, ppid: int, cmdline: str, cgroup: str) -> None:
     d = root / str(pid)
     d.mkdir()
-    comm = cmdline.split()[0].rsplit("/", 1)[-1][:15]
+    comm = cmdline.split(maxsplit=1)[0].rsplit("/", 1)[-1][:15]
     fields = ["S", str(ppid)] + ["0"] * 17 + ["100"] + ["0"] * 30
     (d / "stat").write_text(f"{pid} ({comm}) {' '.join(fields)}\n")
     (d / "cmdline").write_bytes(cmdline.replace(" ", "\0").encode() + b"\0")

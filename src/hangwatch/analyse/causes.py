@@ -23,6 +23,7 @@ from hangwatch.model.samples import ProcState
 from hangwatch.model.samples import Tick
 from hangwatch.model.vocabulary import Cause
 from hangwatch.model.vocabulary import Confidence
+from hangwatch.words import plural
 
 SHORT_LIVED_S = 2.0  # helpers (`which`, `ldconfig -p`, compiler probes) exit non-zero harmlessly
 
@@ -466,7 +467,7 @@ def _crash_exception_first(f: CrashFacts) -> Diagnosis | None:
     text = f"{who} raised an exception first: {_exception_summary(f.findings)}"
     signalled = [e for e in f.ordered if e.signal is not None]
     if signalled:
-        text += f"; then {_count(len(signalled), 'process')} killed by a signal (the tree torn down)"
+        text += f"; then {plural(len(signalled), 'process')} killed by a signal (the tree torn down)"
     return Diagnosis(Cause.EXCEPTION, pids, text)
 
 
@@ -808,7 +809,7 @@ def _death_first(
     elif is_root and survivors:
         # The command itself killed (vLLM's API server, SGLang's launcher): what it started runs on
         # without the one it served and waits for it, as peers wait for a dead rank.
-        text = f"{what}; {_count(survivors, 'process')} of its tree left running without it"
+        text = f"{what}; {plural(survivors, 'process')} of its tree left running without it"
     elif is_root:
         return Diagnosis(Cause.UNKNOWN, (death.pid,), what, steps=steps)
     else:
@@ -904,10 +905,6 @@ def _death(e: ExitRecord) -> str:
     if e.rank and e.rank not in who:
         who += f" ({e.role or 'rank'} {e.rank})"
     return f"{who} [{e.pid}] {e.status_text}"
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else ("es" if noun.endswith("s") else "s"))
 
 
 def _exception_summary(findings: Sequence[LogFinding]) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from hangwatch.analyse.progress import CPU_CORES_MIN
 from hangwatch.analyse.stackframes import memo
 from hangwatch.analyse.stackframes import significant_frames
 from hangwatch.analyse.stackframes import wait_point
@@ -30,9 +31,9 @@ from hangwatch.model.stacks import ProcessStacks
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.stacks import ThreadStack
 
-# A process using less than this share of a core between samples is not working (a waiting vLLM
-# worker's background thread used ~1 %; the progress model uses the same 10 %).
-CPU_BUSY_CORES = 0.10
+# A process using less than this share of a core between samples is not working: the progress model's
+# own threshold, one number for both (a waiting vLLM worker's background thread used ~1 %).
+CPU_BUSY_CORES = CPU_CORES_MIN
 
 
 class Wait(StrEnum):

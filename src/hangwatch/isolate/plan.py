@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from hangwatch.engines.profile import RANKS_WAIT
 from hangwatch.isolate.toggles import Applied
 from hangwatch.isolate.toggles import apply_edits
 from hangwatch.isolate.toggles import changes_anything
@@ -21,12 +22,11 @@ from hangwatch.isolate.toggles import combine
 from hangwatch.model.isolate import Toggle
 from hangwatch.model.vocabulary import Cause
 
-_RANKS_WAIT = (Cause.COLLECTIVE_WAIT, Cause.RENDEZVOUS_WAIT, Cause.DEAD_PEER, Cause.GPU_SPIN)
 _HINTS: tuple[tuple[re.Pattern[str], tuple[Cause, ...]], ...] = (
     (re.compile(r"graph|eager", re.I), (Cause.CUDA_GRAPH_CAPTURE, Cause.GPU_SPIN)),
     (re.compile(r"compile|eager|-O\d", re.I), (Cause.COMPILE_STALL,)),
-    (re.compile(r"spec|draft|eagle|mtp", re.I), (Cause.CUDA_GRAPH_CAPTURE, *_RANKS_WAIT)),
-    (re.compile(r"nccl|p2p|all-?reduce|tensor-parallel|--tp\b|-tp\b|gloo|shm", re.I), _RANKS_WAIT),
+    (re.compile(r"spec|draft|eagle|mtp", re.I), (Cause.CUDA_GRAPH_CAPTURE, *RANKS_WAIT)),
+    (re.compile(r"nccl|p2p|all-?reduce|tensor-parallel|--tp\b|-tp\b|gloo|shm", re.I), RANKS_WAIT),
     (re.compile(r"mem|cache|kv", re.I), (Cause.CUDA_OOM, Cause.OOM_KILLED)),
     (re.compile(r"port|host", re.I), (Cause.PORT_IN_USE,)),
 )

@@ -26,7 +26,9 @@ from hangwatch.model.nodes import NodeAnswer
 from hangwatch.model.nodes import NodeOutcome
 from hangwatch.model.nodes import PodTarget
 from hangwatch.transports.runner import Exchange
-from hangwatch.transports.runner import fan_out
+from hangwatch.transports.runner import Runner
+from hangwatch.transports.runner import collect
+from hangwatch.transports.runner import last_line
 from hangwatch.transports.runner import run_bounded
 from hangwatch.transports.stream import StreamSession
 
@@ -84,9 +86,6 @@ class KubectlOptions:
     remote: tuple[str, ...] = ("hangwatch",)  # how to start hangwatch inside the container
 
 
-Runner = Callable[[list[str], float], Exchange]
-
-
 def base_argv(options: KubectlOptions) -> list[str]:
     argv = [options.kubectl]
     if options.context:
@@ -101,7 +100,7 @@ def discover(selector: str, options: KubectlOptions, runner: Runner = run_bounde
     if not selector or not _SELECTOR.match(selector) or selector.startswith("-"):
         raise KubectlError(f"not a label selector: {selector!r} (e.g. {LWS_NAME}=vllm)")
     ex = runner([*base_argv(options), "get", "pods", "-l", selector, "-o", "json"], options.node_timeout_s)
-    said = _last_line(ex.stderr)
+    said = last_line(ex.stderr)
     if ex.rc is None:
         raise KubectlError(f"kubectl get pods gave no answer within {options.node_timeout_s:g} s")
     if ex.rc == 127:
@@ -129,6 +128,33 @@ def exec_argv(pod: PodTarget, remote_args: Sequence[str], options: KubectlOption
     return [*argv, *options.remote, "collect", *remote_args]
 
 
+@dataclass(frozen=True)
+class KubectlTransport:
+    """``kubectl exec POD -c C -- hangwatch collect ...`` (runner.Transport)."""
+
+    options: KubectlOptions
+
+    @property
+    def deadline_s(self) -> float:
+        return self.options.node_timeout_s
+
+    @property
+    def concurrency(self) -> int:
+        return self.options.concurrency
+
+    def argv(self, target: PodTarget, remote_args: Sequence[str]) -> list[str]:
+        return exec_argv(target, remote_args, self.options)
+
+    def answer_of(self, target: PodTarget, ex: Exchange) -> NodeAnswer:
+        return answer_of(target, ex, self.options)
+
+    def unreachable(self, target: PodTarget) -> NodeAnswer | None:
+        if target.phase == "Running":
+            return None
+        # kubectl exec into a Pending or Failed pod can only fail: say what the API says instead.
+        return NodeAnswer(target.name, NodeOutcome.UNREACHABLE, f"the pod is {target.phase}", b"", 0.0, 0.0)
+
+
 def collect_pods(
     pods: Sequence[PodTarget],
     remote_args: Sequence[str],
@@ -137,25 +163,14 @@ def collect_pods(
     runner: Runner = run_bounded,
 ) -> list[T]:
     """The collector in every pod, in parallel; one result per pod, in pod order."""
-    if not pods:
-        return []
-
-    def one(pod: PodTarget) -> T:
-        if pod.phase != "Running":
-            # kubectl exec into a Pending or Failed pod can only fail: say what the API says instead.
-            answer = NodeAnswer(pod.name, NodeOutcome.UNREACHABLE, f"the pod is {pod.phase}", b"", 0.0, 0.0)
-            return finish(pod, answer)
-        ex = runner(exec_argv(pod, remote_args, options), options.node_timeout_s)
-        return finish(pod, answer_of(pod, ex, options))
-
-    return fan_out(pods, one, options.concurrency)
+    return collect(KubectlTransport(options), pods, remote_args, finish, runner)
 
 
 def answer_of(pod: PodTarget, ex: Exchange, options: KubectlOptions) -> NodeAnswer:
     def failed(outcome: NodeOutcome, detail: str) -> NodeAnswer:
         return NodeAnswer(pod.name, outcome, detail, b"", ex.sent_wall_s, ex.received_wall_s)
 
-    said = _last_line(ex.stderr)
+    said = last_line(ex.stderr)
     if ex.rc is None:
         return failed(
             NodeOutcome.TIMEOUT, f"no answer within {options.node_timeout_s:g} s (exec and collect)"
@@ -224,11 +239,6 @@ def _order(pod: PodTarget) -> tuple[int, int, int, str]:
     if RAY_NODE_TYPE in pod.labels:
         return (1, 0 if pod.labels[RAY_NODE_TYPE] == "head" else 1, 0, pod.name)
     return (2, 0, 0, pod.name)
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
 
 
 def kubectl_session(pod: PodTarget, remote_args: Sequence[str], options: KubectlOptions) -> StreamSession:

@@ -2,7 +2,8 @@
 
 Each runs in a session of its own, so that at the deadline its whole group (the client and anything it
 started) is killed, and nothing of it outlives the call. Its exit status, output and stderr come back
-as an ``Exchange``; what they mean is the transport's to say.
+as an ``Exchange``; what they mean is the transport's to say. A transport is a ``Transport``: the client
+command for a target, and the meaning of its exchange; ``collect`` runs one on every target at once.
 """
 
 from __future__ import annotations
@@ -16,10 +17,14 @@ from collections.abc import Callable
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Protocol
 from typing import TypeVar
+
+from hangwatch.model.nodes import NodeAnswer
 
 T = TypeVar("T")
 U = TypeVar("U")
+K_contra = TypeVar("K_contra", contravariant=True)
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,56 @@ def run_bounded(argv: list[str], deadline_s: float) -> Exchange:
         out, err = proc.communicate()
         rc = None
     return Exchange(rc, out or b"", (err or b"").decode("utf-8", "replace"), sent, time.time())
+
+
+Runner = Callable[[list[str], float], Exchange]
+
+
+class Transport(Protocol[K_contra]):
+    """One way of reaching a node (ssh, kubectl exec, srun); a target is a host, a pod or a Slurm node."""
+
+    @property
+    def deadline_s(self) -> float: ...  # connect, collect and transfer, per node
+
+    @property
+    def concurrency(self) -> int: ...  # clients at once
+
+    def argv(self, target: K_contra, remote_args: Sequence[str]) -> list[str]: ...
+
+    def answer_of(self, target: K_contra, ex: Exchange) -> NodeAnswer: ...
+
+    def unreachable(self, target: K_contra) -> NodeAnswer | None:
+        """An answer known without running the client (a pod that is not Running); None to run it."""
+        ...
+
+
+def collect(
+    transport: Transport[T],
+    targets: Sequence[T],
+    remote_args: Sequence[str],
+    finish: Callable[[T, NodeAnswer], U],
+    runner: Runner = run_bounded,
+) -> list[U]:
+    """``hangwatch collect REMOTE_ARGS`` on every target, in parallel; one result per target, in order.
+
+    ``finish`` (decoding the bundle) runs in the worker thread as each answer arrives, overlapping the
+    nodes still on the wire."""
+
+    def one(target: T) -> U:
+        answer = transport.unreachable(target)
+        if answer is None:
+            answer = transport.answer_of(
+                target, runner(transport.argv(target, remote_args), transport.deadline_s)
+            )
+        return finish(target, answer)
+
+    return fan_out(targets, one, transport.concurrency)
+
+
+def last_line(text: str, noise: tuple[str, ...] = ()) -> str:
+    """A client's last word on stderr (its reason), lines starting with ``noise`` left out, cut to 300."""
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith(noise)]
+    return lines[-1][:300] if lines else ""
 
 
 def fan_out(targets: Sequence[T], one: Callable[[T], U], concurrency: int) -> list[U]:

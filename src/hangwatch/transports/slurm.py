@@ -23,7 +23,9 @@ from typing import TypeVar
 from hangwatch.model.nodes import NodeAnswer
 from hangwatch.model.nodes import NodeOutcome
 from hangwatch.transports.runner import Exchange
-from hangwatch.transports.runner import fan_out
+from hangwatch.transports.runner import Runner
+from hangwatch.transports.runner import collect
+from hangwatch.transports.runner import last_line
 from hangwatch.transports.runner import run_bounded
 from hangwatch.transports.stream import StreamSession
 
@@ -93,9 +95,6 @@ class SlurmOptions:
     remote: tuple[str, ...] = ("hangwatch",)
 
 
-Runner = Callable[[list[str], float], Exchange]
-
-
 def check_job(job: str) -> str:
     if not _JOB.match(job):
         raise SlurmError(f"not a Slurm job id: {job!r} (e.g. 1234, or 1234_7 for an array task)")
@@ -105,7 +104,7 @@ def check_job(job: str) -> str:
 def job_node_list(options: SlurmOptions, runner: Runner = run_bounded) -> str:
     """The job's nodes as Slurm writes them (``node[1-3],gpu07``); empty when it has none yet."""
     ex = runner([options.squeue, "-j", check_job(options.job), "-h", "-o", "%N"], options.node_timeout_s)
-    said = _last_line(ex.stderr)
+    said = last_line(ex.stderr)
     if ex.rc is None:
         raise SlurmError(f"squeue gave no answer within {options.node_timeout_s:g} s")
     if ex.rc == 127:
@@ -155,6 +154,30 @@ def srun_argv(node: str, remote_args: Sequence[str], options: SlurmOptions) -> l
     return [*argv, "--quiet", *options.remote, "collect", *remote_args]
 
 
+@dataclass(frozen=True)
+class SlurmTransport:
+    """``srun --jobid J --overlap -N1 -n1 -w NODE hangwatch collect ...`` (runner.Transport)."""
+
+    options: SlurmOptions
+
+    @property
+    def deadline_s(self) -> float:
+        return self.options.node_timeout_s
+
+    @property
+    def concurrency(self) -> int:
+        return self.options.concurrency
+
+    def argv(self, target: str, remote_args: Sequence[str]) -> list[str]:
+        return srun_argv(target, remote_args, self.options)
+
+    def answer_of(self, target: str, ex: Exchange) -> NodeAnswer:
+        return answer_of(target, ex, self.options)
+
+    def unreachable(self, target: str) -> NodeAnswer | None:
+        return None
+
+
 def collect_nodes(
     nodes: Sequence[str],
     remote_args: Sequence[str],
@@ -163,22 +186,14 @@ def collect_nodes(
     runner: Runner = run_bounded,
 ) -> list[T]:
     """The collector on every node of the job, in parallel; one result per node, in node order."""
-    if not nodes:
-        return []
-
-    def one(node: str) -> T:
-        return finish(
-            answer_of(node, runner(srun_argv(node, remote_args, options), options.node_timeout_s), options)
-        )
-
-    return fan_out(nodes, one, options.concurrency)
+    return collect(SlurmTransport(options), nodes, remote_args, lambda _node, answer: finish(answer), runner)
 
 
 def answer_of(node: str, ex: Exchange, options: SlurmOptions) -> NodeAnswer:
     def failed(outcome: NodeOutcome, detail: str) -> NodeAnswer:
         return NodeAnswer(node, outcome, detail, b"", ex.sent_wall_s, ex.received_wall_s)
 
-    said = _last_line(ex.stderr)
+    said = last_line(ex.stderr)
     if ex.rc is None:
         for outcome, needles, meaning in _PATTERNS:
             if outcome is NodeOutcome.TIMEOUT and any(n in ex.stderr for n in needles):
@@ -210,11 +225,6 @@ def answer_of(node: str, ex: Exchange, options: SlurmOptions) -> NodeAnswer:
         if any(n in ex.stderr for n in needles):
             return failed(outcome, f"{meaning}: {said}")
     return failed(NodeOutcome.REMOTE_ERROR, f"srun failed (exit status {ex.rc}): {said}")
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
 
 
 def srun_session(node: str, remote_args: Sequence[str], options: SlurmOptions) -> StreamSession:

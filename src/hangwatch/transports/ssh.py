@@ -26,7 +26,9 @@ from typing import TypeVar
 from hangwatch.model.nodes import NodeAnswer
 from hangwatch.model.nodes import NodeOutcome
 from hangwatch.transports.runner import Exchange
-from hangwatch.transports.runner import fan_out
+from hangwatch.transports.runner import Runner
+from hangwatch.transports.runner import collect
+from hangwatch.transports.runner import last_line
 from hangwatch.transports.runner import run_bounded
 from hangwatch.transports.stream import StreamSession
 from hangwatch.transports.stream import StreamSessions
@@ -80,9 +82,6 @@ class SshOptions:
     remote: tuple[str, ...] = ("hangwatch",)
 
 
-Runner = Callable[[list[str], float], Exchange]
-
-
 def ssh_argv(host: str, remote_args: Sequence[str], options: SshOptions) -> list[str]:
     """The ssh command line for one node; the remote command is quoted word by word for the remote shell."""
     if host.startswith("-"):
@@ -108,6 +107,30 @@ def ssh_argv(host: str, remote_args: Sequence[str], options: SshOptions) -> list
 run_ssh = run_bounded
 
 
+@dataclass(frozen=True)
+class SshTransport:
+    """``ssh HOST hangwatch collect ...`` (runner.Transport)."""
+
+    options: SshOptions
+
+    @property
+    def deadline_s(self) -> float:
+        return self.options.node_timeout_s
+
+    @property
+    def concurrency(self) -> int:
+        return self.options.concurrency
+
+    def argv(self, target: str, remote_args: Sequence[str]) -> list[str]:
+        return ssh_argv(target, remote_args, self.options)
+
+    def answer_of(self, target: str, ex: Exchange) -> NodeAnswer:
+        return answer_of(target, ex, self.options)
+
+    def unreachable(self, target: str) -> NodeAnswer | None:
+        return None
+
+
 def collect_nodes(
     hosts: Sequence[str],
     remote_args: Sequence[str],
@@ -115,27 +138,15 @@ def collect_nodes(
     finish: Callable[[NodeAnswer], T],
     runner: Runner = run_ssh,
 ) -> list[T]:
-    """``hangwatch collect REMOTE_ARGS`` on every host, in parallel; one result per host, in host order.
-
-    ``finish`` (decoding the bundle) runs in the worker thread as each answer arrives, overlapping the
-    nodes still on the wire.
-    """
-    if not hosts:
-        return []
-
-    def one(host: str) -> T:
-        return finish(
-            answer_of(host, runner(ssh_argv(host, remote_args, options), options.node_timeout_s), options)
-        )
-
-    return fan_out(hosts, one, options.concurrency)
+    """``hangwatch collect REMOTE_ARGS`` on every host, in parallel; one result per host, in host order."""
+    return collect(SshTransport(options), hosts, remote_args, lambda _host, answer: finish(answer), runner)
 
 
 def answer_of(host: str, ex: Exchange, options: SshOptions) -> NodeAnswer:
     def failed(outcome: NodeOutcome, detail: str) -> NodeAnswer:
         return NodeAnswer(host, outcome, detail, b"", ex.sent_wall_s, ex.received_wall_s)
 
-    said = _last_line(ex.stderr)
+    said = last_line(ex.stderr, noise=("Warning: Permanently",))
     if ex.rc is None:
         return failed(
             NodeOutcome.TIMEOUT,
@@ -162,15 +173,6 @@ def answer_of(host: str, ex: Exchange, options: SshOptions) -> NodeAnswer:
     if len(ex.stdout) > MAX_OUTPUT_BYTES:
         return failed(NodeOutcome.BAD_OUTPUT, f"{len(ex.stdout)} bytes, over the {MAX_OUTPUT_BYTES} limit")
     return NodeAnswer(host, NodeOutcome.OK, "", ex.stdout, ex.sent_wall_s, ex.received_wall_s)
-
-
-def _last_line(text: str) -> str:
-    lines = [
-        line.strip()
-        for line in text.splitlines()
-        if line.strip() and not line.startswith("Warning: Permanently")
-    ]
-    return lines[-1][:300] if lines else ""
 
 
 def ssh_session(host: str, remote_args: Sequence[str], options: SshOptions) -> StreamSession:
