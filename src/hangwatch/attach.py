@@ -146,7 +146,7 @@ def attached_report(a: Attached, verdict: Verdict, pid: int) -> Report:
     python = exe if exe and Path(exe).name.startswith("python") else None
     report = with_environment(report, a.cmdline, python=python)
     return dataclasses.replace(
-        report, last_progress_t=a.watch.assessor.last_progress_t(), stall_after_s=a.options.stall_after
+        report, last_progress_t=a.watch.assessor.last_progress_t(), stall_after_s=a.options.stall_after_s
     )
 
 

@@ -62,7 +62,7 @@ def test_noise_is_not_progress():
 
 
 def _assessor(stall: float = 10.0) -> Assessor:
-    return Assessor(engines.by_name("generic"), Policy(stall_after=stall), root_pids={1})
+    return Assessor(engines.by_name("generic"), Policy(stall_after_s=stall), root_pids={1})
 
 
 def test_stall_after_the_window_and_not_before():
@@ -128,7 +128,7 @@ def test_oom_killed_needs_evidence():
 
 
 def test_ready_from_probe_then_silence_while_serving_is_fine():
-    a = Assessor(engines.by_name("vllm"), Policy(stall_after=5), root_pids={1})
+    a = Assessor(engines.by_name("vllm"), Policy(stall_after_s=5), root_pids={1})
     a.observe(tick(0, proc(1)))
     ok = ProbeResult(1, "http://127.0.0.1:8000/health", ProbeOutcome.HTTP, 200)
     v = a.observe(tick(1, proc(1), probes=(ok,)))
@@ -169,7 +169,7 @@ def test_a_phase_with_a_window_of_its_own_stalls_at_it_and_the_next_phase_keeps_
     does not time keeps the fixed window."""
     from hangwatch.model.samples import PhaseEvent
 
-    policy = Policy(stall_after=30, phase_windows=(("process_start", 8.0),))
+    policy = Policy(stall_after_s=30, phase_windows=(("process_start", 8.0),))
     a = Assessor(engines.by_name("vllm"), policy, root_pids={1})
     for t in range(8):
         assert a.observe(tick(t, proc(1))) is None, t

@@ -255,7 +255,7 @@ def test_a_connection_whose_last_word_was_the_clients_waits_for_an_answer():
 
 
 def _serving_assessor(stall: float = 8.0) -> Assessor:
-    a = Assessor(engines.by_name("vllm"), Policy(stall_after=stall), root_pids={1})
+    a = Assessor(engines.by_name("vllm"), Policy(stall_after_s=stall), root_pids={1})
     green = ProbeResult(0.0, "http://127.0.0.1:8000/health", ProbeOutcome.HTTP, 200)
     assert a.observe(Tick(0.0, (proc(1),), probes=(green,))) is not None  # ready
     return a
@@ -454,7 +454,7 @@ def test_attach_to_a_serving_server_ends_healthy_at_the_end_of_its_window():
     a = Assessor(
         engines.by_name("vllm"),
         Policy(
-            stall_after=30, timeout=3, timeout_label=None, window_end=10
+            stall_after_s=30, timeout=3, timeout_label=None, window_end=10
         ),  # the user's --timeout 3 < --window
         root_pids={1},
     )
@@ -814,7 +814,7 @@ def _run_after_a_rank_dies(replacement: bool) -> tuple[object, float]:
     (vllm-tp2-TP0-compile-sigkill-run); with ``replacement`` a new TP0 appears at 7 s."""
     from hangwatch.model.samples import LogSample
 
-    a = Assessor(engines.by_name("vllm"), Policy(stall_after=30.0), root_pids={1})
+    a = Assessor(engines.by_name("vllm"), Policy(stall_after_s=30.0), root_pids={1})
     alive = [proc(1), _ranked(10, "TP0"), _ranked(11, "TP1")]
     for t in range(5):
         assert a.observe(Tick(float(t), tuple(alive), log=LogSample(new_lines=2))) is None
@@ -847,7 +847,7 @@ def test_a_helper_carrying_its_ranks_rank_killed_while_the_tree_works_on_is_carr
     # on is the helper's end, not a rank's: the tree's progress since clears it, as any helper's.
     from hangwatch.model.samples import LogSample
 
-    a = Assessor(engines.by_name("vllm"), Policy(stall_after=30.0), root_pids={1})
+    a = Assessor(engines.by_name("vllm"), Policy(stall_after_s=30.0), root_pids={1})
     helper = replace(_ranked(20, "TP0"), ppid=10)
     alive = [proc(1), _ranked(10, "TP0"), _ranked(11, "TP1"), helper]
     for t in range(5):

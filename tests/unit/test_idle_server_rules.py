@@ -193,7 +193,7 @@ def _watch(policy: Policy, procs: tuple[ProcessStacks, ...], until: float = 30.0
 
 def test_with_no_readiness_rule_an_idle_server_is_ready_when_the_stall_window_runs_out():
     a, v = _watch(
-        Policy(stall_after=10.0, has_readiness=False),
+        Policy(stall_after_s=10.0, has_readiness=False),
         (_stacks(FRONT, SERVE, POLL), _stacks(WORKER, READ_PIPE, READS)),
     )
     assert v is not None and v.state is State.READY and v.cause is Cause.IDLE, v
@@ -205,13 +205,13 @@ def test_with_no_readiness_rule_an_idle_server_is_ready_when_the_stall_window_ru
 
 
 def test_with_a_readiness_rule_the_rule_decides_and_an_idle_looking_server_is_not_taken_for_ready():
-    _, v = _watch(Policy(stall_after=10.0, has_readiness=True), (_stacks(FRONT, SERVE, POLL),))
+    _, v = _watch(Policy(stall_after_s=10.0, has_readiness=True), (_stacks(FRONT, SERVE, POLL),))
     assert v is not None and v.state is State.STALLED, v
 
 
 def test_a_server_with_a_member_stuck_is_stalled_at_the_window_as_before():
     _, v = _watch(
-        Policy(stall_after=10.0, has_readiness=False),
+        Policy(stall_after_s=10.0, has_readiness=False),
         (_stacks(FRONT, SERVE, POLL), _stacks(WORKER, STUCK, OWN_FUTEX)),
     )
     assert v is not None and v.state is State.STALLED, v

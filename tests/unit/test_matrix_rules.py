@@ -68,7 +68,7 @@ def _phase_tick(t: float, *events: tuple[str, str, int]) -> Tick:
 def test_ranks_are_left_behind_only_against_ranks_not_the_api_server():
     """The API server always logs later phases than any worker (the HTTP server comes up after the
     workers' last line): compared with it, every rank was "behind", and both workers were blamed."""
-    a = Assessor(engines.by_name("vllm"), Policy(stall_after=30.0), root_pids={_API})
+    a = Assessor(engines.by_name("vllm"), Policy(stall_after_s=30.0), root_pids={_API})
     a.observe(_phase_tick(1.0, ("args", "(APIServer pid=8400) INFO non-default args: {...}", _API)))
     a.observe(
         _phase_tick(
@@ -344,7 +344,7 @@ def test_a_probe_green_then_failing_while_serving_stays_evidence_between_probes(
     for t in range(26, 60):
         watch.observe(Tick(float(t), tree))
     assert watch.waiting_since == since
-    stall = watch.stall(60.0, last_progress_t=26.0, stall_after=30.0)
+    stall = watch.stall(60.0, last_progress_t=26.0, stall_after_s=30.0)
     assert stall is not None and "was green while serving" in stall.evidence[0]
 
 
@@ -550,7 +550,7 @@ def test_the_rank_the_others_wait_for_raised_and_lived_on_so_the_exception_is_th
     """Nothing died: TP1 logged the traceback and waits for its next RPC, TP0 waits in the all-reduce
     TP1 left. The stacks name TP1 (collective-wait); its exception, logged as the spell began, is the
     cause, quoted with its last line."""
-    a = Assessor(engines.by_name("vllm"), Policy(stall_after=30.0), {_API})
+    a = Assessor(engines.by_name("vllm"), Policy(stall_after_s=30.0), {_API})
     a.observe(Tick(0.0, _TREE))
     a.observe(_raised_at(60.0, _TP1))
     waited = causes.Diagnosis(
@@ -566,7 +566,7 @@ def test_the_rank_the_others_wait_for_raised_and_lived_on_so_the_exception_is_th
 
 def test_a_traceback_long_before_the_quiet_spell_is_not_its_cause():
     """A rank that printed a traceback at start-up and went on (an optional import) and hangs later."""
-    a = Assessor(engines.by_name("vllm"), Policy(stall_after=30.0), {_API})
+    a = Assessor(engines.by_name("vllm"), Policy(stall_after_s=30.0), {_API})
     a.observe(_raised_at(5.0, _TP1))
     for t in range(10, 200, 10):  # progress long after it: new lines every 10 s
         a.observe(Tick(float(t), _TREE, log=LogSample(new_lines=1, last_line=f"step {t}")))
@@ -651,7 +651,7 @@ def test_a_member_stopped_while_serving_holds_requests_up_within_the_short_windo
     26.5 s, three client requests unanswered from 27.0 s, the launcher's one-time 300 KiB read at
     30.0 s; the verdict waited out the whole 30 s window (33.7 s after the fault, bound 10 s)."""
     launcher, detok = 11700, 11792
-    a = Assessor(engines.by_name("sglang"), Policy(stall_after=30.0), root_pids={launcher})
+    a = Assessor(engines.by_name("sglang"), Policy(stall_after_s=30.0), root_pids={launcher})
     tree = (
         _proc(launcher, 1, "python", "main", None),
         _proc(detok, launcher, "sglang::detokenizer", "detokenizer", None),
@@ -746,7 +746,7 @@ def test_a_heartbeat_is_evidence_of_every_member_that_could_have_written_it():
     """sglang-tp1-sched-serving-retrylog-run (2026-12-04): the scheduler's retry line (85 bytes every 2 s)
     arrived in the ticks where the API server also wrote 404 bytes (its answers to our probes); taken for
     nobody's, the heartbeat was never discounted, and the wedge was never called."""
-    a = Assessor(engines.by_name("sglang"), Policy(stall_after=30.0), root_pids={13260})
+    a = Assessor(engines.by_name("sglang"), Policy(stall_after_s=30.0), root_pids={13260})
 
     def tick(t: float, api_w: int, sched_w: int, beats: int) -> Tick:
         procs = (
@@ -782,11 +782,11 @@ def test_an_engine_still_starting_on_its_own_port_gets_no_wrong_url_hint():
     )
     worker = replace(_TREE[2], listening_ports=(32833, 32957, 34549))
     tick = Tick(30.0, (*_TREE[:2], worker), probes=(refused,))
-    engine = Assessor(engines.by_name("vllm"), Policy(stall_after=30.0), root_pids={_API})
+    engine = Assessor(engines.by_name("vllm"), Policy(stall_after_s=30.0), root_pids={_API})
     engine.observe(tick)
     assert engine._port_hints(tick) == []
     given = Assessor(
-        engines.by_name("vllm"), Policy(stall_after=30.0, probe_url_given=True), root_pids={_API}
+        engines.by_name("vllm"), Policy(stall_after_s=30.0, probe_url_given=True), root_pids={_API}
     )
     given.observe(tick)
     assert "is the readiness URL right" in given._port_hints(tick)[0]
@@ -802,7 +802,7 @@ def test_a_given_url_on_the_port_the_server_was_told_gets_no_wrong_url_hint():
     worker = replace(_TREE[2], listening_ports=(34297, 34597))
     told = replace(_TREE[0], cmdline=("vllm", "serve", "/m", "--port", "42053"))
     tick = Tick(30.0, (told, _TREE[1], worker), probes=(refused,))
-    policy = Policy(stall_after=30.0, probe_url_given=True)
+    policy = Policy(stall_after_s=30.0, probe_url_given=True)
     engine = Assessor(engines.by_name("vllm"), policy, root_pids={_API})
     engine.observe(tick)
     assert engine._port_hints(tick) == []

@@ -110,7 +110,7 @@ def proc(pid: int, state: str = "S", cpu: float = 0.0) -> ProcessSample:
 
 
 def _assessor(stall: float) -> Assessor:
-    return Assessor(engines.by_name("generic"), Policy(stall_after=stall), root_pids={1})
+    return Assessor(engines.by_name("generic"), Policy(stall_after_s=stall), root_pids={1})
 
 
 def test_a_stall_says_the_window_decided_and_what_named_its_cause():

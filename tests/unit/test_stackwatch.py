@@ -147,15 +147,15 @@ def _ticks_for(
     return None
 
 
-def _assessor(history: StackHistory, stall_after: float) -> Assessor:
+def _assessor(history: StackHistory, stall_after_s: float) -> Assessor:
     return Assessor(
-        engines.by_name("generic"), Policy(stall_after=stall_after), root_pids={0}, stacks=history
+        engines.by_name("generic"), Policy(stall_after_s=stall_after_s), root_pids={0}, stacks=history
     )
 
 
 def test_closed_wait_is_stalled_within_15_s_whatever_the_window():
     h = StackHistory()
-    v = _ticks_for("missing_collective", 200, h, _assessor(h, stall_after=300), [0, 1, 1])
+    v = _ticks_for("missing_collective", 200, h, _assessor(h, stall_after_s=300), [0, 1, 1])
     assert v is not None and v.state is State.STALLED and v.cause is Cause.COLLECTIVE_WAIT
     assert v.confidence == "high" and "not waiting out the 300 s stall window" in v.summary
     assert float(v.summary.split("for ")[1].split(" s")[0]) <= 15
@@ -163,7 +163,7 @@ def test_closed_wait_is_stalled_within_15_s_whatever_the_window():
 
 def test_open_wait_waits_out_the_window():
     h = StackHistory()
-    v = _ticks_for("missing_rank", 200, h, _assessor(h, stall_after=40), [0, 1, 1])
+    v = _ticks_for("missing_rank", 200, h, _assessor(h, stall_after_s=40), [0, 1, 1])
     assert v is not None and v.cause is Cause.RENDEZVOUS_WAIT
     assert "for 40 s" in v.summary
 
@@ -171,14 +171,14 @@ def test_open_wait_waits_out_the_window():
 def test_lock_cycle_and_dead_peer_are_closed_too():
     for name, cause in (("lock_deadlock", Cause.LOCK_DEADLOCK), ("graph_capture", Cause.CUDA_GRAPH_CAPTURE)):
         h = StackHistory()
-        v = _ticks_for(name, 200, h, _assessor(h, stall_after=120), [0, 1, 1])
+        v = _ticks_for(name, 200, h, _assessor(h, stall_after_s=120), [0, 1, 1])
         assert v is not None and v.cause is cause, name
         assert "not waiting out" in v.summary
 
 
 def test_without_stacks_the_window_applies():
     h = StackHistory()
-    assessor = _assessor(h, stall_after=25)
+    assessor = _assessor(h, stall_after_s=25)
     template = loader.ticks("missing_collective")[0]
     verdict = None
     t = 0.0
@@ -191,7 +191,7 @@ def test_without_stacks_the_window_applies():
 def test_spinning_rank_is_stalled_after_the_window_not_kept_alive_by_its_cpu():
     """A host thread spinning in cudaDeviceSynchronize at 100 % CPU: the CPU is vetoed, the window runs."""
     h = StackHistory()
-    assessor = _assessor(h, stall_after=20)
+    assessor = _assessor(h, stall_after_s=20)
     spin = _spinning_samples()[0]
     proc = spin.processes[0]
     tick_proc = replace(loader.ticks("gpu_spin")[0].processes[0], cpu_delta_s=1.0, state="R")

@@ -62,7 +62,7 @@ def test_a_wait_of_its_own_threads_is_said_once_to_be_one_nothing_can_end():
 def test_the_closed_verdict_says_why_it_came_early_once_with_no_flag_named():
     a = Assessor(
         engines.by_name("generic"),
-        Policy(stall_after=30.0, has_readiness=False),
+        Policy(stall_after_s=30.0, has_readiness=False),
         {PID},
         stacks=StackHistory(),
     )

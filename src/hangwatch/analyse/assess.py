@@ -8,10 +8,10 @@ here, the interrupted and end-of-window ones included, and the stack evidence li
 ready    the profile's readiness rule holds (probe status or a ready line); with no readiness rule, a
          tree that listens on a TCP port and whose every process waits for work there when the stall
          window runs out is a server ready and idle (``ready:idle-server``), never a stall
-stalled  nothing progressed for ``stall_after`` seconds; sooner for a stopped peer, and as soon as the
+stalled  nothing progressed for ``stall_after_s`` seconds; sooner for a stopped peer, and as soon as the
          stacks show a wait nothing inside the tree can end (``closed``: ranks waiting on each other,
          a stopped or dead peer, a lock cycle): the samples that prove it take 8-10 s (stackwatch.py).
-         While serving: requests wait for an answer and nothing moves for ``stall_after``.
+         While serving: requests wait for an answer and nothing moves for ``stall_after_s``.
 crashed  a process of the tree failed: the command itself, or a rank the others then wait for
 exited   the command ended cleanly
 timeout  ``timeout`` reached while still progressing
@@ -84,7 +84,7 @@ _SAYS_NOTHING_CAN_END_IT = frozenset({"stacks:wait-cycle"})
 
 @dataclass(frozen=True)
 class Policy:
-    stall_after: float = DEFAULT_STALL_AFTER_S
+    stall_after_s: float = DEFAULT_STALL_AFTER_S
     timeout: float | None = None
     ready_statuses: frozenset[int] = frozenset({200})
     thresholds: Thresholds = field(default_factory=Thresholds)
@@ -100,11 +100,11 @@ class Policy:
     # still starting listens on dozens of internal ports, gloo's and ZeroMQ's, before its HTTP port).
     probe_url_given: bool = False
     # --stall-after auto: each boot phase's own window, drawn from its longest quiet spells in earlier
-    # boots (model.history.AUTO_RULE); a phase not here, and serving, keep ``stall_after``.
+    # boots (model.history.AUTO_RULE); a phase not here, and serving, keep ``stall_after_s``.
     phase_windows: tuple[tuple[str, float], ...] = ()
 
     def window_for(self, phase: str) -> float:
-        return dict(self.phase_windows).get(phase, self.stall_after)
+        return dict(self.phase_windows).get(phase, self.stall_after_s)
 
 
 class Stage(Enum):
@@ -357,7 +357,7 @@ class Assessor:
             hint=self._spin_hint(stable=True),
             ask=self.serving
             and self.serving_watch.wants_own_request(
-                self.now, quiet, self.serving_clock.busy, self.policy.stall_after
+                self.now, quiet, self.serving_clock.busy, self.policy.stall_after_s
             ),
         )
 
@@ -434,7 +434,7 @@ class Assessor:
     def stall_window(self) -> float:
         """The stall window now: serving's is the fixed one; a boot phase's its own where --stall-after
         auto drew one from the history, else the fixed one."""
-        return self.policy.stall_after if self.serving else self.policy.window_for(self.phases.current.name)
+        return self.policy.stall_after_s if self.serving else self.policy.window_for(self.phases.current.name)
 
     def quiet_for(self, now: float) -> float:
         return max(0.0, now - self.last_progress_t())
@@ -638,7 +638,7 @@ class Assessor:
         return self._serving_closed(m.tick) if not m.undecided else None
 
     def _rule_gauges_frozen(self, m: Moment) -> Verdict | None:
-        wedged = self.serving_clock.stall(m.tick.t, self.policy.stall_after)
+        wedged = self.serving_clock.stall(m.tick.t, self.policy.stall_after_s)
         if wedged is None:
             return None
         return self._serving_stalled(
@@ -646,7 +646,7 @@ class Assessor:
         )
 
     def _rule_requests_unanswered(self, m: Moment) -> Verdict | None:
-        waiting = self.serving_watch.stall(m.tick.t, self.last_progress_t(), self.policy.stall_after)
+        waiting = self.serving_watch.stall(m.tick.t, self.last_progress_t(), self.policy.stall_after_s)
         if waiting is None or m.undecided:
             return None
         return self._serving_stalled(
@@ -659,7 +659,7 @@ class Assessor:
         if not m.stopped or m.undecided:
             return None
         held = self.serving_watch.stall(
-            m.tick.t, self.clock.last_progress(weak=False), min(FAST_STALL_S, self.policy.stall_after)
+            m.tick.t, self.clock.last_progress(weak=False), min(FAST_STALL_S, self.policy.stall_after_s)
         )
         if held is None:
             return None
@@ -989,7 +989,7 @@ class Assessor:
         # after the fault, vLLM's stats line 10 s on, are progress that moves the spell's start): a
         # traceback a rank printed and recovered from long before (an optional import at start-up)
         # says nothing of this wait.
-        since = self.clock.last_progress(weak=False) - max(EXCEPTION_LEAD_S, self.policy.stall_after)
+        since = self.clock.last_progress(weak=False) - max(EXCEPTION_LEAD_S, self.policy.stall_after_s)
         written = [
             f
             for f in self.findings
@@ -1043,7 +1043,7 @@ class Assessor:
 
     def _trim_history(self) -> None:
         # Keep enough for the widest window a verdict describes, bounded in memory.
-        horizon = self.now - max(self.policy.stall_after, DEAD_PEER_GRACE_S) * 2 - 10
+        horizon = self.now - max(self.policy.stall_after_s, DEAD_PEER_GRACE_S) * 2 - 10
         while self._history and self._history[0].t < min(horizon, self.last_progress_t() - 5):
             self._history.popleft()
 

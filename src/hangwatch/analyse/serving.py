@@ -40,12 +40,12 @@ class ServingClock:
     def busy(self) -> bool:
         return self.last is not None and self.last.busy
 
-    def stall(self, now: float, stall_after: float) -> ServingStall | None:
+    def stall(self, now: float, stall_after_s: float) -> ServingStall | None:
         last = self.last
         if last is None or self.last_good_t is None or not last.busy:
             return None
         frozen = now - self.last_good_t
-        if frozen < stall_after:
+        if frozen < stall_after_s:
             return None
         evidence = (
             f"serving: {last.running or 0:.0f} requests running, {last.waiting or 0:.0f} waiting, "
@@ -123,14 +123,14 @@ class ServingWatch:
             f"({last.describe()})",
         )
 
-    def wants_own_request(self, now: float, quiet_s: float, busy: bool, stall_after: float) -> bool:
+    def wants_own_request(self, now: float, quiet_s: float, busy: bool, stall_after_s: float) -> bool:
         """Ask the server ourselves: once when it turns ready, then when clients are connected (or its
         gauges say it is busy) and the tree has gone quiet, at most once per half window."""
         if self._asked_t is None:
             return True
         if quiet_s < 3.0 or not (self._clients or busy or self.waiting_since is not None):
             return False
-        return now - self._asked_t >= max(stall_after / 2, 5.0)
+        return now - self._asked_t >= max(stall_after_s / 2, 5.0)
 
     def waiting(self, now: float, last_progress_t: float) -> ServingStall | None:
         """Requests wait, and nothing moved since they began to (or since the last progress): how long."""
@@ -138,7 +138,7 @@ class ServingWatch:
             return None
         return ServingStall(now - max(self.waiting_since, last_progress_t), self._reasons)
 
-    def stall(self, now: float, last_progress_t: float, stall_after: float) -> ServingStall | None:
+    def stall(self, now: float, last_progress_t: float, stall_after_s: float) -> ServingStall | None:
         """Requests have waited, and nothing moved, for the whole window."""
         waiting = self.waiting(now, last_progress_t)
-        return waiting if waiting is not None and waiting.frozen_for_s >= stall_after else None
+        return waiting if waiting is not None and waiting.frozen_for_s >= stall_after_s else None

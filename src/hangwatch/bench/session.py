@@ -82,7 +82,7 @@ def launch_server(
         ready_url=url + "/v1/models",
         ready_pattern=None,
         waiting_patterns=(),
-        stall_after=options.stall_after_s,
+        stall_after_s=options.stall_after_s,
         timeout=options.boot_timeout_s,
         interval=1.0,
         report_json=None,

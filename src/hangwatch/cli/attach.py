@@ -102,7 +102,7 @@ class AttachCommand:
             raise UsageError(f"--log {args.log}: no such file")
         options = AttachOptions(
             watch=replace(
-                watch_options(args, stall_after=stall),
+                watch_options(args, stall_after_s=stall),
                 own_request=args.own_request,
                 kernel_names=args.kernel_names,
             ),
@@ -143,14 +143,14 @@ class AttachCommand:
         check_one_transport(args)
         if unsupported:
             raise UsageError(f"{', '.join(unsupported)}: not supported across nodes yet")
-        w = watch_options(args, stall_after=stall)
+        w = watch_options(args, stall_after_s=stall)
         return attach_across_nodes(
             NodesAttachOptions(
                 hosts=tuple(hosts_of(args)),
                 match=args.match or "",
                 engine=args.engine,
                 window_s=args.window,
-                stall_after_s=w.stall_after,
+                stall_after_s=w.stall_after_s,
                 ready_url=w.ready_url,
                 interval_s=w.interval,
                 stacks=w.stacks,

@@ -68,7 +68,8 @@ class DemoCommand:
         from hangwatch.demo.session import run_demo
 
         return run_demo(
-            ranks=args.ranks, stall_after=args.stall_after, run_dir=args.run_dir or default_run_dir_checked(),
+            ranks=args.ranks, stall_after_s=args.stall_after,
+            run_dir=args.run_dir or default_run_dir_checked(),
             report_json=args.report_json, report_html=args.report_html, report_md=args.report_md,
             quiet=args.quiet,
         )  # fmt: skip

@@ -277,8 +277,8 @@ def _regex(text: str, flag: str) -> re.Pattern[str]:
         raise UsageError(f"{flag} {text!r} is not a valid regular expression: {exc}") from None
 
 
-def watch_options(args: argparse.Namespace, stall_after: float | None = None) -> WatchOptions:
-    given = stall_after if stall_after is not None else args.stall_after
+def watch_options(args: argparse.Namespace, stall_after_s: float | None = None) -> WatchOptions:
+    given = stall_after_s if stall_after_s is not None else args.stall_after
     auto = given == STALL_AUTO
     # auto: the fixed window stands for every phase the history does not time yet, and for serving.
     stall = DEFAULT_STALL_AFTER_S if auto else given
@@ -291,7 +291,7 @@ def watch_options(args: argparse.Namespace, stall_after: float | None = None) ->
         ready_url=validate_probe_url(args.ready_url, "--ready-url") if args.ready_url else None,
         ready_pattern=_regex(args.ready_pattern, "--ready-pattern") if args.ready_pattern else None,
         waiting_patterns=tuple(_regex(p, "--waiting-pattern") for p in args.waiting_pattern),
-        stall_after=stall,
+        stall_after_s=stall,
         timeout=args.timeout,
         interval=args.interval,
         report_json=args.report_json,

@@ -16,7 +16,7 @@ STALLED_EXIT = State.STALLED.exit_code
 def run_demo(
     *,
     ranks: int,
-    stall_after: float,
+    stall_after_s: float,
     run_dir: Path,
     report_json: Path | None,
     report_html: Path | None,
@@ -33,7 +33,7 @@ def run_demo(
         ready_url=None,
         ready_pattern=None,
         waiting_patterns=(),
-        stall_after=stall_after,
+        stall_after_s=stall_after_s,
         timeout=None,
         interval=1.0,
         report_json=report_json,

@@ -212,7 +212,7 @@ class LeftOutSession(StreamSession):
 def make_assessor(o: NodesAttachOptions, roots: set[int], first_cmdline: tuple[str, ...]) -> Assessor:
     profile = engines.by_name(o.engine) if o.engine else engines.detect(first_cmdline or ("?",))
     policy = Policy(
-        stall_after=o.stall_after_s,
+        stall_after_s=o.stall_after_s,
         timeout=o.window_s,
         timeout_label=f"the {o.window_s:g} s --window",
         window_end=o.window_s,

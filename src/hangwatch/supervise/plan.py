@@ -35,7 +35,7 @@ class WatchOptions:
     ready_url: str | None
     ready_pattern: re.Pattern[str] | None
     waiting_patterns: tuple[re.Pattern[str], ...]
-    stall_after: float
+    stall_after_s: float
     timeout: float | None
     interval: float
     report_json: Path | None
@@ -51,7 +51,7 @@ class WatchOptions:
     # seconds (run: on unless --no-kernel-names, the tree is stopped next anyway; attach: --kernel-names).
     kernel_names: bool = False
     # --stall-after auto (run, isolate): each boot phase's own window, drawn from the phase history at
-    # launch (supervise/history.launch_history); a phase not here, and serving, keep ``stall_after``.
+    # launch (supervise/history.launch_history); a phase not here, and serving, keep ``stall_after_s``.
     stall_auto: bool = False
     phase_windows: tuple[tuple[str, float], ...] = ()
     # Each phase's usual duration in comparable earlier boots, read at launch: the live view shows it.
@@ -113,7 +113,7 @@ def make_assessor(
 ) -> Assessor:
     statuses = SUCCESS_STATUSES if options.ready_url else plan.profile.ready_statuses
     policy = Policy(
-        stall_after=options.stall_after,
+        stall_after_s=options.stall_after_s,
         timeout=options.timeout,
         ready_statuses=statuses,
         timeout_label=timeout_label,
@@ -144,7 +144,9 @@ def make_own_requester(plan: Plan, options: WatchOptions, clock: Callable[[], fl
         return None
     parts = urlsplit(plan.probe_url)
     # A deadline a little past the stall window: an answer later than that is no answer.
-    return OwnRequester(urlunsplit((parts.scheme, parts.netloc, "", "", "")), clock, options.stall_after + 5)
+    return OwnRequester(
+        urlunsplit((parts.scheme, parts.netloc, "", "", "")), clock, options.stall_after_s + 5
+    )
 
 
 def emit(report: Report, options: WatchOptions, said_at: float | None = None) -> None:

@@ -206,17 +206,19 @@ def with_history(
         w, phase_windows=tuple((p.phase, p.window_s) for p in past.windows), phase_usual=past.usual
     )
     if w.stall_auto:
-        notes.append(auto_note(past.windows, w.stall_after))
+        notes.append(auto_note(past.windows, w.stall_after_s))
     return past, w
 
 
 def stall_words(w: WatchOptions) -> str:
     """``60 s``; under --stall-after auto ``auto (weights 26 s, others 60 s)``."""
     if not w.stall_auto:
-        return f"{w.stall_after:g} s"
+        return f"{w.stall_after_s:g} s"
     own = ", ".join(f"{phase} {s:g} s" for phase, s in w.phase_windows)
     return (
-        f"auto ({own}, others {w.stall_after:g} s)" if own else f"auto ({w.stall_after:g} s: no history yet)"
+        f"auto ({own}, others {w.stall_after_s:g} s)"
+        if own
+        else f"auto ({w.stall_after_s:g} s: no history yet)"
     )
 
 
