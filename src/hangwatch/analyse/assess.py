@@ -67,6 +67,10 @@ FAST_STALL_S = 10.0
 # After a rank dies, how long the rest may stay quiet before we call it a crash (they wait forever).
 DEAD_PEER_GRACE_S = 5.0
 TAIL_KEPT = 20  # lines of output kept for a crash with nothing else to say
+# The ticks kept: two windows back and this much more, and always this much before the last progress (the
+# evidence of a spell starts with what moved last).
+HISTORY_SLACK_S = 10.0
+HISTORY_BEFORE_S = 5.0
 
 
 # How long before the quiet spell began an exception of the waited-for rank still counts as its start
@@ -1043,8 +1047,8 @@ class Assessor:
 
     def _trim_history(self) -> None:
         # Keep enough for the widest window a verdict describes, bounded in memory.
-        horizon = self.now - max(self.policy.stall_after_s, DEAD_PEER_GRACE_S) * 2 - 10
-        while self._history and self._history[0].t < min(horizon, self.last_progress_t() - 5):
+        horizon = self.now - max(self.policy.stall_after_s, DEAD_PEER_GRACE_S) * 2 - HISTORY_SLACK_S
+        while self._history and self._history[0].t < min(horizon, self.last_progress_t() - HISTORY_BEFORE_S):
             self._history.popleft()
 
 

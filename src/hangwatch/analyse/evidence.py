@@ -11,6 +11,13 @@ from hangwatch.redact import redact_text
 from hangwatch.words import human_bytes
 from hangwatch.words import plural
 
+# A process is named in the evidence when it used more CPU than this over the quiet spell, or is in a
+# state other than asleep: the rest of a large tree is one summary line.
+CPU_SAID_S = 0.5
+# GPU memory that moved less than this over the spell reads "flat" (allocator noise is a few MiB; the
+# progress model's own threshold for GPU memory as progress is progress.GPU_MEM_DELTA_MIN).
+GPU_MEMORY_FLAT_BYTES = 16 << 20
+
 
 def window_evidence(
     window: Sequence[Tick], quiet_s: float, last_probe: ProbeResult | None, waiting_line: str | None
@@ -44,7 +51,7 @@ def window_evidence(
         f"state {'/'.join(states) or '-'}"
     )
     for p in last.processes:
-        if cpu.get(p.pid, 0.0) > 0.5 or p.state not in (ProcState.SLEEPING, ProcState.IDLE):
+        if cpu.get(p.pid, 0.0) > CPU_SAID_S or p.state not in (ProcState.SLEEPING, ProcState.IDLE):
             out.append(
                 f"  {p.name} [{p.pid}]: state {p.state}, +{cpu.get(p.pid, 0.0):.1f} s CPU, "
                 f"+{human_bytes(io.get(p.pid, 0))} I/O"
@@ -75,7 +82,7 @@ def gpu_evidence(window: Sequence[Tick]) -> list[str]:
         if utils:
             parts.append(f"util {min(utils):.0f}-{max(utils):.0f} %")
         if mems:
-            flat = max(mems) - min(mems) < 16 * 1024 * 1024
+            flat = max(mems) - min(mems) < GPU_MEMORY_FLAT_BYTES
             parts.append(f"memory {'flat at ' if flat else ''}{human_bytes(mems[-1])}")
         if powers:
             parts.append(f"power {min(powers):.0f}-{max(powers):.0f} W")

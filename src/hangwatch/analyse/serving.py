@@ -14,6 +14,14 @@ from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ServingSample
 from hangwatch.model.samples import Tick
 
+# hangwatch's own one-token completion (run's default while serving): asked only after this much quiet
+# (a server streaming tokens needs no test), at most once per half stall window and never more often than
+# OWN_REQUEST_EVERY_MIN_S (a short --stall-after must not make it a load generator); a failed one is a
+# reason a request waits for OWN_FAILURE_HELD_S, the next tick or so, not for the rest of the run.
+OWN_REQUEST_QUIET_S = 3.0
+OWN_REQUEST_EVERY_MIN_S = 5.0
+OWN_FAILURE_HELD_S = 5.0
+
 
 @dataclass(frozen=True)
 class ServingStall:
@@ -96,7 +104,12 @@ class ServingWatch:
         pending = own.pending_for(tick.t) if own is not None else None
         if own is not None and pending is not None and pending >= OWN_REQUEST_SLOW_S:
             reasons.append(f"hangwatch's own one-token completion ({own.url}) pending for {pending:.0f} s")
-        elif own is not None and own.done_t is not None and not own.answered and tick.t - own.done_t < 5:
+        elif (
+            own is not None
+            and own.done_t is not None
+            and not own.answered
+            and tick.t - own.done_t < OWN_FAILURE_HELD_S
+        ):
             reasons.append(f"hangwatch's own one-token completion failed: {own.detail}")
         if reasons:
             if self.waiting_since is None:
@@ -128,9 +141,9 @@ class ServingWatch:
         gauges say it is busy) and the tree has gone quiet, at most once per half window."""
         if self._asked_t is None:
             return True
-        if quiet_s < 3.0 or not (self._clients or busy or self.waiting_since is not None):
+        if quiet_s < OWN_REQUEST_QUIET_S or not (self._clients or busy or self.waiting_since is not None):
             return False
-        return now - self._asked_t >= max(stall_after_s / 2, 5.0)
+        return now - self._asked_t >= max(stall_after_s / 2, OWN_REQUEST_EVERY_MIN_S)
 
     def waiting(self, now: float, last_progress_t: float) -> ServingStall | None:
         """Requests wait, and nothing moved since they began to (or since the last progress): how long."""

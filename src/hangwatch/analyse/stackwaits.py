@@ -34,6 +34,9 @@ from hangwatch.model.stacks import ThreadStack
 # A process using less than this share of a core between samples is not working: the progress model's
 # own threshold, one number for both (a waiting vLLM worker's background thread used ~1 %).
 CPU_BUSY_CORES = CPU_CORES_MIN
+# A CPU rate over a shorter span than this is not read: /proc counts CPU in 10 ms ticks, so over 0.5 s one
+# tick is already 2 % of a core.
+CPU_RATE_SPAN_MIN_S = 0.5
 
 
 class Wait(StrEnum):
@@ -437,7 +440,11 @@ def process_views(
             _thread_view(t, placed.get((p.pid, t.tid), False), wakers.get(t.tid)) for t in p.threads
         )
         cpu = None
-        if p.cpu_s is not None and p.pid in first_cpu and latest.t - first_cpu[p.pid][0] > 0.5:
+        if (
+            p.cpu_s is not None
+            and p.pid in first_cpu
+            and latest.t - first_cpu[p.pid][0] > CPU_RATE_SPAN_MIN_S
+        ):
             t0, c0 = first_cpu[p.pid]
             cpu = max(0.0, p.cpu_s - c0) / (latest.t - t0)
         moving = p.pid in flowing
