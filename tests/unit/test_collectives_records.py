@@ -4,6 +4,7 @@ stand-in that answers with the JSON a real NCCL 2.28.9 gave on an H100, and two 
 
 from __future__ import annotations
 
+import json
 import pickle
 import socket
 import threading
@@ -203,3 +204,22 @@ def test_two_readings_tell_a_stuck_collective_from_a_mismatch_from_progress():
     assert "ranks 0-1 ran collectives in the 3 s between two readings" in moving[0]
     gone = ras_findings(snap(0, {0: 9}, (1, 2, 3)), snap(3, {0: 9}, (1, 2, 3), {0: ("async error 5",)}))
     assert "ranks 1-3 unreachable (dead, or never started)" in gone[0] and "rank 0 async error 5" in gone[0]
+
+
+def test_junk_where_a_dump_or_a_ras_answer_should_be_is_a_note_never_a_crash(tmp_path):
+    import os
+    import random
+
+    rng = random.Random(7)
+    for n in range(40):
+        path = tmp_path / f"fr_rank_{n}"
+        path.write_bytes(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 400))))
+    for shape in ({"pg_status": [1, 2]}, {"pg_status": {"0": "x"}, "pg_config": [3]}, {"entries": "e"}):
+        assert flightrecorder.parse(shape, 0, None).groups == ()
+    targets = [flightrecorder.Target(n, os.getpid(), None, tmp_path / f"fr_rank_{n}") for n in range(40)]
+    got = flightrecorder.capture(targets, not_before=0.0, wait_s=0.1)
+    assert len(got.dumps) + len(got.missing) == 40
+    assert all("unreadable" in why for _, why in got.missing)
+    for junk in ("[1, 2]", '{"communicators": [1]}', '{"communicators": [{"ranks": "x"}]}'):
+        with pytest.raises(ncclras.RasUnavailable, match="not the JSON expected"):
+            ncclras.parse(json.loads(junk), 0.0)

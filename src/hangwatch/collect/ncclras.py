@@ -39,9 +39,10 @@ def query(host: str, port: int, t: float, timeout_s: float = 10.0) -> RasSnapsho
     except OSError as exc:
         raise RasUnavailable(f"{host}:{port}: {exc.strerror or exc}") from None
     try:
-        return parse(json.loads(answer), t)
-    except (ValueError, TypeError, KeyError) as exc:
-        raise RasUnavailable(f"its answer is not the JSON expected: {exc}") from None
+        data = json.loads(answer)
+    except ValueError as exc:
+        raise RasUnavailable(f"its answer is not JSON: {exc}") from None
+    return parse(data, t)
 
 
 def _exchange(s: socket.socket, line: str) -> str:
@@ -70,6 +71,14 @@ def _read_all(s: socket.socket) -> str:
 
 
 def parse(data: Any, t: float) -> RasSnapshot:
+    """The service's JSON as a snapshot; RasUnavailable for a shape it is not (never another error)."""
+    try:
+        return _parse(data, t)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise RasUnavailable(f"its answer is not the JSON expected: {type(exc).__name__}: {exc}") from None
+
+
+def _parse(data: Any, t: float) -> RasSnapshot:
     comms = []
     for c in data.get("communicators") or ():
         ranks = tuple(_rank(r) for r in c.get("ranks") or ())
