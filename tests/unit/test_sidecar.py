@@ -233,3 +233,12 @@ def test_a_containers_processes_are_selected_by_their_cgroup_topmost_first(tmp_p
     assert matching_roots(None, tmp_path, cgroup=re.compile("cccc")) == [30]  # a v1 hierarchy's path
     assert matching_roots(re.compile("worker"), tmp_path, cgroup=re.compile("bbbb")) == [21]
     assert matching_roots(re.compile("sglang"), tmp_path, cgroup=re.compile("cccc")) == []
+
+
+def test_a_client_given_no_usable_url_says_so_and_exits_2(capsys):
+    from hangwatch.cli import main
+
+    for url in ("http://127.0.0.1:", "http://127.0.0.1:abc", "https://x:1", "127.0.0.1:9310"):
+        assert main(["probe", "--kind", "liveness", "--url", url]) == 2
+        assert "give the sidecar's http://HOST:PORT" in capsys.readouterr().err
+    assert main(["dump", "--url", "http://:9310"]) == 2

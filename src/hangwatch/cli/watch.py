@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from hangwatch.cli.options import add_command
 from hangwatch.cli.options import add_grace
@@ -155,8 +156,16 @@ def _add_client_options(parser: argparse.ArgumentParser, timeout_s: float, why: 
 
 
 def _sidecar_url(args: argparse.Namespace) -> str:
-    if not args.url.startswith("http://"):
-        raise UsageError(f"--url {args.url!r}: the sidecar serves plain http://HOST:PORT")
+    parts = urlsplit(str(args.url))
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "http" or not parts.hostname or port is None:
+        raise UsageError(
+            f"--url {args.url!r}: give the sidecar's http://HOST:PORT",
+            f"For example http://{DEFAULT_LISTEN}.",
+        )
     return str(args.url)
 
 
