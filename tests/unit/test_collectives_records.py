@@ -223,3 +223,46 @@ def test_junk_where_a_dump_or_a_ras_answer_should_be_is_a_note_never_a_crash(tmp
     for junk in ("[1, 2]", '{"communicators": [1]}', '{"communicators": [{"ranks": "x"}]}'):
         with pytest.raises(ncclras.RasUnavailable, match="not the JSON expected"):
             ncclras.parse(json.loads(junk), 0.0)
+
+
+def test_a_ranks_pipe_is_found_by_name_poked_and_its_dump_read_with_no_rank_in_the_environment(tmp_path):
+    """vLLM's and SGLang's workers carry no RANK: the pipes NCCL made are found by their names. A thread
+    stands in for the rank's NCCL monitor (validated for real on an H100): it reads the byte and dumps."""
+    import os
+    import select
+    import subprocess
+    import sys
+    import threading
+
+    from builders import process_sample
+
+    env = {
+        **os.environ,
+        "TORCH_FR_BUFFER_SIZE": "10",
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(tmp_path / "pipe_rank_"),
+        "TORCH_FR_DUMP_TEMP_FILE": str(tmp_path / "fr_rank_"),
+    }
+    env.pop("RANK", None)
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    pipe = tmp_path / "pipe_rank_1.pipe"
+    os.mkfifo(pipe)
+    (tmp_path / "pipe_rank_x.pipe").write_text("not a fifo, not a rank")
+    fd = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)
+
+    def monitor() -> None:
+        select.select([fd], [], [], 10)
+        os.read(fd, 16)
+        (tmp_path / "fr_rank_1").write_bytes(pickle.dumps(gloo_dump(5, 4, "[0, 1]")))
+
+    thread = threading.Thread(target=monitor, daemon=True)
+    thread.start()
+    try:
+        found = flightrecorder.targets([process_sample(worker.pid, "worker")])
+        assert [(t.rank, t.pid, t.pipe) for t in found] == [(1, None, pipe)]
+        got = flightrecorder.capture(found, not_before=0.0, wait_s=5)
+    finally:
+        worker.kill()
+        worker.wait()
+        os.close(fd)
+    assert got.triggered == 1 and [d.rank for d in got.dumps] == [1] and got.missing == ()
+    assert got.dumps[0].groups[0].last_enqueued == 5

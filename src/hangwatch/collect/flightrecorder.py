@@ -59,30 +59,51 @@ def launch_environment(folder: Path, environ: Mapping[str, str]) -> dict[str, st
 @dataclass(frozen=True)
 class Target:
     rank: int
-    pid: int
+    pid: int | None  # its process, where the tree's RANK says which
     pipe: Path | None  # the rank's FIFO, where it made one (NCCL)
     dump: Path  # where its dump goes
 
 
 def targets(processes: Iterable[ProcessSample]) -> list[Target]:
-    """The ranks of the tree whose environment turns the recorder on, one process a rank (the first)."""
-    found: dict[int, Target] = {}
-    # Oldest first: a rank's own process starts before the helpers that inherit its RANK (compile workers).
+    """The ranks of the tree with the recorder on: every FIFO its NCCL groups made (``<stem><rank>.pipe``,
+    found by name, so that engines whose workers carry no ``RANK``, vLLM's and SGLang's, are found too),
+    and the ranks whose ``RANK`` says which dump is theirs where there is no pipe (gloo). A rank's process
+    is the oldest with its ``RANK`` (its compile workers inherit it), where one says so."""
+    pid_of: dict[int, int] = {}
+    ways: set[tuple[str | None, str]] = set()  # (pipe stem, dump prefix) as the tree's processes set them
     for p in sorted(processes, key=lambda p: p.pid):
         env = procfs.read_environ(p.pid, ENV_KEYS)
-        rank_text = env.get("RANK", "")
-        if not rank_text.isdigit() or int(rank_text) in found:
-            continue
         if not any(env.get(name, "0") not in ("", "0") for name in BUFFER_VARS):
             continue
-        rank = int(rank_text)
         stem = next((env[n] for n in PIPE_VARS if env.get(n)), None)
-        prefix = next((env[n] for n in DUMP_VARS if env.get(n)), TORCH_DEFAULT_DUMP)
-        pipe = Path(f"{stem}{rank}.pipe") if stem else None
-        if pipe is not None and not _is_fifo(pipe):
-            pipe = None  # no NCCL group made it (gloo, or not initialised yet)
-        found[rank] = Target(rank, p.pid, pipe, Path(f"{prefix}{rank}"))
+        ways.add((stem, next((env[n] for n in DUMP_VARS if env.get(n)), TORCH_DEFAULT_DUMP)))
+        rank_text = env.get("RANK", "")
+        if rank_text.isdigit():
+            pid_of.setdefault(int(rank_text), p.pid)
+    found: dict[int, Target] = {}
+    for stem, prefix in sorted(ways, key=lambda w: (w[0] or "", w[1])):
+        for rank, pipe in _pipes(stem):
+            found.setdefault(rank, Target(rank, pid_of.get(rank), pipe, Path(f"{prefix}{rank}")))
+        for rank, pid in pid_of.items():
+            found.setdefault(rank, Target(rank, pid, None, Path(f"{prefix}{rank}")))
     return [found[r] for r in sorted(found)]
+
+
+def _pipes(stem: str | None) -> list[tuple[int, Path]]:
+    """The FIFOs ``<stem><rank>.pipe`` that exist: each is a live NCCL group's, made by its rank."""
+    if not stem:
+        return []
+    folder, name = Path(stem).parent, Path(stem).name
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return []
+    out = []
+    for path in entries:
+        rank = path.name[len(name) : -len(".pipe")]
+        if path.name.startswith(name) and path.name.endswith(".pipe") and rank.isdigit() and _is_fifo(path):
+            out.append((int(rank), path))
+    return sorted(out)
 
 
 def capture(found: list[Target], not_before: float, wait_s: float = DUMP_WAIT_S) -> FlightCapture:
