@@ -1,5 +1,5 @@
 """The sidecar's reading, its probes' answers and its Prometheus text, from statuses as the watch gives them
-(the real processes are in tests/integration/test_sidecar.py)."""
+(the real processes are in tests/integration/test_sidecar_watch.py)."""
 
 from __future__ import annotations
 
