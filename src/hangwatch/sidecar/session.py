@@ -79,7 +79,7 @@ class Sidecar:
         target = (
             f"pid {options.pid}"
             if options.pid is not None
-            else _selector(options)
+            else f"the process that {_selector(options)}"
             if options.match is not None or options.cgroup is not None
             else " ".join(redact_argv(options.command))[:200]
         )
@@ -98,9 +98,9 @@ class Sidecar:
             roots = matching_roots(o.match, cgroup=o.cgroup)
             if roots:
                 return _oldest(roots)
-            self.board.set(self.tracker.waiting(f"no process of {_selector(o)} yet"))
+            self.board.set(self.tracker.waiting(f"no process {_selector(o)} yet"))
             if not said:
-                print(f"hangwatch watch: waiting for a process of {_selector(o)}", flush=True)
+                print(f"hangwatch watch: waiting for a process that {_selector(o)}", flush=True)
                 said = True
             self.stop.wait(o.watch.interval)
         return None
@@ -191,9 +191,9 @@ class Sidecar:
 
 
 def _selector(o: SidecarOptions) -> str:
-    """``match 'sglang'``, ``cgroup 'cri-containerd-4f2a'``, or both, in words."""
-    parts = [f"match {o.match.pattern!r}"] if o.match is not None else []
-    parts += [f"cgroup {o.cgroup.pattern!r}"] if o.cgroup is not None else []
+    """``matches 'sglang'``, ``is in a cgroup matching 'cri-containerd-4f2a'``, or both, in words."""
+    parts = [f"matches {o.match.pattern!r}"] if o.match is not None else []
+    parts += [f"is in a cgroup matching {o.cgroup.pattern!r}"] if o.cgroup is not None else []
     return " and ".join(parts)
 
 
