@@ -25,6 +25,7 @@ from typing import TypeVar
 from hangwatch.model.nodes import NodeAnswer
 from hangwatch.model.nodes import NodeOutcome
 from hangwatch.model.nodes import PodTarget
+from hangwatch.transports.runner import ClientTransport
 from hangwatch.transports.runner import Exchange
 from hangwatch.transports.runner import Runner
 from hangwatch.transports.runner import collect
@@ -129,18 +130,8 @@ def exec_argv(pod: PodTarget, remote_args: Sequence[str], options: KubectlOption
 
 
 @dataclass(frozen=True)
-class KubectlTransport:
+class KubectlTransport(ClientTransport[KubectlOptions, PodTarget]):
     """``kubectl exec POD -c C -- hangwatch collect ...`` (runner.Transport)."""
-
-    options: KubectlOptions
-
-    @property
-    def deadline_s(self) -> float:
-        return self.options.node_timeout_s
-
-    @property
-    def concurrency(self) -> int:
-        return self.options.concurrency
 
     def argv(self, target: PodTarget, remote_args: Sequence[str]) -> list[str]:
         return exec_argv(target, remote_args, self.options)

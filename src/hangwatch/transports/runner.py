@@ -17,6 +17,7 @@ from collections.abc import Callable
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Generic
 from typing import Protocol
 from typing import TypeVar
 
@@ -81,6 +82,38 @@ class Transport(Protocol[K_contra]):
     def unreachable(self, target: K_contra) -> NodeAnswer | None:
         """An answer known without running the client (a pod that is not Running); None to run it."""
         ...
+
+
+class Limited(Protocol):
+    """What every transport's options say of the fan-out: the per-node deadline and the clients at once."""
+
+    @property
+    def node_timeout_s(self) -> float: ...
+
+    @property
+    def concurrency(self) -> int: ...
+
+
+Opts = TypeVar("Opts", bound=Limited)
+
+
+@dataclass(frozen=True)
+class ClientTransport(Generic[Opts, T]):
+    """The part every client transport shares: its limits from its options, and no answer known before
+    the client runs. A transport adds ``argv`` and ``answer_of``."""
+
+    options: Opts
+
+    @property
+    def deadline_s(self) -> float:
+        return self.options.node_timeout_s
+
+    @property
+    def concurrency(self) -> int:
+        return self.options.concurrency
+
+    def unreachable(self, target: T) -> NodeAnswer | None:
+        return None
 
 
 def collect(

@@ -22,6 +22,7 @@ from typing import TypeVar
 
 from hangwatch.model.nodes import NodeAnswer
 from hangwatch.model.nodes import NodeOutcome
+from hangwatch.transports.runner import ClientTransport
 from hangwatch.transports.runner import Exchange
 from hangwatch.transports.runner import Runner
 from hangwatch.transports.runner import collect
@@ -155,27 +156,14 @@ def srun_argv(node: str, remote_args: Sequence[str], options: SlurmOptions) -> l
 
 
 @dataclass(frozen=True)
-class SlurmTransport:
+class SlurmTransport(ClientTransport[SlurmOptions, str]):
     """``srun --jobid J --overlap -N1 -n1 -w NODE hangwatch collect ...`` (runner.Transport)."""
-
-    options: SlurmOptions
-
-    @property
-    def deadline_s(self) -> float:
-        return self.options.node_timeout_s
-
-    @property
-    def concurrency(self) -> int:
-        return self.options.concurrency
 
     def argv(self, target: str, remote_args: Sequence[str]) -> list[str]:
         return srun_argv(target, remote_args, self.options)
 
     def answer_of(self, target: str, ex: Exchange) -> NodeAnswer:
         return answer_of(target, ex, self.options)
-
-    def unreachable(self, target: str) -> NodeAnswer | None:
-        return None
 
 
 def collect_nodes(

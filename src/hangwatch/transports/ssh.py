@@ -25,6 +25,7 @@ from typing import TypeVar
 
 from hangwatch.model.nodes import NodeAnswer
 from hangwatch.model.nodes import NodeOutcome
+from hangwatch.transports.runner import ClientTransport
 from hangwatch.transports.runner import Exchange
 from hangwatch.transports.runner import Runner
 from hangwatch.transports.runner import collect
@@ -108,27 +109,14 @@ run_ssh = run_bounded
 
 
 @dataclass(frozen=True)
-class SshTransport:
+class SshTransport(ClientTransport[SshOptions, str]):
     """``ssh HOST hangwatch collect ...`` (runner.Transport)."""
-
-    options: SshOptions
-
-    @property
-    def deadline_s(self) -> float:
-        return self.options.node_timeout_s
-
-    @property
-    def concurrency(self) -> int:
-        return self.options.concurrency
 
     def argv(self, target: str, remote_args: Sequence[str]) -> list[str]:
         return ssh_argv(target, remote_args, self.options)
 
     def answer_of(self, target: str, ex: Exchange) -> NodeAnswer:
         return answer_of(target, ex, self.options)
-
-    def unreachable(self, target: str) -> NodeAnswer | None:
-        return None
 
 
 def collect_nodes(
