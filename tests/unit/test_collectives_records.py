@@ -78,6 +78,14 @@ def test_every_rank_inside_one_collective_names_nobody_behind_and_says_who_gave_
     assert "rank 2, which gave no dump" in d.text
 
 
+def test_a_rank_still_inside_a_collective_the_others_finished_is_said_so_in_words():
+    d = desync(capture((0, gloo_dump(5, 5, "[0, 1]")), (1, gloo_dump(4, 3, "[0, 1]"))))
+    assert d is not None and d.behind == (1,) and d.pids == (101,)
+    assert (
+        d.text == "Flight Recorder, group 0: rank 1 is inside seq 4 (gloo:all_reduce); rank 0 completed seq 5"
+    )
+
+
 def test_groups_idle_on_every_rank_say_nothing():
     assert desync(capture((0, gloo_dump(4, 4)), (1, gloo_dump(4, 4)))) is None
     v = refine_with_flight_recorder(verdict(culprits=(7,)), capture((0, gloo_dump(4, 4))))

@@ -50,6 +50,17 @@ def desync(capture: FlightCapture) -> Desync | None:
         op = next((name for _, g in seen if (name := g.op(top))), "a collective")
         desc = next((g.desc for _, g in seen if g.desc), "")
         group = f"group {pg}" + (f" ({desc})" if desc else "")
+        if not waiting:  # those that reached the furthest finished it: the ones still inside are behind them
+            inside = [(r, g) for r, g in seen if g.last_completed < g.last_enqueued]
+            said = "; ".join(
+                f"{_ranks((r,))} is inside seq {g.last_enqueued} ({g.op(g.last_enqueued) or 'a collective'})"
+                for r, g in inside[:4]
+            )
+            ahead = tuple(r for r, g in seen if g.last_completed >= top)
+            text = f"Flight Recorder, {group}: {said}; {_ranks(ahead)} completed seq {top}"
+            behind = tuple(r for r, _ in inside)
+            pids = tuple(p for r in behind if (p := pid_of.get(r)) is not None)
+            return Desync(text, behind, (), pids)
         verb = "wait" if len(waiting) > 1 else "waits"
         text = f"Flight Recorder, {group}: {_ranks(waiting)} {verb} in seq {top} ({op})"
         if behind:
