@@ -22,6 +22,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "tests" / "programs" / "progress_then_hang.py"
@@ -65,6 +66,15 @@ def sidecar(pid: int, port: int, folder: Path) -> subprocess.Popen[bytes]:
     raise SystemExit("the sidecar did not listen within 30 s")
 
 
+def stop(car: subprocess.Popen[bytes], program: subprocess.Popen[bytes], log: IO[str]) -> None:
+    """The sidecar first (it never signals its target), then the program it watched."""
+    car.send_signal(signal.SIGTERM)
+    car.wait(timeout=20)
+    program.kill()
+    program.wait()
+    log.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300)
@@ -102,11 +112,7 @@ def main() -> int:
             share = used / (time.monotonic() - t0) * 100
             print(f"sidecar CPU over {args.watch_s:g} s of a healthy program: {share:.2f} % of a core")
         finally:
-            car.send_signal(signal.SIGTERM)
-            car.wait(timeout=20)
-            healthy.kill()
-            healthy.wait()
-            log.close()
+            stop(car, healthy, log)
         # A program that hangs after 3 s: when does /startup turn 503?
         log = (folder / "hung.log").open("w")
         ready = folder / "hung.ready"
@@ -124,11 +130,7 @@ def main() -> int:
             goal = f"--stall-after {STALL_S}; goal {STALL_S + 2} s"
             print(f"/startup 503 after {late:.1f} s of silence ({goal})")
         finally:
-            car.send_signal(signal.SIGTERM)
-            car.wait(timeout=20)
-            hung.kill()
-            hung.wait()
-            log.close()
+            stop(car, hung, log)
     return 0
 
 

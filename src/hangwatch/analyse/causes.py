@@ -195,11 +195,16 @@ def _state_io_wait(f: StallFacts) -> Diagnosis | None:
     return Diagnosis(Cause.IO_WAIT, in_d, f"{_names(f.window[-1], in_d)} in uninterruptible I/O (state D)")
 
 
+def latest_finding(findings: Sequence[LogFinding], cause: Cause) -> LogFinding | None:
+    """The last line the log reported of ``cause`` (the rules name the latest, as they always have)."""
+    return next((f for f in reversed(findings) if f.cause is cause), None)
+
+
 def _log_says(cause: Cause) -> Callable[[StallFacts], Diagnosis | None]:
     """The rule for one cause the log can name: its latest line, and nothing moved since."""
 
     def rule(f: StallFacts) -> Diagnosis | None:
-        found = next((x for x in reversed(f.findings) if x.cause is cause), None)
+        found = latest_finding(f.findings, cause)
         if found is None:
             return None
         text = f"the log reported it and nothing moved since: {found.line[:200]}"
@@ -360,7 +365,7 @@ class CrashFacts:
         return tuple(dict.fromkeys(f.pid for f in self.ordered))
 
     def latest(self, cause: Cause) -> LogFinding | None:
-        return next((f for f in reversed(self.findings) if f.cause is cause), None)
+        return latest_finding(self.findings, cause)
 
 
 def _crash_facts(

@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from hangwatch.analyse.causes import Diagnosis
 from hangwatch.analyse.gpustate import gpu_state
+from hangwatch.analyse.gpustate import gpus_of
 from hangwatch.analyse.stackcontext import StackContext
 from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackwaits import CPU_BUSY_CORES
@@ -688,8 +689,7 @@ def rule_gpu_spin(ctx: StackContext) -> Diagnosis | Miss | None:
 
 
 def _gpus_of(ctx: StackContext, views: Sequence[ProcessView]) -> set[int]:
-    pids = {v.pid for v in views}
-    return {p.gpu_index for p in (ctx.gpu.processes if ctx.gpu is not None else ()) if p.pid in pids}
+    return {i for v in views for i in gpus_of(ctx.gpu, v.pid) or ()}
 
 
 def _mapping_the_same_gpu(ctx: StackContext, waiting: Sequence[ProcessView]) -> list[ProcessView]:

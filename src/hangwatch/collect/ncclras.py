@@ -11,19 +11,38 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Sequence
 from typing import Any
 
+from hangwatch.collect import procfs
 from hangwatch.model.ncclras import RasCommunicator
 from hangwatch.model.ncclras import RasRank
 from hangwatch.model.ncclras import RasSnapshot
+from hangwatch.model.samples import ProcessSample
 
 DEFAULT_PORT = 28028
+ENV_KEYS = frozenset({"NCCL_RAS_ADDR", "NCCL_RAS_ENABLE"})
 PROTOCOL = 2
 MAX_ANSWER_BYTES = 8 << 20  # a thousand ranks' state is well under this
 
 
 class RasUnavailable(Exception):
     """The service could not be asked, or answered nothing usable: why, in words."""
+
+
+def service_address(processes: Sequence[ProcessSample]) -> tuple[str, int] | None:
+    """Where this node's RAS service answers, when a member of the tree listens there: the ranks'
+    ``NCCL_RAS_ADDR`` (host:port), else localhost:28028. None where no member listens on it (no NCCL, or
+    RAS off with ``NCCL_RAS_ENABLE=0``)."""
+    listening = {port for p in processes for port in p.listening_ports}
+    for p in processes:
+        env = procfs.read_environ(p.pid, ENV_KEYS)
+        if env.get("NCCL_RAS_ENABLE") == "0":
+            return None
+        host, _, port = env.get("NCCL_RAS_ADDR", "").rpartition(":")
+        if port.isdigit() and int(port) in listening:
+            return host.strip("[]") or "127.0.0.1", int(port)
+    return ("127.0.0.1", DEFAULT_PORT) if DEFAULT_PORT in listening else None
 
 
 def query(host: str, port: int, t: float, timeout_s: float = 10.0) -> RasSnapshot:

@@ -107,15 +107,11 @@ class Sidecar:
 
     def watch(self, pid: int) -> None:
         o = self.options
-        self.pid = pid
         log = o.log if o.log is not None and o.log.is_file() else None  # else its stdout's file, if one
         attach = AttachOptions(o.watch, pid, window=0.0, log=log, whole_machine=o.whole_machine)
         with watching(attach, continuous=True) as a:
-            self.tracker.target = f"pid {pid} ({' '.join(redact_argv(a.cmdline))[:200]})"
-            a.watch.on_status = lambda tick, status: self._observe(a, tick, status)
-            a.watch.stop_requested = self.stop
             a.watch.view.event(f"watching pid {pid} ({a.plan.profile.name}), read-only, until stopped")
-            a.watch.run(lambda v: self._gone, on_change=lambda v, t: self._changed(a, v, t))
+            self._follow(a, pid)
 
     def launch(self) -> int:
         """Launch the command and watch it until it ends (its exit status) or the sidecar is stopped (0)."""
@@ -131,13 +127,8 @@ class Sidecar:
                 o.command, plan, w, o.evidence_dir, view=view, gpu=gpu, adopt_orphans=True, watch_serving=True
             )
             notes.extend(run.kit.notes)
-            a = Attached(run.watch, plan, w, o.command, notes, mode="run")
-            self.pid = run.launched.pid
-            self.tracker.target = f"pid {self.pid} ({' '.join(redact_argv(o.command))[:200]})"
-            a.watch.on_status = lambda tick, status: self._observe(a, tick, status)
-            a.watch.stop_requested = self.stop
             try:
-                a.watch.run(lambda v: self._gone, on_change=lambda v, t: self._changed(a, v, t))
+                self._follow(Attached(run.watch, plan, w, o.command, notes, mode="run"), run.launched.pid)
             finally:
                 run.tear_down(gpu, o.grace)  # ours, whatever happened: the tree never outlives us
         finally:
@@ -148,6 +139,14 @@ class Sidecar:
         ended = run.watch.recorder.processes.get(self.pid)
         code = ended.exit_code if ended is not None and ended.exit_code is not None else 1
         return code if code >= 0 else 128 - code  # a death by signal N: 128 + N, as a shell says it
+
+    def _follow(self, a: Attached, pid: int) -> None:
+        """Run the watch until the tree has ended or the sidecar is stopped, its reading on the board."""
+        self.pid = pid
+        self.tracker.target = f"pid {pid} ({' '.join(redact_argv(a.cmdline))[:200]})"
+        a.watch.on_status = lambda tick, status: self._observe(a, tick, status)
+        a.watch.stop_requested = self.stop
+        a.watch.run(lambda v: self._gone, on_change=lambda v, t: self._changed(a, v, t))
 
     def _observe(self, a: Attached, tick: Tick, status: Status) -> None:
         spans = a.watch.assessor.phases.spans(tick.t)

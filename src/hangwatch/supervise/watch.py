@@ -14,7 +14,6 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Callable
-from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
 from dataclasses import replace
@@ -64,7 +63,6 @@ from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ProcessId
-from hangwatch.model.samples import ProcessSample
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import Frame
 from hangwatch.model.stacks import StackSample
@@ -244,7 +242,6 @@ class Watch:
         self.flight: FlightCapture | None = None  # the ranks' Flight Recorder dumps, read at a stall
         self.ras: tuple[RasSnapshot, ...] = ()  # NCCL RAS's two readings at a stall
         self.started_unix = time.time()  # a dump older than the watch is an earlier run's
-        self._prev_tick: Tick | None = None
         self.kept_running = False  # run --keep-running: a stall left the tree running for a look
         self.kernel_names = False  # whether name_kernels reads them (WatchOptions.kernel_names)
 
@@ -315,7 +312,6 @@ class Watch:
         next_at = time.monotonic()
         while True:
             tick = self.tick(late_s=round(max(0.0, time.monotonic() - next_at), 3))
-            self._prev_tick = tick
             if tick.late_s >= self.interval:
                 self.late.append(tick.late_s)
             verdict = self.assessor.observe(tick)
@@ -473,11 +469,11 @@ class Watch:
           (at least ``RAS_GAP_S`` apart), its counts compared.
 
         A tree with neither costs nothing. Not after a stop (Ctrl-C): the user asked for the verdict now."""
-        if verdict.state is not State.STALLED or self.stopped_by is not None or self._prev_tick is None:
+        if verdict.state is not State.STALLED or self.stopped_by is not None or not self.recorder.timeline:
             return verdict
-        processes = self._prev_tick.processes
+        processes = self.recorder.timeline[-1].processes  # the tick of the verdict
         found = flightrecorder.targets(processes)
-        ras_at = ncclras_port(processes)
+        ras_at = ncclras.service_address(processes)
         first = self._ras_reading(ras_at) if ras_at is not None else None
         if found:
             if any(t.pipe is not None for t in found):
@@ -679,18 +675,3 @@ def build_watch(
     watch.usual = {h.phase: h for h in options.phase_usual}
     watch.kernel_names = options.kernel_names
     return watch, kit
-
-
-def ncclras_port(processes: Sequence[ProcessSample]) -> tuple[str, int] | None:
-    """Where this node's NCCL RAS service answers, when a member of the tree listens there: the ranks'
-    ``NCCL_RAS_ADDR`` (host:port), else localhost:28028. None where no member listens on it (no NCCL, or
-    RAS off with ``NCCL_RAS_ENABLE=0``)."""
-    listening = {port for p in processes for port in p.listening_ports}
-    for p in processes:
-        env = procfs.read_environ(p.pid, frozenset({"NCCL_RAS_ADDR", "NCCL_RAS_ENABLE"}))
-        if env.get("NCCL_RAS_ENABLE") == "0":
-            return None
-        host, _, port = env.get("NCCL_RAS_ADDR", "").rpartition(":")
-        if port.isdigit() and int(port) in listening:
-            return host.strip("[]") or "127.0.0.1", int(port)
-    return ("127.0.0.1", ncclras.DEFAULT_PORT) if ncclras.DEFAULT_PORT in listening else None
