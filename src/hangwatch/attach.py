@@ -65,7 +65,7 @@ class Attached:
 
     watch: Watch
     plan: Plan
-    options: WatchOptions  # as applied: the window turned into a timeout
+    options: WatchOptions  # as applied: with attach's window
     cmdline: tuple[str, ...]
     notes: list[str]
     mode: str = "attach"  # the report's mode: "run" where the sidecar launched the tree itself
@@ -92,13 +92,8 @@ def watching(options: AttachOptions, *, continuous: bool = False) -> Iterator[At
     engine's serving metrics read once it serves (read-only, as everything here)."""
     stat = _target_check(options.pid, options.whole_machine)
     cmdline = procfs.read_cmdline(options.pid) or (stat.comm,)
-    w, label = options.watch, None
-    if not continuous:
-        # The window is a timeout: still progressing when it ends is a 'timeout' verdict, with the
-        # evidence, worded as the end of the window unless the user's own --timeout is the shorter limit.
-        own_limit = w.timeout is not None and w.timeout < options.window
-        w = replace(w, timeout=w.timeout if own_limit else options.window)
-        label = None if own_limit else f"the {options.window:g} s --window"
+    # The window is the watch's end (analyse/assess.watch_policy); the sidecar's watch has none.
+    w = options.watch if continuous else replace(options.watch, window_s=options.window)
     plan = plan_for(w, cmdline)
     notes = list(plan.notes)
     io = procfs.read_io(options.pid)
@@ -120,8 +115,7 @@ def watching(options: AttachOptions, *, continuous: bool = False) -> Iterator[At
     oom = OomWitness([procfs.read_cgroup_path(options.pid)])
     watch, kit = build_watch(
         plan, w, sampler=sampler, log=log, gpu=gpu, oom=oom, root_pids={options.pid}, view=view,
-        clock=clock, watch_serving=continuous, timeout_label=label,
-        window_end=None if continuous else options.window,
+        clock=clock, watch_serving=continuous,
     )  # fmt: skip
     notes.extend(kit.notes)
     try:

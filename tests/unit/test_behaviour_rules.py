@@ -13,6 +13,7 @@ from hangwatch import engines
 from hangwatch.analyse import causes
 from hangwatch.analyse.assess import Assessor
 from hangwatch.analyse.assess import Policy
+from hangwatch.analyse.assess import watch_policy
 from hangwatch.analyse.echoes import ProbeEchoes
 from hangwatch.analyse.progress import ProgressClock
 from hangwatch.analyse.progress import ProgressSignal
@@ -38,6 +39,7 @@ from hangwatch.model.stacks import Frame
 from hangwatch.model.stacks import ProcessStacks
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.stacks import ThreadStack
+from hangwatch.model.vocabulary import CLI_WORDS
 from hangwatch.model.vocabulary import Cause
 from hangwatch.model.vocabulary import State
 
@@ -453,9 +455,8 @@ def test_a_process_py_spy_cannot_read_is_shown_where_the_kernel_has_it(tmp_path)
 def test_attach_to_a_serving_server_ends_healthy_at_the_end_of_its_window():
     a = Assessor(
         engines.by_name("vllm"),
-        Policy(
-            stall_after_s=30, timeout=3, timeout_label=None, window_end=10
-        ),  # the user's --timeout 3 < --window
+        # The user's --timeout 3 < --window (analyse/assess.watch_policy: the timeout stays the user's).
+        watch_policy(engines.by_name("vllm"), stall_after_s=30, timeout=3, window_s=10, words=CLI_WORDS),
         root_pids={1},
     )
     green = ProbeResult(0.0, "http://127.0.0.1:8000/health", ProbeOutcome.HTTP, 200)

@@ -1,5 +1,6 @@
 """How a member that ended is named (collect/proctree.py), on real processes: by what it was seen as, by
-the title its zombie shows, or by what its log lines call it, even when those lines come with its end."""
+the title its zombie shows, or by what its log lines call it, even when those lines come with its end
+(the analysis names those: analyse/logscan.named_exits)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterable
+from dataclasses import replace
 
 from hangwatch import engines
+from hangwatch.analyse.logscan import named_exits
 from hangwatch.collect.proctree import TreeReading
 from hangwatch.collect.proctree import TreeSampler
 from hangwatch.model.samples import ExitHow
@@ -27,7 +30,8 @@ def test_a_member_reaped_at_once_is_named_by_the_log_line_read_with_its_death() 
          "'import time; time.sleep(60)']); import time; time.sleep(60)"],
         start_new_session=True,
     )  # fmt: skip
-    sampler = TreeSampler([parent.pid], engines.by_name("vllm").role_of, watch_deaths=False)
+    vllm = engines.by_name("vllm")
+    sampler = TreeSampler([parent.pid], vllm.role_of, watch_deaths=False)
     try:
 
         def the_child() -> int | None:
@@ -44,11 +48,16 @@ def test_a_member_reaped_at_once_is_named_by_the_log_line_read_with_its_death() 
         reading = wait_until(its_end, 20, interval=0.1, what="its end seen")
         (gone,) = reading.exits
         assert (gone.pid, gone.rank) == (child, None), gone
-        sampler.learn_titles([(child, "VLLM::Worker_TP1")])
-        (named,) = sampler.retitle(reading.exits)
+        assert gone.untitled, gone  # only ever seen as its comm
+        # The analysis reads the line that came with its death and names the exit by it.
+        (named,) = named_exits(reading.exits, {child: "VLLM::Worker_TP1"}, vllm.role_of, {parent.pid})
         assert (named.name, named.role, named.rank) == ("VLLM::Worker_TP1", "Worker", "TP1"), named
-        # A member that ended in an earlier sample is not named again: its exit was handed on already.
-        assert sampler.retitle(sampler.sample(2.0).exits) == ()
+        # A member that set a title of its own keeps it, whatever a line calls it.
+        titled = replace(gone, name="VLLM::EngineCore", role="EngineCore", untitled=False)
+        assert named_exits((titled,), {child: "VLLM::Worker_TP1"}, vllm.role_of, set()) == (titled,)
+        # The tree's next samples name it by the title learnt (a member that ended is not handed on again).
+        sampler.learn_titles([(child, "VLLM::Worker_TP1")])
+        assert sampler.sample(2.0).exits == ()
     finally:
         sampler.close()
         kill_tree(parent)

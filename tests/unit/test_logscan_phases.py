@@ -7,6 +7,7 @@ import pytest
 from hangwatch import engines
 from hangwatch.analyse.logscan import LogScanner
 from hangwatch.analyse.phases import PhaseTracker
+from hangwatch.model.samples import ProbeMarks
 from hangwatch.model.vocabulary import Cause
 
 VLLM_CPU_BOOT = [
@@ -213,11 +214,14 @@ def test_still_waiting_lines_are_not_progress():
 
 
 def test_probe_echo_lines_are_not_progress():
-    scanner = LogScanner(engines.by_name("sglang"), probe_echo=lambda: ('"GET /health HTTP', ":51234"))
+    scanner = LogScanner(engines.by_name("sglang"))
     lines = (
         '[2026-11-29 06:52:10] INFO:     127.0.0.1:51234 - "GET /health HTTP/1.1" 503 Service Unavailable',
     )
-    assert scanner.scan(lines, 90, 1.0).progress_lines == 0
+    marks = ProbeMarks(echo_markers=('"GET /health HTTP', ":51234"))
+    assert scanner.scan(lines, 90, 1.0, marks=marks).progress_lines == 0
+    # The same line, with no probe of ours to have caused it, is the server's own news.
+    assert LogScanner(engines.by_name("sglang")).scan(lines, 90, 1.0).progress_lines == 1
 
 
 @pytest.mark.parametrize(

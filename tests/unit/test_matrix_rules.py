@@ -29,6 +29,7 @@ from hangwatch.model.samples import LogFinding
 from hangwatch.model.samples import LogSample
 from hangwatch.model.samples import OwnRequest
 from hangwatch.model.samples import PhaseEvent
+from hangwatch.model.samples import ProbeMarks
 from hangwatch.model.samples import ProbeOutcome
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ProcessSample
@@ -299,14 +300,16 @@ def test_a_probe_that_timed_out_is_followed_to_its_late_answer():
 def test_a_line_logged_at_a_late_answer_is_an_echo_even_the_first_time():
     """The cell's timeline: the probe sent at 22.091 s timed out after 2.0 s; SGLang answered it, and
     logged its line, 20 s after the request. The first such line counted as news, so progress."""
-    late = [ProbeResult(22.091, "http://127.0.0.1:45809/health", ProbeOutcome.HTTP, 503, "late", 20.02)]
-    scanner = LogScanner(engines.by_name("sglang"), late_answers=lambda: tuple(late))
+    late = (ProbeResult(22.091, "http://127.0.0.1:45809/health", ProbeOutcome.HTTP, 503, "late", 20.02),)
+    scanner = LogScanner(engines.by_name("sglang"))
     timed_out = ProbeResult(22.091, "http://127.0.0.1:45809/health", ProbeOutcome.TIMEOUT, None, "", 2.0013)
     line = (
         "[2026-12-02 00:52:49] Health check failed. Server couldn't get a response from detokenizer for "
         "last 20 seconds. tic start time: 00:52:29. last_heartbeat time: 00:52:28"
     )
-    sample = scanner.scan((line,), len(line), 43.0, (42.13,), (timed_out,))
+    sample = scanner.scan(
+        (line,), len(line), 43.0, (42.13,), (timed_out,), marks=ProbeMarks(late_answers=late)
+    )
     assert sample.progress_lines == 0 and sample.echo_lines == 1
     # Without the late answer the same line, away from any answer, was the server's own news.
     plain = LogScanner(engines.by_name("sglang")).scan((line,), len(line), 43.0, (42.13,), (timed_out,))
@@ -399,7 +402,7 @@ def test_lines_right_after_our_own_request_are_its_echoes_whatever_they_say():
     prefill line's kind was already the server's news (the warm-up's prefills), so only its timing
     against our own request tells it apart; counted as progress, each kept the wedge alive."""
     own: list[OwnRequest] = []
-    scanner = LogScanner(engines.by_name("sglang"), own_request=lambda: own[-1] if own else None)
+    scanner = LogScanner(engines.by_name("sglang"))
 
     def prefill(at: float, throughput: float) -> int:
         line = (
@@ -407,7 +410,7 @@ def test_lines_right_after_our_own_request_are_its_echoes_whatever_they_say():
             "usage: 0.00, #running-req: 0, #queue-req: 0, #pending-token: 0, cpu graph: False, input "
             f"throughput (token/s): {throughput}"
         )
-        sample = scanner.scan((line,), len(line), at + 0.1, (at,))
+        sample = scanner.scan((line,), len(line), at + 0.1, (at,), own_request=own[-1] if own else None)
         return sample.progress_lines + sample.heartbeat_lines  # the server's (weak when said again)
 
     assert prefill(23.6, 2.27) == 1  # the warm-up's: the server's own news
@@ -416,7 +419,7 @@ def test_lines_right_after_our_own_request_are_its_echoes_whatever_they_say():
     assert prefill(45.2, 26.95) == 1  # not ours (weak: the prefill kind said again, with other counts)
     own[-1] = replace(own[-1], done_t=74.04, detail="TimeoutError: no answer within 35 s")
     warning = "  return self.create_error_response(str(e))"
-    assert scanner.scan((warning,), len(warning), 76.0, (75.6,)).progress_lines == 0
+    assert scanner.scan((warning,), len(warning), 76.0, (75.6,), own_request=own[-1]).progress_lines == 0
 
 
 def test_an_op_call_spinning_in_place_in_the_forward_is_a_collective_and_the_other_spinner_the_culprit():
@@ -588,11 +591,12 @@ def test_a_line_right_after_a_slow_probe_was_sent_is_its_echo():
     503 after 20 s: nowhere near an answer, and of a kind the warm-up had made the server's news. Each
     such line restarted the stall window, and no verdict came in 90 s of serving."""
     sends: list[float] = [26.044]
-    scanner = LogScanner(engines.by_name("sglang"), probe_sends=lambda: tuple(sends))
+    scanner = LogScanner(engines.by_name("sglang"))
 
     def scan(now: float, *lines: tuple[float, str], probes: tuple[ProbeResult, ...] = ()) -> LogSample:
         text = tuple(line for _, line in lines)
-        return scanner.scan(text, sum(map(len, text)), now, tuple(at for at, _ in lines), probes)
+        at = tuple(t for t, _ in lines)
+        return scanner.scan(text, sum(map(len, text)), now, at, probes, marks=ProbeMarks(sends=tuple(sends)))
 
     warmup = _PREFILL.format(s=38, rate=2.27)
     assert scan(25.5, (25.4, warmup)).progress_lines == 1  # before any probe: the server's own news

@@ -34,6 +34,8 @@ from urllib.parse import urlsplit
 from hangwatch import engines
 from hangwatch.analyse import causes
 from hangwatch.analyse.evidence import window_evidence
+from hangwatch.analyse.logscan import LogScanner
+from hangwatch.analyse.logscan import named_exits
 from hangwatch.analyse.phases import PhaseTracker
 from hangwatch.analyse.progress import ProgressClock
 from hangwatch.analyse.progress import ProgressSignal
@@ -48,6 +50,7 @@ from hangwatch.analyse.stacktree import build_tree
 from hangwatch.analyse.stackwatch import StackHistory
 from hangwatch.engines.profile import Profile
 from hangwatch.model.report import Verdict
+from hangwatch.model.samples import SUCCESS_STATUSES
 from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import LogFinding
 from hangwatch.model.samples import ProbeOutcome
@@ -58,6 +61,7 @@ from hangwatch.model.stacks import StackTree
 from hangwatch.model.status import StackRequest
 from hangwatch.model.status import Status
 from hangwatch.model.vocabulary import Cause
+from hangwatch.model.vocabulary import OptionWords
 from hangwatch.model.vocabulary import State
 
 # The stall window when none is given, for every command that watches (run, attach, isolate's trials).
@@ -67,6 +71,8 @@ FAST_STALL_S = 10.0
 # After a rank dies, how long the rest may stay quiet before we call it a crash (they wait forever).
 DEAD_PEER_GRACE_S = 5.0
 TAIL_KEPT = 20  # lines of output kept for a crash with nothing else to say
+# Before the server is ready, its client connections are read only once the tree has been quiet this long.
+CONNECTIONS_QUIET_S = 5.0
 # The ticks kept: two windows back and this much more, and always this much before the last progress (the
 # evidence of a spell starts with what moved last).
 HISTORY_SLACK_S = 10.0
@@ -92,8 +98,9 @@ class Policy:
     timeout: float | None = None
     ready_statuses: frozenset[int] = frozenset({200})
     thresholds: Thresholds = field(default_factory=Thresholds)
-    # How the timeout is worded in a verdict: "--timeout 600 s", or attach's "the 60 s --window".
-    timeout_label: str | None = None
+    # The timeout is the watch's own window (attach's), worded as its end ("the 60 s --window"), not as a
+    # limit of the user's ("--timeout 600 s").
+    timeout_is_window: bool = False
     # The watch's own end (attach's --window): a server found serving is judged healthy then.
     window_end: float | None = None
     # A readiness rule exists (a probe URL or a ready line): without one, a listening idle server
@@ -107,8 +114,67 @@ class Policy:
     # boots (model.history.AUTO_RULE); a phase not here, and serving, keep ``stall_after_s``.
     phase_windows: tuple[tuple[str, float], ...] = ()
 
+    # What the verdicts and advice call the settings above (the commands give their flags' names).
+    words: OptionWords = field(default_factory=OptionWords)
+
     def window_for(self, phase: str) -> float:
         return dict(self.phase_windows).get(phase, self.stall_after_s)
+
+
+def watch_policy(
+    profile: Profile,
+    *,
+    stall_after_s: float,
+    timeout: float | None = None,
+    window_s: float | None = None,
+    ready_url: str | None = None,
+    ready_pattern: bool = False,
+    probe_url: str | None = None,
+    phase_windows: tuple[tuple[str, float], ...] = (),
+    across_nodes: bool = False,
+    words: OptionWords | None = None,
+) -> Policy:
+    """The one translation of a watch's options into its policy, for one node and many.
+
+    ``window_s``: the watch's own end (attach): a timeout, worded as the end of the window unless the
+    user's own ``timeout`` is the shorter limit; a server found serving then is judged healthy.
+    ``ready_url``: the user's probe URL; ``probe_url``: the URL probed (the user's, or the engine's own).
+    ``across_nodes``: a job's nodes, which may have no probe at all (a training job): the hint that a
+    listening idle tree is likelier a healthy server would mislead there, so it is never given."""
+    own_limit = timeout is not None and window_s is not None and timeout < window_s
+    return Policy(
+        stall_after_s=stall_after_s,
+        timeout=timeout if window_s is None or own_limit else window_s,
+        ready_statuses=SUCCESS_STATUSES if ready_url else profile.ready_statuses,
+        timeout_is_window=window_s is not None and not own_limit,
+        window_end=window_s,
+        has_readiness=across_nodes or bool(probe_url or ready_pattern or profile.ready_patterns),
+        probe_url_given=ready_url is not None and not across_nodes,
+        phase_windows=phase_windows,
+        words=words if words is not None else OptionWords(),
+    )
+
+
+def nodes_unanswered(selector: str, window_s: float, words: OptionWords) -> Verdict:
+    """Across nodes: the watch's window ended before any node answered with a process of the selection,
+    so there was never a tick to judge."""
+    return Verdict(
+        State.INTERRUPTED,
+        None,
+        None,
+        f"no node answered with a process of {selector} within the {window_s:g} s {words.window}",
+        (),
+        (),
+        decided_by=("nodes:none-answered",),
+    )
+
+
+def nodes_unreadable(summary: str, evidence: tuple[str, ...], next_steps: tuple[str, ...]) -> Verdict:
+    """Across nodes: no node can be read, for reasons waiting does not cure (each node's in ``evidence``),
+    while the ranks are known to exist (a Ray cluster's state API listed them): no tick will ever come."""
+    return Verdict(
+        State.INTERRUPTED, None, None, summary, (), evidence, next_steps, decided_by=("nodes:none-readable",)
+    )
 
 
 class Stage(Enum):
@@ -159,8 +225,13 @@ class Assessor:
         policy: Policy,
         root_pids: set[int],
         stacks: StackHistory | None = None,
+        reader: LogScanner | None = None,
     ) -> None:
+        """``reader``: reads the raw log lines of the ticks the watch loop collects; without one, each
+        tick comes with its log read already (the nodes' rounds, a test's fixture)."""
         self.profile = profile
+        self._reader = reader
+        self._tick: Tick | None = None  # the latest tick, as read
         self.policy = policy
         self.phases = PhaseTracker(profile)
         self.clock = ProgressClock()
@@ -208,6 +279,8 @@ class Assessor:
 
     def observe(self, tick: Tick) -> Verdict | None:
         """Fold one tick in; a verdict when one is reached (at most one ``ready`` is returned)."""
+        tick = self.read(tick)
+        self._tick = tick
         self.now = tick.t
         self._discount = self._spin_discount()
         self._parked = self._parked_since()
@@ -273,6 +346,19 @@ class Assessor:
         if self.stacks is not None:
             self.stacks.observe_tick(tick)
         return self._settle(tick)
+
+    def read(self, tick: Tick) -> Tick:
+        """The tick with its raw log lines read, and the members that ended in it named by what the lines
+        call them: a rank's last lines come with its death, after the tree recorded its exit (a vLLM worker
+        SIGKILLed 0.5 s after setting its title, reaped at once, was seen only as ``python``)."""
+        if self._reader is None or tick.lines is None:
+            return tick
+        log = self._reader.read(tick)
+        titles = {pid: self.profile.title_from_log(label) for pid, label in log.named}
+        exits = tick.exits
+        if titles:
+            exits = named_exits(exits, titles, self.profile.role_of, self._root_pids)
+        return replace(tick, log=log, exits=exits)
 
     def _settle(self, tick: Tick) -> Verdict | None:
         """This tick's verdict; a stall held back while the captures it asks for are taken."""
@@ -363,7 +449,19 @@ class Assessor:
             and self.serving_watch.wants_own_request(
                 self.now, quiet, self.serving_clock.busy, self.policy.stall_after_s
             ),
+            tick=self._tick,
+            titles=self._titles(),
+            # While serving every tick (a client's first request must be seen at once); before that only
+            # in a quiet spell, where requests left unread by a server that never turned ready for us (its
+            # first request's handler wedged the loop before our probe's 200) name who does not read them.
+            connections_from_t=0.0 if self.serving else self.last_progress_t() + CONNECTIONS_QUIET_S,
         )
+
+    def _titles(self) -> tuple[tuple[int, str], ...]:
+        """The titles the latest tick's lines gave the processes they name."""
+        if self._tick is None:
+            return ()
+        return tuple((pid, self.profile.title_from_log(label)) for pid, label in self._tick.log.named)
 
     def interrupted(self, how: str = "interrupted by the user (Ctrl-C)") -> Verdict:
         """The verdict when hangwatch is stopped: before a verdict, an interruption; while serving with no
@@ -399,7 +497,8 @@ class Assessor:
             return ()
         return (
             f"the log looks like {self.engine_hint}'s but the command line did not say so (a wrapper "
-            f"script?): --engine {self.engine_hint} gives its phases, readiness rule and process names",
+            f"script?): {self.policy.words.engine} {self.engine_hint} gives its phases, readiness rule and "
+            "process names",
         )
 
     def stack_samples(self) -> tuple[StackSample, ...]:
@@ -477,14 +576,15 @@ class Assessor:
             if probed is not None and probed not in ports and not _names_port(tick, probed):
                 line = (
                     f"nothing listens on port {probed} of the probe, but the tree listens on {listed}: "
-                    f"is the readiness URL right (--ready-url {url})?"
+                    f"is the readiness URL right ({self.policy.words.ready_url} {url})?"
                 )
                 return [line, line]
         if self.policy.has_readiness:
             return []
+        words = self.policy.words
         line = (
             f"the tree listens on port {listed} and waits, so the likelier reading is a healthy idle server: "
-            f"give a readiness rule (--ready-url {url}, or --ready-pattern) to tell"
+            f"give a readiness rule ({words.ready_url} {url}, or {words.ready_pattern}) to tell"
         )
         return [line, f"listening on {listed}"]
 
@@ -674,25 +774,26 @@ class Assessor:
             return None
         assert self.ready_at is not None
         summary = (
-            f"serving at the end of the {self.policy.window_end:g} s --window, and nothing wedged: "
+            f"serving at the end of the {self.policy.window_end:g} s {self.policy.words.window}, and nothing "
+            "wedged: "
             f"ready since {self.ready_at:.1f} s"
         )
         return self._make(State.READY, None, summary, (), [summary], decided_by=("ready:end-of-window",))
 
     def _rule_timeout_window(self, m: Moment) -> Verdict | None:
-        return self._timeout(m, "timeout:window") if self.policy.timeout_label else None
+        return self._timeout(m, "timeout:window") if self.policy.timeout_is_window else None
 
     def _rule_timeout_limit(self, m: Moment) -> Verdict | None:
-        return self._timeout(m, "timeout:limit") if not self.policy.timeout_label else None
+        return self._timeout(m, "timeout:limit") if not self.policy.timeout_is_window else None
 
     def _timeout(self, m: Moment, rule: str) -> Verdict | None:
-        if self.policy.timeout is None or m.tick.t < self.policy.timeout:
+        p = self.policy
+        if p.timeout is None or m.tick.t < p.timeout:
             return None
-        label = self.policy.timeout_label or f"--timeout {self.policy.timeout:g} s"
         summary = (
-            f"still progressing at the end of {label}, not ready"
-            if self.policy.timeout_label
-            else f"still progressing after {label}, not ready"
+            f"still progressing at the end of the {p.timeout:g} s {p.words.window}, not ready"
+            if p.timeout_is_window
+            else f"still progressing after {p.words.timeout} {p.timeout:g} s, not ready"
         )
         evidence = [f"last progress: {', '.join(s.text for s in self.clock.last_signals[:3])}"]
         hint = self._spin_hint()

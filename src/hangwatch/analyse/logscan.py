@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Mapping
+from dataclasses import replace
 
 from hangwatch.analyse.echoes import ProbeEchoes
 from hangwatch.analyse.echoes import SendEcho
 from hangwatch.engines.profile import Profile
+from hangwatch.engines.profile import RoleOf
+from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import LogFinding
+from hangwatch.model.samples import LogLines
 from hangwatch.model.samples import LogSample
 from hangwatch.model.samples import OwnRequest
 from hangwatch.model.samples import PhaseEvent
+from hangwatch.model.samples import ProbeMarks
 from hangwatch.model.samples import ProbeResult
+from hangwatch.model.samples import Tick
 from hangwatch.model.vocabulary import Cause
 from hangwatch.redact import redact_text
+
+NO_MARKS = ProbeMarks()
 
 # Ordered by specificity: the first match names the line.
 _FINDINGS: tuple[tuple[Cause, re.Pattern[str]], ...] = (
@@ -117,20 +125,15 @@ class LogScanner:
         profile: Profile,
         ready_patterns: tuple[re.Pattern[str], ...] = (),
         waiting_patterns: tuple[re.Pattern[str], ...] = (),
-        probe_echo: Callable[[], tuple[str, ...]] = tuple,
-        *,
-        late_answers: Callable[[], tuple[ProbeResult, ...]] = tuple,
-        probe_sends: Callable[[], tuple[float, ...]] = tuple,
-        own_request: Callable[[], OwnRequest | None] = lambda: None,
+        echo_markers: tuple[str, ...] = (),
     ) -> None:
+        """``echo_markers``: text of access-log lines that are always ours, whatever the probe (the /metrics
+        scrape's, our own request's model lookup), beside those each tick's ``ProbeMarks`` give."""
         self._profile = profile
         self._ready = profile.ready_patterns + ready_patterns
         self._waiting = profile.waiting_patterns + waiting_patterns
         self._visited: dict[str, list[str]] = {}  # source (profile.source_of) -> phases it opened
-        self._probe_echo = probe_echo
-        self._late_answers = late_answers  # answers to probes that had already timed out
-        self._probe_sends = probe_sends  # when each recent probe was sent, the one in flight included
-        self._own_request = own_request  # hangwatch's own one-token completion, the latest
+        self._ours = echo_markers
         self._echoes = ProbeEchoes()
         self._in_traceback: set[str] = set()  # writers whose traceback's frames are being printed
         self._said: dict[str, None] = {}  # lines already said (time stamps removed), oldest first
@@ -140,6 +143,14 @@ class LogScanner:
         # Lines right after a probe's send, waiting to learn whether that probe turns out slow: (line, at)
         self._held: list[tuple[str, float]] = []
 
+    def read(self, tick: Tick) -> LogSample:
+        """The tick's raw log lines read, with its probes' answers and marks and our own request's state."""
+        lines = tick.lines if tick.lines is not None else LogLines()
+        return self.scan(
+            lines.lines, lines.new_bytes, tick.t, lines.times, tick.probes,
+            marks=tick.marks, own_request=tick.own_request,
+        )  # fmt: skip
+
     def scan(
         self,
         lines: tuple[str, ...],
@@ -147,15 +158,19 @@ class LogScanner:
         t: float,
         times: tuple[float, ...] = (),
         probes: tuple[ProbeResult, ...] = (),
+        *,
+        marks: ProbeMarks = NO_MARKS,
+        own_request: OwnRequest | None = None,
     ) -> LogSample:
-        """``times``: when each line arrived (empty: unknown); ``probes``: the answers since the last scan."""
+        """``times``: when each line arrived (empty: unknown); ``probes``: the answers since the last scan;
+        ``marks``: what the probes leave in the log; ``own_request``: our own completion, the latest."""
         waiting = echoes = held = beats = beat_bytes = 0
         beat_pids: dict[int, None] = {}
         named: dict[int, str] = {}
-        markers = self._probe_echo() if lines else ()
-        own = self._own_request() if lines or self._held else None
-        self._echoes.observe_sends(self._probe_sends())
-        self._echoes.observe_probes((*probes, *self._late_answers()))
+        markers = (*marks.echo_markers, *self._ours) if lines else ()
+        own = own_request if lines or self._held else None
+        self._echoes.observe_sends(marks.sends)
+        self._echoes.observe_probes((*probes, *marks.late_answers))
         released = self._release(t, own)
         events: list[PhaseEvent] = []
         findings: list[LogFinding] = []
@@ -319,3 +334,19 @@ class LogScanner:
             visited.append(name)
             return name
         return None
+
+
+def named_exits(
+    exits: tuple[ExitRecord, ...], titles: Mapping[int, str], role_of: RoleOf, roots: set[int]
+) -> tuple[ExitRecord, ...]:
+    """The exits, each member that never titled itself (or whose comm cut its title short) named by the
+    title its log lines give it, with the role and rank that title means."""
+    out = []
+    for e in exits:
+        title = titles.get(e.pid)
+        if title is None or title == e.name or not (e.untitled or title.startswith(e.name)):
+            out.append(e)
+            continue
+        role, rank = role_of(title, (title,), e.pid in roots, {})
+        out.append(replace(e, name=title, role=role, rank=rank, untitled=False))
+    return tuple(out)

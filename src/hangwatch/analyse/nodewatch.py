@@ -18,7 +18,6 @@ are numbered per node, so they are renumbered (node index x 1,000 + NVML index) 
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import LogFinding
 from hangwatch.model.samples import LogSample
 from hangwatch.model.samples import PhaseEvent
+from hangwatch.model.samples import ProbeMarks
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ProcessSample
 from hangwatch.model.samples import Tick
@@ -202,15 +202,14 @@ class NodeLogs:
                 self._markers[index] = tuple(sorted(f'"GET {path} HTTP' for path in paths))
             scanner = self._scanners.get(index)
             if scanner is None:
-                echo = functools.partial(self._markers_of, index)
-                scanner = LogScanner(self._profile, self._ready, probe_echo=echo)
+                scanner = LogScanner(self._profile, self._ready)
                 self._scanners[index] = scanner
             lines = tuple(line for f in bundle.follow for line in f.lines)
             grown = sum(f.new_bytes for f in bundle.follow)
             omitted = sum(f.lines_omitted for f in bundle.follow)
             if not lines and not grown:
                 continue
-            sample = scanner.scan(lines, grown, t)
+            sample = scanner.scan(lines, grown, t, marks=ProbeMarks(self._markers_of(index)))
             parts.append((index, label, replace(sample, new_lines=sample.new_lines + omitted)))
         return merge_logs(parts)
 

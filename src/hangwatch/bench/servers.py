@@ -156,9 +156,7 @@ class SupervisedServer:
         if self.failure is None:
             # A last look before cleanup: the server may have died after the watch's last tick (a benchmark
             # that saw it vanish stops at once), and that death is the verdict, not our SIGTERM.
-            tick = watch.tick()
-            watch.recorder.add(tick)
-            last = watch.assessor.observe(tick)
+            last = watch.observe_last()
             if last is not None and last.state is not State.READY:
                 self.failure = last
         result, gpu_note = run.tear_down(self._gpu, self.spec.grace_s)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from hangwatch.errors import UsageError
+from hangwatch.model.samples import ProbeMarks
 from hangwatch.model.samples import ProbeOutcome
 from hangwatch.model.samples import ProbeResult
 from hangwatch.redact import redact_url
@@ -121,6 +122,10 @@ class Prober:
         self._late: list[ProbeResult] = []  # late answers to requests that had timed out
         self._following: set[socket.socket] = set()
         self._sends: deque[float] = deque(maxlen=32)  # when each recent probe was sent (its ``t``)
+
+    def marks(self) -> ProbeMarks:
+        """What our probes leave in the server's log, as of now (the late answers since the last call)."""
+        return ProbeMarks(self.echo_markers(), self.sends(), self.late_answers())
 
     def echo_markers(self) -> tuple[str, ...]:
         """Text by which a log line shows it was caused by our probe: our source ports, our request."""

@@ -15,22 +15,13 @@ import select
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from hangwatch.model.samples import LogLines
+
 MAX_LINE_CHARS = 8192  # longer lines are cut for analysis; the log file keeps every byte
 _READ_CHUNK = 65536
-
-
-@dataclass(frozen=True)
-class LogChunk:
-    """Lines completed since the last drain, and how many bytes arrived."""
-
-    lines: tuple[str, ...]
-    new_bytes: int
-    # When each line arrived, on the watch's clock (empty where only the drain time is known).
-    times: tuple[float, ...] = ()
 
 
 class LineSplitter:
@@ -204,11 +195,11 @@ class PipeLog:
                 return
             time.sleep(quiet_s / 2)
 
-    def drain(self) -> LogChunk:
+    def drain(self) -> LogLines:
         with self._lock:
             self._add(self._splitter.flush_if_quiet())
             times = tuple(self._times) if len(self._times) == len(self._lines) else ()
-            chunk = LogChunk(tuple(self._lines), self._bytes, times)
+            chunk = LogLines(tuple(self._lines), self._bytes, times)
             self._lines = []
             self._times = []
             self._bytes = 0
@@ -330,7 +321,7 @@ class FileLog:
             self._offset += total
         return lines, total
 
-    def drain(self) -> LogChunk:
+    def drain(self) -> LogLines:
         with self._lock:
             lines, total = self._read()
             lines = self._lines + lines
@@ -345,7 +336,7 @@ class FileLog:
                 times.extend(round(self._clock(), 3) for _ in quiet)
             lines.extend(quiet)
             self._lines, self._times, self._bytes = [], [], 0
-        return LogChunk(tuple(lines), total, tuple(times) if self._clock is not None else ())
+        return LogLines(tuple(lines), total, tuple(times) if self._clock is not None else ())
 
     def close(self) -> None:
         self._stop.set()

@@ -13,7 +13,6 @@ import os
 import re
 from collections.abc import Callable
 from collections.abc import Iterable
-from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import replace
 from pathlib import Path
@@ -111,28 +110,10 @@ class TreeSampler:
         self._root_identities: set[ProcessId] = set()
         self._last_full_scan: float | None = None
         self._hints: dict[int, str] = {}  # pid -> the title its log lines give it
-        self._ended_now: dict[int, _Known] = {}  # the members whose exits the last sample recorded
 
     def learn_titles(self, titles: Iterable[tuple[int, str]]) -> None:
         """Titles for untitled members, from what their log lines say they are."""
         self._hints.update(titles)
-
-    def retitle(self, exits: Sequence[ExitRecord]) -> tuple[ExitRecord, ...]:
-        """The last sample's exits, named again with the titles learnt since from log lines.
-
-        A rank's last lines are read after the tree saw it end, in the same tick (the log is drained once
-        the deaths are known, to catch their last words): a vLLM worker SIGKILLed 0.5 s after setting its
-        title, reaped at once by its engine core, was seen only as ``python``, and its
-        ``(Worker_TP1 pid=N)`` line came with its death (CI, vllm-tp2-TP1-weights-sigkill-attach)."""
-        out = []
-        for e in exits:
-            known = self._ended_now.get(e.pid)
-            if known is None or e.pid not in self._hints:
-                out.append(e)
-                continue
-            name, role, rank = self._name_at_end(known)
-            out.append(e if name == e.name else replace(e, name=name, role=role, rank=rank))
-        return tuple(out)
 
     @property
     def root_pids(self) -> set[int]:
@@ -176,7 +157,6 @@ class TreeSampler:
         stats = self._read_stats(t)
         members = self._members(stats)
         exits: list[ExitRecord] = []
-        self._ended_now = {}
 
         # Our own zombie children: waitpid gives the exact status (and must be called anyway).
         reaped: dict[int, int] = {}
@@ -400,7 +380,6 @@ class TreeSampler:
         self, known: _Known, t: float, status: int | None, how: ExitHow = ExitHow.VANISHED
     ) -> ExitRecord:
         known.exit_recorded = True
-        self._ended_now[known.identity.pid] = known
         code, sig = decode_wait_status(status) if status is not None else (None, None)
         if status is None:
             how = ExitHow.VANISHED
@@ -418,6 +397,7 @@ class TreeSampler:
             signal=sig,
             lifetime_s=t - known.first_seen,
             wchar_at_end=written,
+            untitled=name in (known.first_comm, ""),
         )
 
 

@@ -101,6 +101,9 @@ class ExitRecord:
     oom_evidence: str | None = None  # kernel or cgroup lines that name this death an OOM kill
     # Its wchar when it ended (every byte it wrote: log, pipes, files), read from its zombie; None unknown.
     wchar_at_end: int | None = None
+    # It never set a title of its own (its name is its comm when first seen): the title its log lines give
+    # it names it (analyse/logscan.named_exits).
+    untitled: bool = False
 
     @property
     def failed(self) -> bool:
@@ -391,13 +394,40 @@ class OwnRequest:
 
 
 @dataclass(frozen=True)
+class LogLines:
+    """The log's news since the last tick, as read: the lines completed, the bytes that arrived, and when
+    each line arrived on the watch's clock (empty where only the drain time is known)."""
+
+    lines: tuple[str, ...] = ()
+    new_bytes: int = 0
+    times: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProbeMarks:
+    """What hangwatch's own probes leave in the server's log, read from the prober at the tick: the text
+    by which an access-log line names our probe (its path, our source ports), when the recent probes were
+    sent (the one in flight included), and the answers that came after their probe had timed out. The
+    analysis tells the server answering us from the server making progress with them (analyse/echoes.py)."""
+
+    echo_markers: tuple[str, ...] = ()
+    sends: tuple[float, ...] = ()
+    late_answers: tuple[ProbeResult, ...] = ()
+
+
+@dataclass(frozen=True)
 class Tick:
-    """Everything collected at one moment."""
+    """Everything collected at one moment.
+
+    The watch loop collects ``lines`` raw; the analysis reads them into ``log`` (Assessor.observe). A tick
+    whose log was read elsewhere (the nodes' rounds, a test's fixture) comes with ``log`` and no ``lines``."""
 
     t: float
     processes: tuple[ProcessSample, ...]
     exits: tuple[ExitRecord, ...] = ()
     log: LogSample = field(default_factory=LogSample)
+    lines: LogLines | None = None
+    marks: ProbeMarks = field(default_factory=ProbeMarks)
     probes: tuple[ProbeResult, ...] = ()
     gpu: GpuSample | None = None
     serving: ServingSample | None = None

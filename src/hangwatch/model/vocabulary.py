@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -64,3 +65,26 @@ class Cause(StrEnum):
     # Not a hang: every process waits for input from outside the tree (a server between requests).
     IDLE = "idle"
     UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class OptionWords:
+    """What the analysis calls the watch's settings where its verdicts and advice name them. The analysis
+    names no command-line flag itself: the commands hand it their own names (``CLI_WORDS``), and anything
+    else that builds a watch (a library user, a test) gets these plain words."""
+
+    window: str = "watch window"  # "the 60 s watch window"
+    timeout: str = "time limit"  # "after time limit 600 s"
+    ready_url: str = "a readiness URL such as"
+    ready_pattern: str = "a readiness log pattern"
+    engine: str = "naming the engine"
+
+
+# The command line's names for those settings (cli/: attach's --window, run's --timeout, ...).
+CLI_WORDS = OptionWords(
+    window="--window",
+    timeout="--timeout",
+    ready_url="--ready-url",
+    ready_pattern="--ready-pattern",
+    engine="--engine",
+)

@@ -43,7 +43,9 @@ from typing import Protocol
 from hangwatch import engines
 from hangwatch.analyse import causes
 from hangwatch.analyse.assess import Assessor
-from hangwatch.analyse.assess import Policy
+from hangwatch.analyse.assess import nodes_unanswered
+from hangwatch.analyse.assess import nodes_unreadable
+from hangwatch.analyse.assess import watch_policy
 from hangwatch.analyse.nodewatch import NodeLogs
 from hangwatch.analyse.nodewatch import NodeRounds
 from hangwatch.analyse.stacktree import build_tree
@@ -57,8 +59,8 @@ from hangwatch.model.nodes import NodeResult
 from hangwatch.model.nodes import NodesWatchReport
 from hangwatch.model.nodes import RoundCost
 from hangwatch.model.report import Verdict
-from hangwatch.model.samples import SUCCESS_STATUSES
 from hangwatch.model.status import StackRequest
+from hangwatch.model.vocabulary import CLI_WORDS
 from hangwatch.model.vocabulary import State
 from hangwatch.nodes.gather import in_pod
 from hangwatch.nodes.gather import job_nodes
@@ -70,6 +72,7 @@ from hangwatch.nodes.ray import ray_watch_targets
 from hangwatch.nodes.samemachine import MachineIndex
 from hangwatch.nodes.samemachine import SameMachine
 from hangwatch.nodes.samemachine import left_out_result
+from hangwatch.pacing import Pacer
 from hangwatch.redact import scrub
 from hangwatch.render.files import write_atomically
 from hangwatch.render.files import write_outputs
@@ -211,15 +214,14 @@ class LeftOutSession(StreamSession):
 
 def make_assessor(o: NodesAttachOptions, roots: set[int], first_cmdline: tuple[str, ...]) -> Assessor:
     profile = engines.by_name(o.engine) if o.engine else engines.detect(first_cmdline or ("?",))
-    policy = Policy(
+    policy = watch_policy(
+        profile,
         stall_after_s=o.stall_after_s,
-        timeout=o.window_s,
-        timeout_label=f"the {o.window_s:g} s --window",
-        window_end=o.window_s,
-        ready_statuses=SUCCESS_STATUSES if o.ready_url else profile.ready_statuses,
-        # Without a probe (a training job has none) saying "a healthy idle server" of a listening TCPStore
-        # would mislead, so the hint is off across nodes.
-        has_readiness=True,
+        window_s=o.window_s,
+        ready_url=o.ready_url,
+        ready_pattern=o.ready_pattern is not None,
+        across_nodes=True,
+        words=CLI_WORDS,
     )
     # ``roots`` is filled as nodes first answer; the assessor keeps the same set.
     return Assessor(profile, policy, roots, StackHistory() if o.stacks else None)
@@ -247,9 +249,14 @@ class NodesWatch:
         self.machines = MachineIndex()
         self.left_out: dict[int, SameMachine] = {}  # node index -> the name it is the same machine as
 
+    def _sleep_for(self, delay: float) -> bool:
+        if delay > 0:
+            self.sleep(delay)
+        return False  # a stop is Ctrl-C, raised in the loop
+
     def run(self) -> Verdict:
         start = self.clock()
-        next_at = start
+        pacer = Pacer(self.o.interval_s, self._sleep_for, self.clock)
         try:
             while True:
                 began = self.clock()
@@ -266,7 +273,7 @@ class NodesWatch:
                             return unreadable
                         if t >= self.o.window_s:
                             return no_answer_verdict(self.o)
-                        next_at = self._wait(next_at)  # nothing answered with a process yet
+                        pacer.wait()  # nothing answered with a process yet
                         continue
                     roots = [p for p in tick.processes if p.pid in self.rounds.roots]
                     self.assessor = make_assessor(
@@ -283,7 +290,7 @@ class NodesWatch:
                     verdict = self._stacks(t, request) or verdict
                 if verdict is not None and (verdict.state is not State.READY or self.assessor.window_over):
                     return verdict
-                next_at = self._wait(next_at)
+                pacer.wait()
         except KeyboardInterrupt:
             if self.assessor is None:
                 raise
@@ -322,14 +329,6 @@ class NodesWatch:
         """The nodes' events, without the names left out (their "silence" is only that)."""
         return [e for i, n in enumerate(self.rounds.nodes) if i not in self.left_out for e in n.events]
 
-    def _wait(self, next_at: float) -> float:
-        next_at += self.o.interval_s
-        delay = next_at - self.clock()
-        if delay < 0:  # a round took longer than the interval: start the next at once, do not catch up
-            return self.clock()
-        self.sleep(delay)
-        return next_at
-
     def _show_events(self) -> None:
         events = self._events()
         for e in events[self._events_shown :]:
@@ -365,15 +364,7 @@ class NodesWatch:
 
 
 def no_answer_verdict(o: NodesAttachOptions) -> Verdict:
-    return Verdict(
-        State.INTERRUPTED,
-        None,
-        None,
-        f"no node answered with a process of {o.selector} within the {o.window_s:g} s --window",
-        (),
-        (),
-        decided_by=("nodes:none-answered",),
-    )
+    return nodes_unanswered(o.selector, o.window_s, CLI_WORDS)
 
 
 # Outcomes that waiting does not cure: the user has to start sshd, fix a key, install hangwatch there.
@@ -396,12 +387,8 @@ def ray_unreadable_verdict(o: NodesAttachOptions, results: Sequence[NodeResult])
         return None
     if not all(r.outcome in NEEDS_THE_USER for r in results):
         return None
-    return Verdict(
-        State.INTERRUPTED,
-        None,
-        None,
+    return nodes_unreadable(
         f"no node of the Ray cluster could be read: {SSH_NEEDED}",
-        (),
         tuple(f"{r.host}: {r.outcome.value}: {r.detail}" for r in results),
         (
             "start sshd on the Ray nodes (or give --ssh-config / --ssh-option for how to reach them), with "
@@ -409,7 +396,6 @@ def ray_unreadable_verdict(o: NodesAttachOptions, results: Sequence[NodeResult])
             f"for stacks only, `hangwatch stacks --ray {o.ray.url}` uses the dashboard's traceback endpoint "
             f"where the head runs with {ray_transport.PROFILING_ENV}=1",
         ),
-        decided_by=("nodes:none-readable",),
     )
 
 

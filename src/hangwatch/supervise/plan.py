@@ -11,7 +11,7 @@ from urllib.parse import urlunsplit
 
 from hangwatch import engines
 from hangwatch.analyse.assess import Assessor
-from hangwatch.analyse.assess import Policy
+from hangwatch.analyse.assess import watch_policy
 from hangwatch.analyse.logscan import LogScanner
 from hangwatch.analyse.stackwatch import StackHistory
 from hangwatch.collect.http_probe import Prober
@@ -20,7 +20,7 @@ from hangwatch.collect.serving_metrics import ServingPoller
 from hangwatch.engines.profile import Profile
 from hangwatch.model.history import PhaseHistory
 from hangwatch.model.report import Report
-from hangwatch.model.samples import SUCCESS_STATUSES
+from hangwatch.model.vocabulary import CLI_WORDS
 from hangwatch.render.files import write_outputs
 from hangwatch.render.html import write_html
 from hangwatch.render.json_report import write_report
@@ -56,6 +56,9 @@ class WatchOptions:
     phase_windows: tuple[tuple[str, float], ...] = ()
     # Each phase's usual duration in comparable earlier boots, read at launch: the live view shows it.
     phase_usual: tuple[PhaseHistory, ...] = ()
+    # attach's window: the watch's own end (a timeout unless ``timeout`` is shorter; a server serving then
+    # is healthy). None: run, and the sidecar, which never ends by itself.
+    window_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -77,29 +80,13 @@ def plan_for(options: WatchOptions, cmdline: tuple[str, ...]) -> Plan:
     return Plan(profile, probe_url, tuple(notes))
 
 
-def make_scanner(
-    plan: Plan, options: WatchOptions, prober: Prober | None, own: OwnRequester | None = None
-) -> LogScanner:
+def make_scanner(plan: Plan, options: WatchOptions) -> LogScanner:
     ready = (options.ready_pattern,) if options.ready_pattern else ()
-    # Access-log lines of hangwatch's own requests: the probe's, the /metrics scrape's, our own request's
-    # model lookup (clients rarely ask for it; our one-token completion itself is real work, not an echo).
+    # Access-log lines of hangwatch's own requests beside the probe's (each tick's ProbeMarks): the /metrics
+    # scrape's, our own request's model lookup (clients rarely ask for it; our one-token completion itself
+    # is real work, not an echo).
     ours = ('"GET /metrics HTTP', '"GET /v1/models HTTP') if plan.profile.openai_api else ()
-
-    def echo() -> tuple[str, ...]:
-        return (*(prober.echo_markers() if prober is not None else ()), *ours)
-
-    late = prober.late_answers if prober is not None else tuple
-    sends = prober.sends if prober is not None else tuple
-    latest = own.latest if own is not None else (lambda: None)
-    return LogScanner(
-        plan.profile,
-        ready,
-        options.waiting_patterns,
-        echo,
-        late_answers=late,
-        probe_sends=sends,
-        own_request=latest,
-    )
+    return LogScanner(plan.profile, ready, options.waiting_patterns, ours)
 
 
 def make_assessor(
@@ -107,22 +94,20 @@ def make_assessor(
     options: WatchOptions,
     root_pids: set[int],
     stacks: StackHistory | None = None,
-    *,
-    timeout_label: str | None = None,
-    window_end: float | None = None,
+    reader: LogScanner | None = None,
 ) -> Assessor:
-    statuses = SUCCESS_STATUSES if options.ready_url else plan.profile.ready_statuses
-    policy = Policy(
+    policy = watch_policy(
+        plan.profile,
         stall_after_s=options.stall_after_s,
         timeout=options.timeout,
-        ready_statuses=statuses,
-        timeout_label=timeout_label,
-        window_end=window_end,
-        has_readiness=bool(plan.probe_url or options.ready_pattern or plan.profile.ready_patterns),
-        probe_url_given=options.ready_url is not None,
+        window_s=options.window_s,
+        ready_url=options.ready_url,
+        ready_pattern=options.ready_pattern is not None,
+        probe_url=plan.probe_url,
         phase_windows=options.phase_windows,
+        words=CLI_WORDS,
     )
-    return Assessor(plan.profile, policy, root_pids, stacks)
+    return Assessor(plan.profile, policy, root_pids, stacks, reader)
 
 
 def make_prober(plan: Plan, options: WatchOptions, clock: Callable[[], float]) -> Prober | None:

@@ -133,7 +133,7 @@ class Supervised:
         gpu_note = teardown.wait_gpu_release(gpu, pids)
         self.shm_outcomes = tuple(shm.release(segments, tree_start=tree_start))
         self.at_verdict = dict(self.watch.recorder.processes)  # before the clean-up's exits
-        self.watch.recorder.add(self.watch.tick())  # record the exits the clean-up caused
+        self.watch.record_last()  # the exits the clean-up caused
         self.log.close()
         self.launched.release_guardian(clean=not result.remaining)
         self.sampler.close()

@@ -25,7 +25,6 @@ from hangwatch.analyse.flightrecorder import refine_with_flight_recorder
 from hangwatch.analyse.gpukernels import kernel_notes
 from hangwatch.analyse.gpukernels import refine as refine_with_kernels
 from hangwatch.analyse.gpustate import ambiguous
-from hangwatch.analyse.logscan import LogScanner
 from hangwatch.analyse.ncclras import RULE as RAS_RULE
 from hangwatch.analyse.ncclras import ras_findings
 from hangwatch.analyse.nextsteps import StepFacts
@@ -40,7 +39,6 @@ from hangwatch.collect.cudagdb import KernelReader
 from hangwatch.collect.gpm import GpmSource
 from hangwatch.collect.http_probe import Prober
 from hangwatch.collect.logtail import FileLog
-from hangwatch.collect.logtail import LogChunk
 from hangwatch.collect.logtail import PipeLog
 from hangwatch.collect.nvml import GpuSource
 from hangwatch.collect.nvml import NvmlGpuSource
@@ -61,6 +59,8 @@ from hangwatch.model.report import Report
 from hangwatch.model.report import Verdict
 from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import GpuSample
+from hangwatch.model.samples import LogLines
+from hangwatch.model.samples import ProbeMarks
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ProcessId
 from hangwatch.model.samples import Tick
@@ -70,6 +70,7 @@ from hangwatch.model.status import StackRequest
 from hangwatch.model.status import Status
 from hangwatch.model.vocabulary import Cause
 from hangwatch.model.vocabulary import State
+from hangwatch.pacing import Pacer
 from hangwatch.render.history_text import usual_range
 from hangwatch.render.live import LiveState
 from hangwatch.render.live import View
@@ -87,10 +88,6 @@ from hangwatch.words import plural
 # collectives run at thousands a second are frozen.
 RAS_GAP_S = 3.0
 MAX_TIMELINE_TICKS = 3600  # older ticks are thinned to every other one beyond this
-
-
-# Before the server is ready, connections are read only once the tree has been quiet this long.
-CONNECTIONS_QUIET_S = 5.0
 
 
 @dataclass
@@ -202,7 +199,6 @@ class Watch:
     def __init__(
         self,
         collectors: Collectors,
-        scanner: LogScanner,
         assessor: Assessor,
         view: View,
         clock: WatchClock,
@@ -211,7 +207,6 @@ class Watch:
         on_members: Callable[[set[ProcessId]], None] | None = None,
     ) -> None:
         self.c = collectors
-        self.scanner = scanner
         self.assessor = assessor
         self.view = view
         self.clock = clock
@@ -244,25 +239,21 @@ class Watch:
         self.started_unix = time.time()  # a dump older than the watch is an earlier run's
         self.kept_running = False  # run --keep-running: a stall left the tree running for a look
         self.kernel_names = False  # whether name_kernels reads them (WatchOptions.kernel_names)
+        self._connections_from: float | None = None  # the analysis' wish for the server's connections
 
     def elapsed(self) -> float:
         return self.clock()
 
     def tick(self, late_s: float = 0.0) -> Tick:
-        """Everything collected now; ``late_s``: how far behind its schedule the loop takes it."""
+        """Everything collected now, raw; ``late_s``: how far behind its schedule the loop takes it."""
         t = round(self.elapsed(), 3)
         reading = self.c.tree.sample(t)
         if reading.exits and isinstance(self.c.log, PipeLog):
             self.c.log.settle()  # the last words of what just ended are evidence of why
-        chunk = self.c.log.drain() if self.c.log is not None else LogChunk((), 0)
+        lines = self.c.log.drain() if self.c.log is not None else LogLines()
         probes = self.c.prober.drain() if self.c.prober is not None else ()
-        log = self.scanner.scan(chunk.lines, chunk.new_bytes, t, chunk.times, probes)
-        if log.named:
-            self.c.tree.learn_titles(
-                (pid, self.assessor.profile.title_from_log(label)) for pid, label in log.named
-            )
         gpu = self._gpu_reading({p.pid for p in reading.processes})
-        exits = self.c.tree.retitle(reading.exits) if log.named else reading.exits
+        exits = reading.exits
         if self.c.oom is not None:
             exits = tuple(
                 ExitRecord(**{**e.__dict__, "oom_evidence": self.c.oom.evidence_for(e.pid)})
@@ -271,12 +262,8 @@ class Watch:
                 for e in exits
             )
         connections = None
-        # While serving every tick (a client's first request must be seen at once); before that only in
-        # a quiet spell, where requests left unread by a server that never turned ready for us (its
-        # first request's handler wedged the loop before our probe's 200) name who does not read them.
-        if self.c.connections is not None and (
-            self.assessor.serving or self.assessor.quiet_for(t) >= CONNECTIONS_QUIET_S
-        ):
+        wanted_from = self._connections_from
+        if self.c.connections is not None and wanted_from is not None and t >= wanted_from:
             connections = self.c.connections.read(
                 (p for proc in reading.processes for p in proc.listening_ports),
                 [proc.pid for proc in reading.processes],
@@ -285,7 +272,8 @@ class Watch:
             t=t,
             processes=reading.processes,
             exits=exits,
-            log=log,
+            lines=lines,
+            marks=self.c.prober.marks() if self.c.prober is not None else ProbeMarks(),
             probes=probes,
             gpu=gpu,
             serving=self.c.serving.take() if self.c.serving is not None else None,
@@ -309,19 +297,22 @@ class Watch:
         here says only that it came, and ``final_words`` what happens next (``run``: the tree is stopped).
         """
         standing: Verdict | None = None
-        next_at = time.monotonic()
+        pacer = Pacer(self.interval, self.stop_requested.wait)
         while True:
-            tick = self.tick(late_s=round(max(0.0, time.monotonic() - next_at), 3))
+            tick = self.tick(late_s=pacer.late_s())
             if tick.late_s >= self.interval:
                 self.late.append(tick.late_s)
             verdict = self.assessor.observe(tick)
             request = self.assessor.stacks_wanted()
             if request is not StackRequest.NONE and self.c.stacks is not None:
                 verdict = self.assessor.observe_stacks(self.capture_stacks(tick, request)) or verdict
+            status = self.assessor.status()
+            tick = status.tick or tick  # as the analysis read it
             self.recorder.add(tick)
+            self.c.tree.learn_titles(status.titles)
+            self._connections_from = status.connections_from_t
             if self.on_members is not None:
                 self.on_members(self.c.tree.identities())
-            status = self.assessor.status()
             if self.on_status is not None:
                 self.on_status(tick, status)
             if status.ask and self.c.own is not None:
@@ -345,13 +336,20 @@ class Watch:
                 self.view.event(f"{tick.t:.1f}s progress again: last progress {status_now.last_progress}")
                 if on_change is not None:
                     on_change(None, tick.t)
-            next_at += self.interval
-            delay = next_at - time.monotonic()
-            if delay < 0:  # we fell behind (a slow /proc or NVML): do not try to catch up in a burst
-                next_at = time.monotonic()
-                delay = 0
-            if self.stop_requested.wait(delay):
+            if pacer.wait():
                 return self.interrupted()
+
+    def record_last(self) -> None:
+        """One more tick recorded, read but not judged (the verdict stands): the exits a clean-up caused."""
+        self.recorder.add(self.assessor.read(self.tick()))
+
+    def observe_last(self) -> Verdict | None:
+        """One more tick judged and recorded, after the loop ended: a death after its last tick."""
+        verdict = self.assessor.observe(self.tick())
+        status = self.assessor.status()
+        if status.tick is not None:
+            self.recorder.add(status.tick)
+        return verdict
 
     def capture_stacks(self, tick: Tick, request: StackRequest) -> StackSample:
         """One capture round over the tree's live processes, with GPM metrics since the previous round."""
@@ -642,8 +640,6 @@ def build_watch(
     view: View,
     clock: WatchClock,
     watch_serving: bool,
-    timeout_label: str | None = None,
-    window_end: float | None = None,
 ) -> tuple[Watch, StackKit]:
     """The collectors, the analysis and the loop, wired the same way for ``run`` and ``attach``.
 
@@ -660,12 +656,9 @@ def build_watch(
         sampler, log, prober, gpu, oom, kit.dumper, kit.gpm, serving, ConnectionWatcher(), own,
         gpm_ticks=GpmSource() if gpu.unavailable is None else None,
     )  # fmt: skip
-    assessor = make_assessor(
-        plan, options, root_pids, kit.history, timeout_label=timeout_label, window_end=window_end
-    )
+    assessor = make_assessor(plan, options, root_pids, kit.history, make_scanner(plan, options))
     watch = Watch(
         collectors,
-        make_scanner(plan, options, prober, own),
         assessor,
         view,
         clock,
