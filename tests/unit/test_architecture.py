@@ -91,3 +91,84 @@ def test_every_part_has_a_rule():
 def test_the_demo_story_needs_nothing_but_the_standard_library():
     """``python -m hangwatch.demo.story`` runs anywhere: it imports nothing of ours."""
     assert imports_of(PACKAGE / "demo" / "story.py") == set()
+
+
+# The engine profiles' own modules: only engines/ imports them; everything else reads the registry.
+ENGINE_PACKAGE = PACKAGE / "engines"
+ENGINE_MODULES = {
+    f"hangwatch.engines.{p.stem}"
+    for p in ENGINE_PACKAGE.glob("*.py")
+    if p.stem not in {"__init__", "registry", "profile", "bootflags", "launchers"}
+}
+# Where an engine's name may not be written in code (comments and docstrings may cite engines).
+NO_ENGINE_NAMES = ("analyse", "collect", "model", "nodes", "supervise", "doctor", "bench")
+# Strings that must name an engine still, each with the reason. Prose that cites what an engine was seen
+# to do, in the words a reader sees, is evidence, not a fact the code uses.
+ALLOWED_NAMES: dict[tuple[str, str], str] = {
+    ("collect/enginedefaults.py", "vllm"): "stands in for the registry where supervise/ passes no facts yet",
+    ("collect/enginedefaults.py", "sglang"): "as above",
+    ("supervise/launcher.py", "python -m vllm"): "an example command line in a usage hint",
+    ("analyse/doctor/checks.py", "vLLM and SGLang want"): "prose: what the limit is, and who asks for it",
+    ("analyse/doctor/checks.py", "vLLM's queues need it"): "prose: who maps the shared memory",
+    ("analyse/doctor/checks.py", "vLLM's pynccl loads"): "prose: why the wheel matters",
+    ("analyse/doctor/checks.py", "vllm #18851"): "a citation of the bug report",
+    ("analyse/doctor/nccl.py", "vllm#22479"): "a citation of the bug report",
+    ("model/rulebook.py", "SGLang/vLLM: /health 200"): "prose: an example of a ready status",
+}
+ENGINE_NAME = ("vllm", "sglang")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def test_only_engines_import_an_engine_profile_module():
+    wrong = [
+        f"{path.relative_to(PACKAGE)} imports {target}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if ENGINE_PACKAGE not in path.parents
+        for target in sorted(imports_of(path) & ENGINE_MODULES)
+    ]
+    # ``from hangwatch.engines import vllm`` names the module as an imported name.
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if ENGINE_PACKAGE in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "hangwatch.engines":
+                wrong += [
+                    f"{path.relative_to(PACKAGE)} imports hangwatch.engines.{a.name}"
+                    for a in node.names
+                    if f"hangwatch.engines.{a.name}" in ENGINE_MODULES
+                ]
+    assert {"hangwatch.engines.vllm", "hangwatch.engines.sglang"} <= ENGINE_MODULES
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_engine_name_in_the_code_of_the_layers_below_the_registry():
+    """An engine's package, flag, variable, path or metric name in analyse/, collect/ ... is a fact that
+    belongs in its profile; comments and docstrings may cite engines."""
+    wrong, used = [], set()
+    for part in NO_ENGINE_NAMES:
+        for path in sorted((PACKAGE / part).rglob("*.py")):
+            rel = str(path.relative_to(PACKAGE))
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            docs = _docstrings(tree)
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in docs:
+                    continue
+                if not any(name in node.value.lower() for name in ENGINE_NAME):
+                    continue
+                allowed = [
+                    key for key in ALLOWED_NAMES if key[0] == rel and key[1].lower() in node.value.lower()
+                ]
+                used.update(allowed)
+                if not allowed:
+                    wrong.append(f"{rel}:{node.lineno}: {node.value[:80]!r}")
+    assert not wrong, "\n".join(wrong)
+    assert not set(ALLOWED_NAMES) - used, f"allowed but gone: {sorted(set(ALLOWED_NAMES) - used)}"

@@ -8,12 +8,19 @@ from __future__ import annotations
 import re
 import signal
 from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import replace
 
 from hangwatch.analyse.stackranks import ended_rank
 from hangwatch.analyse.stackranks import names_a_rank
+from hangwatch.engines import registry
+from hangwatch.engines.profile import COMPILE_OFF
+from hangwatch.engines.profile import COMPILE_ON
+from hangwatch.engines.profile import CUDA_GRAPHS_OFF
+from hangwatch.engines.profile import EAGER
 from hangwatch.model.rulebook import NearMiss
 from hangwatch.model.samples import STOPPED_STATES
 from hangwatch.model.samples import ExitHow
@@ -31,7 +38,76 @@ SHORT_LIVED_S = 2.0  # helpers (`which`, `ldconfig -p`, compiler probes) exit no
 # instead (analyse/gpukernels.steps_with_kernels).
 FIND_THE_KERNEL = "Re-run with `CUDA_LAUNCH_BLOCKING=1` to find the kernel; "
 
-NEXT_STEPS: dict[Cause, tuple[str, ...]] = {
+
+def _with(purpose: str) -> list[tuple[str, str]]:
+    """(flag, engine) of every engine that names a flag for ``purpose`` (Profile.next_step_flags)."""
+    return [(flag, engine.label) for engine, flag in registry.flags_for(purpose)]
+
+
+def _graphs_off() -> str:
+    """Each engine's narrowest switch that boots without CUDA graphs: graphs off, else eager mode."""
+    narrow = _with(CUDA_GRAPHS_OFF)
+    named = {engine for _, engine in narrow}
+    flags = narrow + [(flag, engine) for flag, engine in _with(EAGER) if engine not in named]
+    return " or ".join(f"`{flag}` ({engine})" for flag, engine in flags)
+
+
+def _compile_off() -> str:
+    """Each engine's way to boot without torch.compile: a flag to add, or its flag that turns it on."""
+    add = [f"`{flag}` ({engine})" for flag, engine in _with(COMPILE_OFF)]
+    drop = [f"drop `{flag}` ({engine})" for flag, engine in _with(COMPILE_ON)]
+    return " or ".join(add + drop)
+
+
+def _engine_steps() -> dict[Cause, tuple[str, ...]]:
+    """The steps that name the engines' flags (engines/registry.py)."""
+    return {
+        Cause.CUDA_GRAPH_CAPTURE: (
+            f"A rank hangs inside CUDA graph capture: confirm with {_graphs_off()}; if that boots, shrink "
+            "the captured batch sizes (`--cuda-graph-max-bs`, `--max-seq-len-to-capture`) or disable custom "
+            "all-reduce during capture.",
+        ),
+        Cause.COMPILE_STALL: (
+            *_COMPILE_STALL,
+            f"To confirm: {_compile_off()} and boot again.",
+        ),
+    }
+
+
+_COMPILE_STALL = (
+    "Compilation or a JIT build is stuck: give each process its own cache dir "
+    "(`TORCHINDUCTOR_CACHE_DIR`, `TRITON_CACHE_DIR`, `FLASHINFER_WORKSPACE_BASE`), and check for a hung "
+    "`ninja`/`nvcc` child. A file lock (`flock`) ends with its holder: find the holder (`lslocks`), "
+    "not the file; only a marker file no process holds (torch extensions' `lock`) is to be removed.",
+)
+
+
+class _NextSteps(Mapping[Cause, tuple[str, ...]]):
+    """A cause's usual next steps: the common ones, with the engines' flags composed in when read (the
+    registry's engines at that moment)."""
+
+    def __init__(self, common: dict[Cause, tuple[str, ...]]) -> None:
+        self._common = common
+        self._memo: tuple[tuple[object, ...], dict[Cause, tuple[str, ...]]] | None = None
+
+    def _all(self) -> dict[Cause, tuple[str, ...]]:
+        key = tuple(registry.ENGINES)
+        if self._memo is None or self._memo[0] != key:
+            engines = _engine_steps()
+            self._memo = (key, {cause: engines.get(cause, steps) for cause, steps in self._common.items()})
+        return self._memo[1]
+
+    def __getitem__(self, cause: Cause) -> tuple[str, ...]:
+        return self._all()[cause]
+
+    def __iter__(self) -> Iterator[Cause]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+_COMMON_STEPS: dict[Cause, tuple[str, ...]] = {
     Cause.STOPPED: (
         "A stopped process (state T) stops its peers: resume it with `kill -CONT PID` if that was not "
         "intended, or check whether a debugger or job control stopped it.",
@@ -85,18 +161,8 @@ NEXT_STEPS: dict[Cause, tuple[str, ...]] = {
         "you receive on one side, or give the receive a timeout, to break the cycle.",
         "`ls -l /proc/PID/fd` and `cat /proc/PID/task/*/syscall` show which pipe or socket each one reads.",
     ),
-    Cause.CUDA_GRAPH_CAPTURE: (
-        "A rank hangs inside CUDA graph capture: confirm with `--disable-cuda-graph` (SGLang) or "
-        "`--enforce-eager` (vLLM); if that boots, shrink the captured batch sizes "
-        "(`--cuda-graph-max-bs`, `--max-seq-len-to-capture`) or disable custom all-reduce during capture.",
-    ),
-    Cause.COMPILE_STALL: (
-        "Compilation or a JIT build is stuck: give each process its own cache dir "
-        "(`TORCHINDUCTOR_CACHE_DIR`, `TRITON_CACHE_DIR`, `FLASHINFER_WORKSPACE_BASE`), and check for a hung "
-        "`ninja`/`nvcc` child. A file lock (`flock`) ends with its holder: find the holder (`lslocks`), "
-        "not the file; only a marker file no process holds (torch extensions' `lock`) is to be removed.",
-        "To confirm: `--enforce-eager` (vLLM) or drop `--enable-torch-compile` (SGLang) and boot again.",
-    ),
+    Cause.CUDA_GRAPH_CAPTURE: (),  # the engines' flags: _engine_steps()
+    Cause.COMPILE_STALL: (),
     Cause.GPU_SPIN: (
         "The host waits for the GPU and the GPU never finishes: a kernel spinning on a flag "
         "(100 % utilisation at low power, GPM pipes idle) or a stream waiting on an event that never fires. "
@@ -113,6 +179,7 @@ NEXT_STEPS: dict[Cause, tuple[str, ...]] = {
         "where each process waits.",
     ),
 }
+NEXT_STEPS: Mapping[Cause, tuple[str, ...]] = _NextSteps(_COMMON_STEPS)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import PurePath
 
 from hangwatch.analyse.causes import FIND_THE_KERNEL
+from hangwatch.engines import registry
 from hangwatch.model.gpukernels import KernelCapture
 from hangwatch.model.gpukernels import KernelLaunch
 from hangwatch.model.gpukernels import KernelOutcome
@@ -35,6 +36,7 @@ MIN_PEERS = 3
 
 # Where a kernel's name says its library: the first match wins (name prefixes and namespaces as the
 # libraries write them; Triton and CuPy name kernels as their users do, and are not told apart here).
+# The engines' own namespaces (``Profile.kernel_namespaces``) come between these and ``LATER_LIBRARIES``.
 LIBRARIES: tuple[tuple[str, str], ...] = (
     ("nccl", "NCCL"),
     ("at::", "torch"),
@@ -43,8 +45,8 @@ LIBRARIES: tuple[tuple[str, str], ...] = (
     ("flash::", "flash-attention"),
     ("cutlass::", "CUTLASS"),
     ("cub::", "CUB"),
-    ("vllm::", "vLLM"),
-    ("sglang::", "SGLang"),
+)
+LATER_LIBRARIES: tuple[tuple[str, str], ...] = (
     ("deep_ep::", "DeepEP"),
     ("deep_gemm::", "DeepGEMM"),
     ("cublas", "cuBLAS"),
@@ -58,7 +60,7 @@ def library_of(kernel: KernelLaunch) -> str | None:
     if kernel.source.rpartition(":")[0].endswith(".py"):
         return f"Triton, {PurePath(kernel.source).name}"  # JIT-compiled from a Python function
     name = kernel.name.lower()
-    for prefix, library in LIBRARIES:
+    for prefix, library in (*LIBRARIES, *registry.kernel_namespaces(), *LATER_LIBRARIES):
         if name.startswith((prefix, f"void {prefix}")) or f" {prefix}" in name:
             return library
     return None

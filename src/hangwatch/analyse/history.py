@@ -14,10 +14,10 @@ from dataclasses import replace
 from pathlib import Path
 from pathlib import PurePath
 
-from hangwatch.engines.bootflags import boot_flags
 from hangwatch.engines.profile import flag_value
 from hangwatch.engines.profile import has_flag
 from hangwatch.engines.profile import int_flag
+from hangwatch.engines.registry import boot_flags
 from hangwatch.model.history import AUTO_FACTOR
 from hangwatch.model.history import AUTO_FLOOR_S
 from hangwatch.model.history import AUTO_MARGIN_S

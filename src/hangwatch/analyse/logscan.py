@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import replace
 
 from hangwatch.analyse.echoes import ProbeEchoes
 from hangwatch.analyse.echoes import SendEcho
+from hangwatch.engines import registry
 from hangwatch.engines.profile import Profile
 from hangwatch.engines.profile import RoleOf
 from hangwatch.model.samples import ExitRecord
@@ -24,37 +26,47 @@ from hangwatch.redact import redact_text
 
 NO_MARKS = ProbeMarks()
 
-# Ordered by specificity: the first match names the line.
-_FINDINGS: tuple[tuple[Cause, re.Pattern[str]], ...] = (
-    (
-        Cause.CUDA_OOM,
-        re.compile(
-            r"CUDA out of memory|(?:torch\.(?:cuda\.)?)?OutOfMemoryError: CUDA|CUDA error: out of memory"
-            r"|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED"
+
+@functools.lru_cache(maxsize=4)
+def _findings_of(
+    prefix: str, header: str, fatal: tuple[str, ...]
+) -> tuple[tuple[Cause, re.Pattern[str]], ...]:
+    """The patterns that name a line, ordered by specificity: the first match names the line. ``prefix``,
+    ``header``: the engines' writer prefix and level header (the registry's); ``fatal``: the lines with
+    which the engines say they failed to start."""
+    return (
+        (
+            Cause.CUDA_OOM,
+            re.compile(
+                r"CUDA out of memory|(?:torch\.(?:cuda\.)?)?OutOfMemoryError: CUDA|CUDA error: out of memory"
+                r"|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED"
+            ),
         ),
-    ),
-    (Cause.PORT_IN_USE, re.compile(r"Address already in use|EADDRINUSE|\[Errno 98\]|address already in use")),
-    (
-        Cause.EXCEPTION,
-        re.compile(r"^Traceback \(most recent call last\):|^\S.*\bTraceback \(most recent call last\):"),
-    ),
-    # The summary line that ends a traceback: "ValueError: ...", "torch.OutOfMemoryError: ...".
-    (
-        Cause.EXCEPTION,
-        re.compile(
-            r"^(?:\(\S+ pid=\d+\) |\[[^\]]{1,80}\] )?"  # vLLM's and SGLang's prefixes
-            r"(?:(?:ERROR|WARNING|CRITICAL|INFO) \S+ \S+ \[[^\]]{1,80}\] )?"  # level, time, file
-            r"(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)(?::|$)"
+        (
+            Cause.PORT_IN_USE,
+            re.compile(r"Address already in use|EADDRINUSE|\[Errno 98\]|address already in use"),
         ),
-    ),
-    (
-        Cause.EXCEPTION,
-        re.compile(
-            r"Engine core initialization failed|WorkerProc (?:failed to start|initialization failed)"
-            r"|Scheduler hit an exception|Initialization failed\."
+        (
+            Cause.EXCEPTION,
+            re.compile(r"^Traceback \(most recent call last\):|^\S.*\bTraceback \(most recent call last\):"),
         ),
-    ),
-)
+        # The summary line that ends a traceback: "ValueError: ...", "torch.OutOfMemoryError: ...".
+        (
+            Cause.EXCEPTION,
+            # After a writer's prefix and a level header (not a debug line's): "ValueError: ...".
+            re.compile(
+                rf"^{prefix}(?!DEBUG ){header}"
+                r"(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)(?::|$)"
+            ),
+        ),
+        *([(Cause.EXCEPTION, re.compile("|".join(fatal)))] if fatal else []),
+    )
+
+
+def _findings() -> tuple[tuple[Cause, re.Pattern[str]], ...]:
+    return _findings_of(registry.writer_prefix(), registry.log_header(), registry.fatal_lines())
+
+
 _MAX_FINDINGS_PER_TICK = 20
 TAIL_LINES = 12  # kept per tick: the last words before a crash
 # A line that says again, word for word, what an earlier one said (its time stamp aside) is a
@@ -69,15 +81,31 @@ _REMEMBERED = 4096
 _COUNT = re.compile(r"\d+")
 # Counts that measure advance toward an end: a fraction (``3/8``) or a percentage (``40%``).
 _ADVANCE = re.compile(r"(\d+)\s*/\s*(\d+)|(\d+(?:\.\d+)?)\s*%")
-# What a writer puts before its message: vLLM's ``(Worker_TP1 pid=90) ERROR 12-02 07:11:20 [file.py:1] ``,
-# SGLang's ``[2026-12-02 06:43:29 TP1] ``.
-_LINE_PREFIX = re.compile(
-    r"(?:\(\S+ pid=\d+\) |\[[^\]]{1,80}\] )?"
-    r"(?:(?:ERROR|WARNING|CRITICAL|INFO|DEBUG) \S+ \S+ \[[^\]]{1,80}\] )?"
-)
-# Who wrote a line: vLLM prefixes ``(EngineCore pid=812)`` / ``(Worker_TP1 pid=90)``; SGLang ``[time TP1]``.
-_SOURCE_PID = re.compile(r"\((\w+?) pid=(\d+)\)")
-_SOURCE_RANK = re.compile(r"^\[[^\]]*?\b((?:TP|DP|PP|EP)\d+)\]|\b((?:TP|DP|PP)\d+)\b pid=")
+# What a writer puts before its message, and who wrote a line (its pid, its rank tag): the engines' facts
+# (Profile.log_prefixes, log_headers, writer_pid, writer_rank), read through the registry.
+
+
+@functools.lru_cache(maxsize=4)
+def _line_prefix_of(source: str) -> re.Pattern[str]:
+    return re.compile(source)
+
+
+def _leftmost(patterns: tuple[re.Pattern[str], ...], text: str) -> re.Match[str] | None:
+    """The match that starts first (the first pattern's of those that start together)."""
+    best = None
+    for pattern in patterns:
+        found = pattern.search(text)
+        if found is not None and (best is None or found.start() < best.start()):
+            best = found
+    return best
+
+
+def _writer(line: str) -> tuple[str, str] | None:
+    """(label, pid) of the process a line's prefix names: ``(Worker_TP1 pid=90)`` -> (Worker_TP1, 90)."""
+    found = _leftmost(registry.writer_pids(), line[:200])
+    return (found.group("label"), found.group("pid")) if found is not None else None
+
+
 # A rank a line opens with, as programs of many ranks sharing one output say who speaks: torch's
 # ``[rank1]:``, ``rank 0: ...``, ``[Rank 3] ...``. Its number names the writer, it is no count.
 _OPENING_RANK = re.compile(r"^\W{0,3}rank\s*[:=#]?\s*(\d+)\b", re.IGNORECASE)
@@ -100,17 +128,16 @@ def caused_by_own(own: OwnRequest | None, at: float) -> bool:
 
 
 def _rank_tag(said: str) -> str | None:
-    found = _SOURCE_RANK.search(said[:200])
-    return (found.group(1) or found.group(2)) if found else None
+    found = _leftmost(registry.writer_ranks(), said[:200])
+    return found.group("rank") if found else None
 
 
 def line_source(line: str) -> tuple[int | None, str | None]:
     """(pid, rank) of the process a log line names as its writer, where it does."""
     pid = rank = None
-    found = _SOURCE_PID.search(line[:200])
+    found = _writer(line)
     if found:
-        pid = int(found.group(2))
-        label = found.group(1)
+        label, pid = found[0], int(found[1])
         tail = re.search(r"((?:TP|DP|PP|EP)\d+)$", label)
         rank = tail.group(1) if tail else None
     return pid, rank if rank is not None else _rank_tag(line)
@@ -176,9 +203,9 @@ class LogScanner:
         findings: list[LogFinding] = []
         ready_line = None
         for index, line in enumerate(lines):
-            writer = _SOURCE_PID.search(line[:200])
+            writer = _writer(line)
             if writer is not None:
-                named[int(writer.group(2))] = writer.group(1)
+                named[int(writer[1])] = writer[0]
             said = _TIMESTAMP.sub("", line.strip())
             if any(p.search(line) for p in self._waiting) or self._repeats(said):
                 waiting += 1
@@ -196,7 +223,7 @@ class LogScanner:
                 beats += 1
                 beat_bytes += len(line.encode(errors="replace")) + 1
                 if writer is not None:
-                    beat_pids[int(writer.group(2))] = None
+                    beat_pids[int(writer[1])] = None
             phase = self._phase_of(line)
             if phase is not None:
                 pid, rank = line_source(line)
@@ -207,7 +234,7 @@ class LogScanner:
             ends_traceback = self._ends_traceback(line)
             if len(findings) < _MAX_FINDINGS_PER_TICK:
                 at = times[index] if times else t  # when it arrived, where known: deaths are that fine
-                for cause, pattern in _FINDINGS:
+                for cause, pattern in _findings():
                     if pattern.search(line):
                         pid, rank = line_source(line)
                         findings.append(LogFinding(at, cause, redact_text(line), pid, rank))
@@ -240,7 +267,7 @@ class LogScanner:
         the exception is called: the first unindented line after a writer's ``Traceback (most recent
         call last):`` and its indented frames. Per writer (vLLM's pid prefix, SGLang's rank tag), as
         ranks' tracebacks interleave."""
-        prefix = _LINE_PREFIX.match(line)
+        prefix = _line_prefix_of(registry.log_prefix()).match(line)
         body = line[prefix.end() :] if prefix is not None else line
         pid, rank = line_source(line)
         writer = f"pid:{pid}" if pid is not None else f"rank:{rank}"
@@ -287,7 +314,7 @@ class LogScanner:
             del self._said[next(iter(self._said))]
         return False
 
-    def _heartbeat(self, said: str, writer: re.Match[str] | None) -> bool:
+    def _heartbeat(self, said: str, writer: tuple[str, str] | None) -> bool:
         """The line says again what its writer said before, counts aside, and no count of the kind
         that measures advance (``3/8``, ``40%``) went up.
 
@@ -300,7 +327,7 @@ class LogScanner:
         # The writer, as the line names it (its counts are masked below): vLLM's pid, else SGLang's rank,
         # else the rank the line opens with ("rank 1: flags shared" after "rank 0: flags shared" is news
         # from another writer, not the first one saying it again).
-        source = writer.group(2) if writer is not None else _rank_tag(said)
+        source = writer[1] if writer is not None else _rank_tag(said)
         if source is None:
             opening = _OPENING_RANK.match(said)
             source = f"rank{opening.group(1)}" if opening else None

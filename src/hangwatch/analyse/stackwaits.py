@@ -8,6 +8,7 @@ spin-wait) or working. The stack rules and the progress model read these views, 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from hangwatch.analyse.stackmotion import in_place
 from hangwatch.analyse.stackmotion import walks_helpers
 from hangwatch.analyse.stackranks import peer_pids
 from hangwatch.analyse.stackranks import rank_label
+from hangwatch.engines import registry
 from hangwatch.model.kernelwaits import RECEIVE_CALLS
 from hangwatch.model.kernelwaits import ThreadWait
 from hangwatch.model.kernelwaits import Waker
@@ -80,7 +82,8 @@ _CAPTURE = _rx(
     r"CUDAGraphWrapper",
     r"cudagraph_capture",
 )
-_COMPILE = _rx(
+# Compilers and JIT builds; the engines' own compile frames come from their profiles (_compile()).
+_COMPILE_FRAMES = (
     r"torch/_dynamo/",
     r"torch/_inductor/",
     r"triton/compiler",
@@ -91,7 +94,6 @@ _COMPILE = _rx(
     r"\bcompile_fx\b",
     r"\bninja\b",
     r"torch/_functorch/aot",
-    r"vllm/compilation/",
 )
 _FILE_LOCK = _rx(
     r"filelock/", r"\bFileLock\b", r"\bfcntl_flock\b", r"\bflock\b", r"\blockf\b", r"SoftFileLock"
@@ -188,6 +190,15 @@ def classify_thread(thread: ThreadStack) -> tuple[Wait, Frame | None]:
     return memo(kind, thread.frames, lambda _: _classify(significant_frames(thread), thread.active))
 
 
+@functools.lru_cache(maxsize=4)
+def _compile_pattern(engine_frames: tuple[str, ...]) -> re.Pattern[str]:
+    return _rx(*_COMPILE_FRAMES, *engine_frames)
+
+
+def _compile() -> re.Pattern[str]:
+    return _compile_pattern(registry.compile_frames())
+
+
 def _classify(frames: tuple[Frame, ...], active: bool) -> tuple[Wait, Frame | None]:
     texts = [_text(f) for f in frames]
 
@@ -198,7 +209,7 @@ def _classify(frames: tuple[Frame, ...], active: bool) -> tuple[Wait, Frame | No
     # Running a compiled graph is not compiling: its innermost Python frame is an op call (or the
     # generated code), under the compile wrappers (vLLM's ``_support_torch_compile.__call__``).
     running_compiled = bool(python) and _OP_CALL.match(_text(python[-1])) is not None
-    for wait, pattern in ((Wait.CAPTURE, _CAPTURE), (Wait.FILE_LOCK, _FILE_LOCK), (Wait.COMPILE, _COMPILE)):
+    for wait, pattern in ((Wait.CAPTURE, _CAPTURE), (Wait.FILE_LOCK, _FILE_LOCK), (Wait.COMPILE, _compile())):
         found = first(pattern)
         if found is not None and not (wait is Wait.COMPILE and running_compiled):
             return wait, found

@@ -266,12 +266,15 @@ def _builtin(command: tuple[str, ...], engine: str | None, notes: list[str]) -> 
     if profile.distribution is None:
         raise UsageError(
             f"no changes to try: the {profile.name} profile has none built in",
-            "Give --matrix FILE (TOML, one [[toggle]] per change; docs/isolate.md), or --engine vllm|sglang.",
+            "Give --matrix FILE (TOML, one [[toggle]] per change; docs/isolate.md), or --engine "
+            + "|".join(p.name for p in engines.ENGINES if p.distribution is not None)
+            + ".",
         )
     version = None
     python = interpreter_of(command)
     if python is not None:
-        version = quick_env(python).version_of(profile.distribution, f"{profile.distribution}-cpu")
+        installed = profile.boot.versions or (profile.distribution,)
+        version = quick_env(python, profile.distributions).version_of(*installed)
     toggles = profile.toggles(command, version)
     notes.append(
         f"built-in {profile.name} toggles"

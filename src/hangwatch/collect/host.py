@@ -14,9 +14,12 @@ import resource
 import socket
 from collections.abc import Iterable
 from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
 
+from hangwatch.collect import enginedefaults
 from hangwatch.collect import procfs
+from hangwatch.model.doctor import CacheFolder
 from hangwatch.model.doctor import CheckpointFacts
 from hangwatch.model.doctor import DeviceHolder
 from hangwatch.model.doctor import DirSpace
@@ -28,7 +31,12 @@ SHM = Path("/dev/shm")  # noqa: S108 - the POSIX shared-memory mount
 SYS = Path("/sys")
 
 
-def read_host(env: Mapping[str, str] | None = None, exclude_pids: Iterable[int] = ()) -> HostFacts:
+def read_host(
+    env: Mapping[str, str] | None = None,
+    exclude_pids: Iterable[int] = (),
+    engine_caches: Sequence[CacheFolder] = enginedefaults.CACHE_FOLDERS,
+) -> HostFacts:
+    """``engine_caches``: the engines' cache folders (the registry's cache_folders())."""
     env = os.environ if env is None else env
     errors: list[str] = []
     shm_total = shm_free = None
@@ -53,7 +61,7 @@ def read_host(env: Mapping[str, str] | None = None, exclude_pids: Iterable[int] 
         cgroup_limit_bytes=cgroup_memory_limit(),
         infiniband=tuple(_listdir(SYS / "class" / "infiniband")),
         net_interfaces=tuple(_listdir(SYS / "class" / "net")),
-        cache_dirs=tuple(cache_space(env)),
+        cache_dirs=tuple(cache_space(env, engine_caches)),
         device_holders=tuple(holders),
         device_scan_denied=denied,
         errors=tuple(errors),
@@ -91,15 +99,18 @@ def cgroup_memory_limit() -> int | None:
     return min(limits) if limits else None
 
 
-def cache_dirs(env: Mapping[str, str]) -> list[tuple[str, Path]]:
-    """The folders engines write compile and download caches to, as each tool resolves them."""
+def cache_dirs(
+    env: Mapping[str, str], engines: Sequence[CacheFolder] = enginedefaults.CACHE_FOLDERS
+) -> list[tuple[str, Path]]:
+    """The folders engines write compile and download caches to, as each tool resolves them;
+    ``engines``: the engines' own (the registry's cache_folders())."""
     home = Path(env.get("HOME") or Path.home())
     xdg = Path(env.get("XDG_CACHE_HOME") or home / ".cache")
     hf_home = Path(env.get("HF_HOME") or xdg / "huggingface")
     user = env.get("USER") or env.get("LOGNAME") or str(os.getuid())
     return [
         ("Hugging Face cache", Path(env.get("HF_HUB_CACHE") or hf_home / "hub")),
-        ("vLLM cache", Path(env.get("VLLM_CACHE_ROOT") or xdg / "vllm")),
+        *((c.purpose, Path(env.get(c.env_var) or xdg / c.xdg_name)) for c in engines),
         (
             "torch.compile (Inductor) cache",
             Path(env.get("TORCHINDUCTOR_CACHE_DIR") or f"/tmp/torchinductor_{user}"),  # noqa: S108 - Inductor's default
@@ -113,10 +124,12 @@ def cache_dirs(env: Mapping[str, str]) -> list[tuple[str, Path]]:
     ]
 
 
-def cache_space(env: Mapping[str, str]) -> list[DirSpace]:
+def cache_space(
+    env: Mapping[str, str], engines: Sequence[CacheFolder] = enginedefaults.CACHE_FOLDERS
+) -> list[DirSpace]:
     mounts = sorted(procfs.read_mounts(), key=lambda m: len(m[0]), reverse=True)
     out = []
-    for purpose, path in cache_dirs(env):
+    for purpose, path in cache_dirs(env, engines):
         existing = path
         while not existing.exists() and existing != existing.parent:
             existing = existing.parent

@@ -12,14 +12,23 @@ import os
 import time
 from collections.abc import Iterable
 from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
 
+from hangwatch.collect import enginedefaults
 from hangwatch.collect import procfs
+from hangwatch.model.doctor import CacheFolder
 from hangwatch.model.lockfiles import LockFile
 
 # What the tree's environment may set, read from its processes (only these variables, never the rest).
 ENV_KEYS = frozenset(
-    {"HOME", "XDG_CACHE_HOME", "TORCH_EXTENSIONS_DIR", "VLLM_CACHE_ROOT", "FLASHINFER_WORKSPACE_BASE"}
+    {
+        "HOME",
+        "XDG_CACHE_HOME",
+        "TORCH_EXTENSIONS_DIR",
+        "FLASHINFER_WORKSPACE_BASE",
+        *(c.env_var for c in enginedefaults.CACHE_FOLDERS),
+    }
 )
 MAX_DEPTH = 4  # torch_extensions/py311_cu121/<extension>/lock is 2 below the folder
 MAX_ENTRIES = 5000  # per walk: a cache folder of a million files is not read whole at every capture
@@ -28,13 +37,16 @@ MAX_FOUND = 8
 START_SLACK_S = 2.0
 
 
-def marker_dirs(env: Mapping[str, str]) -> list[Path]:
-    """Where builds leave markers, as the tools resolve them from the environment of the tree."""
+def marker_dirs(
+    env: Mapping[str, str], engines: Sequence[CacheFolder] = enginedefaults.CACHE_FOLDERS
+) -> list[Path]:
+    """Where builds leave markers, as the tools resolve them from the environment of the tree;
+    ``engines``: the engines' cache folders."""
     home = Path(env.get("HOME") or Path.home())
     xdg = Path(env.get("XDG_CACHE_HOME") or home / ".cache")
     return [
         Path(env.get("TORCH_EXTENSIONS_DIR") or xdg / "torch_extensions"),  # torch.utils.cpp_extension
-        Path(env.get("VLLM_CACHE_ROOT") or xdg / "vllm"),
+        *(Path(env.get(c.env_var) or xdg / c.xdg_name) for c in engines),
         Path(env.get("FLASHINFER_WORKSPACE_BASE") or home) / ".cache" / "flashinfer",
     ]
 

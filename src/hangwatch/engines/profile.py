@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
+from typing import Protocol
 
+from hangwatch.engines.bootflags import BootFlags
+from hangwatch.model.bench import SpecStats
+from hangwatch.model.doctor import CacheFolder
 from hangwatch.model.isolate import Edit
 from hangwatch.model.isolate import EditKind
 from hangwatch.model.isolate import Toggle
 from hangwatch.model.metrics import MetricNames
+from hangwatch.model.metrics import MetricsSnapshot
 from hangwatch.model.vocabulary import Cause
 
 
@@ -59,11 +66,65 @@ def _no_toggles(argv: tuple[str, ...], version: str | None) -> tuple[Toggle, ...
     return ()
 
 
+# /metrics read before and after each round of a benchmark, oldest first.
+SnapshotPairs = Sequence[tuple[MetricsSnapshot, MetricsSnapshot]]
+
+
+@dataclass(frozen=True)
+class SpecMetrics:
+    """How an engine's /metrics tell speculative decoding's acceptance (``hangwatch bench``)."""
+
+    stats: Callable[[SnapshotPairs], SpecStats | None]  # None: the server exposes none
+    names: str  # what a reader looks for on /metrics: "vllm:spec_decode_*"
+    counters: tuple[str, ...]  # the counters a run moves: a scrape is settled when two in a row agree
+    absent: str | None = None  # the note where none are exposed, when it says more than the common one
+    caveat: str | None = None  # the note that goes with its figures, always
+
+
+class EnvSetting(Protocol):
+    """What an engine's environment rule reads (doctor's NCCL check gives it)."""
+
+    @property
+    def env(self) -> Mapping[str, str]: ...
+    @property
+    def cmd(self) -> str: ...
+    @property
+    def multi(self) -> bool: ...
+    @property
+    def pcie_only(self) -> Sequence[object]: ...
+    def version(self, *distributions: str) -> tuple[int, ...] | None: ...
+
+
+@dataclass(frozen=True)
+class EnvRule:
+    """An engine's own reading of a setting (doctor's NCCL and engine-environment check)."""
+
+    name: str
+    applies: Callable[[EnvSetting], bool]
+    message: Callable[[EnvSetting], str]
+    severity: str = "warn"  # "warn": known to hang or to look hung; "note": what the engine does with it
+    # The common rule (or an earlier engine rule) it is listed after: the first warning is the summary.
+    after: str = ""
+
+
+# NodeProbe's dummy: why this node's readiness answer says nothing (argv, /health status, the status of
+# ``dummy_probe_path``), or None when it is the real server.
+DummyHealth = Callable[[Sequence[str], int | None, int | None], str | None]
+
+# Purposes of ``Profile.next_step_flags``: what a next step asks the engine to turn off.
+CUDA_GRAPHS_OFF = "cuda-graphs-off"  # CUDA graph capture only
+EAGER = "eager"  # CUDA graphs and compilation both
+COMPILE_OFF = "compile-off"  # a flag that boots without torch.compile
+COMPILE_ON = "compile-on"  # the flag that turns torch.compile on: drop it to boot without
+CUSTOM_ALL_REDUCE_PCIE_OFF = "custom-all-reduce-pcie-off"  # the environment that keeps it off PCIe
+
+
 @dataclass(frozen=True)
 class Profile:
     name: str
     phases: tuple[PhaseRule, ...]
     role_of: RoleOf
+    display_name: str = ""  # how people write it ("vLLM"); the name where empty
     command_markers: tuple[re.Pattern[str], ...] = ()
     # Output that means "I am still waiting", printed on a timer: not progress (docs/engine-facts.md).
     waiting_patterns: tuple[re.Pattern[str], ...] = ()
@@ -85,6 +146,33 @@ class Profile:
     # It serves the OpenAI API: hangwatch may send it a one-token completion of its own while it serves, and
     # the access-log lines of that request's model lookup and of our /metrics scrape are echoes of ours.
     openai_api: bool = False
+    # --- Facts the analysis reads through the registry (engines/registry.py), all engines' together ---
+    # Who wrote a log line: regex sources of what the engine's writers put before a message (vLLM's
+    # ``(Worker_TP1 pid=90) ``), and of the level, time and file header after it.
+    log_prefixes: tuple[str, ...] = ()
+    log_headers: tuple[str, ...] = ()
+    writer_pid: re.Pattern[str] | None = None  # a line's writer: its "label" and "pid" groups
+    writer_rank: re.Pattern[str] | None = None  # a line's writer's rank tag: its "rank" group
+    fatal_lines: tuple[str, ...] = ()  # regex sources of lines that say the engine failed to start
+    compile_frames: tuple[str, ...] = ()  # regex sources of stack frames of the engine's compilation
+    kernel_namespaces: tuple[tuple[str, str], ...] = ()  # ("vllm::", "vLLM"): a GPU kernel's library
+    # Native modules that only one feature loads (doctor's coverage): (feature key, regex source).
+    feature_modules: tuple[tuple[str, str], ...] = ()
+    # The flags (or settings) next steps name, by purpose (CUDA_GRAPHS_OFF, EAGER, ...).
+    next_step_flags: Mapping[str, str] = field(default_factory=dict)
+    distributions: tuple[str, ...] = ()  # its packages as pip names them, for the versions read
+    cache_dirs: tuple[CacheFolder, ...] = ()  # where it caches compiled and downloaded things
+    env_rules: tuple[EnvRule, ...] = ()
+    spec: SpecMetrics | None = None
+    boot: BootFlags = field(default_factory=BootFlags)
+    # A readiness server that answers on nodes that serve nothing (SGLang's node ranks >= 1): the path
+    # the real server always serves and the dummy does not, and what the two answers mean.
+    dummy_probe_path: str | None = None
+    dummy_health: DummyHealth | None = None
+
+    @property
+    def label(self) -> str:
+        return self.display_name or self.name
 
     def matches(self, cmdline: list[str] | tuple[str, ...]) -> bool:
         text = " ".join(cmdline)
@@ -127,6 +215,12 @@ def flag_value(cmdline: list[str] | tuple[str, ...], flag: str) -> str | None:
         elif arg.startswith(flag + "="):
             value = arg.split("=", 1)[1]
     return value
+
+
+def node_rank(argv: Sequence[str]) -> int | None:
+    """``--node-rank`` (LWS passes ``$(LWS_WORKER_INDEX)``), where the command line gives it."""
+    value = flag_value(list(argv), "--node-rank")
+    return int(value) if value is not None and value.isdigit() else None
 
 
 def has_flag(cmdline: tuple[str, ...], *flags: str) -> bool:

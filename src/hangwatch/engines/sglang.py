@@ -3,20 +3,31 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
+from hangwatch.engines.bootflags import BootFlags
+from hangwatch.engines.profile import COMPILE_ON
+from hangwatch.engines.profile import CUDA_GRAPHS_OFF
 from hangwatch.engines.profile import RANKS_WAIT
+from hangwatch.engines.profile import EnvRule
 from hangwatch.engines.profile import Profile
+from hangwatch.engines.profile import SnapshotPairs
+from hangwatch.engines.profile import SpecMetrics
 from hangwatch.engines.profile import attention_toggle
 from hangwatch.engines.profile import flag_value
 from hangwatch.engines.profile import has_flag
+from hangwatch.engines.profile import node_rank
 from hangwatch.engines.profile import parallel_toggles
 from hangwatch.engines.profile import rule
 from hangwatch.engines.profile import title_roles
 from hangwatch.engines.profile import version_tuple
+from hangwatch.model.bench import SpecStats
 from hangwatch.model.isolate import Edit
 from hangwatch.model.isolate import EditKind
 from hangwatch.model.isolate import Toggle
 from hangwatch.model.metrics import MetricNames
+from hangwatch.model.metrics import MetricsSnapshot
+from hangwatch.model.metrics import counter_delta
 from hangwatch.model.vocabulary import Cause
 
 _TITLE = re.compile(
@@ -24,14 +35,8 @@ _TITLE = re.compile(
 )
 
 
-def node_rank(argv: tuple[str, ...] | list[str]) -> int | None:
-    """SGLang's ``--node-rank`` (LWS passes ``$(LWS_WORKER_INDEX)``), where the command line gives it."""
-    value = flag_value(argv, "--node-rank")
-    return int(value) if value is not None and value.isdigit() else None
-
-
 def dummy_health_reason(
-    argv: tuple[str, ...] | list[str], health_status: int | None, models_status: int | None
+    argv: Sequence[str], health_status: int | None, models_status: int | None
 ) -> str | None:
     """Why this node's /health says nothing about the server, or None when it is the real one.
 
@@ -67,6 +72,34 @@ METRICS = MetricNames(
     "sglang", "sglang:generation_tokens_total", "sglang:prompt_tokens_total", "sglang:num_running_reqs",
     "sglang:num_queue_reqs",
 )  # fmt: skip
+
+
+def _gauge_mean(snapshot: MetricsSnapshot, name: str) -> float | None:
+    """A gauge exposed once per rank or engine: the mean, since a sum of rates means nothing."""
+    values = [s.value for s in snapshot.samples.get(name, ())]
+    return sum(values) / len(values) if values else None
+
+
+def spec_stats(pairs: SnapshotPairs) -> SpecStats | None:
+    """Gauges of the last decode-log interval: read after the run (the first round's start to the last's
+    end for the verify calls)."""
+    if not pairs:
+        return None
+    before, after = pairs[0][0], pairs[-1][1]
+    length = _gauge_mean(after, SPEC_ACCEPT_LENGTH)
+    rate = _gauge_mean(after, SPEC_ACCEPT_RATE)
+    if length is None and rate is None:
+        return None
+    verified = counter_delta(before, after, SPEC_VERIFY_CALLS)
+    if not length and not rate and not verified:
+        return None  # the gauges exist at 0 on a server without speculative decoding
+    return SpecStats(
+        engine="sglang",
+        acceptance_rate=rate,
+        mean_acceptance_length=length,
+        per_position=(),
+        source="sglang:spec_accept_rate / spec_accept_length after the run (its last decode-log interval)",
+    )
 
 
 _CAPTURE_BEGIN = (
@@ -122,8 +155,20 @@ def sglang_toggles(argv: tuple[str, ...], version: str | None) -> tuple[Toggle, 
     return tuple(out)
 
 
+# docs/engine-facts.md: what SGLang does with the environment it is given.
+ENV_RULES = (
+    EnvRule(
+        "sglang-sets-cumem",
+        lambda s: "sglang" in s.cmd and "NCCL_CUMEM_ENABLE" not in s.env,
+        lambda s: "SGLang sets NCCL_CUMEM_ENABLE (usually 0) and NCCL_NVLS_ENABLE itself when they are unset",
+        "note",
+        after="launch-blocking",
+    ),
+)
+
 SGLANG = Profile(
     name="sglang",
+    display_name="SGLang",
     command_markers=(re.compile(r"sglang(?:\.launch_server|\s+serve|::)"),),
     phases=(
         # server_args= is the launcher's first line; the schedulers it then spawns log nothing until
@@ -161,4 +206,40 @@ SGLANG = Profile(
     # Scheduler lines carry their rank after the time ("[2026-12-01 21:39:30 TP1] ..."; DP/PP/EP parts too
     # when set), at TP=1 none; the launcher's lines never do.
     line_source=re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?(?P<source>(?: [A-Z_]+\d+)+)\]"),
+    # "[2026-12-02 06:43:29 TP1] message"
+    log_prefixes=(r"\[[^\]]{1,80}\] ",),
+    writer_rank=re.compile(r"^\[[^\]]*?\b(?P<rank>(?:TP|DP|PP|EP)\d+)\]"),
+    fatal_lines=(r"Scheduler hit an exception", r"Initialization failed\."),
+    kernel_namespaces=(("sglang::", "SGLang"),),
+    next_step_flags={CUDA_GRAPHS_OFF: "--disable-cuda-graph", COMPILE_ON: "--enable-torch-compile"},
+    distributions=("sglang", "sgl-kernel"),
+    env_rules=ENV_RULES,
+    spec=SpecMetrics(
+        spec_stats,
+        "sglang:spec_*",
+        (SPEC_VERIFY_CALLS,),
+        absent="the server exposes no speculative-decoding acceptance (sglang:spec_accept_* absent or 0)",
+        caveat="SGLang exposes acceptance only as gauges over its last 40 decode steps",
+    ),
+    boot=BootFlags(
+        tp=("--tp-size", "--tensor-parallel-size", "--tp"),
+        pp=("--pp-size", "--pipeline-parallel-size", "--pp"),
+        dp=("--dp-size", "--data-parallel-size", "--dp"),
+        ep=("--ep-size", "--expert-parallel-size", "--ep"),
+        switches=(
+            ("--disable-cuda-graph", False),
+            ("--cuda-graph-backend-decode", True),
+            ("--cuda-graph-backend-prefill", True),
+            ("--enable-torch-compile", False),
+            ("--attention-backend", True),
+            ("--quantization", True),
+            ("--kv-cache-dtype", True),
+            ("--load-format", True),
+            ("--speculative-algorithm", True),
+        ),
+        versions=("sglang",),
+    ),
+    # Node ranks >= 1 answer /health from a dummy server: the real one always serves /v1/models.
+    dummy_probe_path="/v1/models",
+    dummy_health=dummy_health_reason,
 )

@@ -204,6 +204,15 @@ class PortFacts:
 
 
 @dataclass(frozen=True)
+class CacheFolder:
+    """A folder a tool caches in, as the tool resolves it: its variable, else a folder of the XDG cache."""
+
+    purpose: str  # "Hugging Face cache"
+    env_var: str
+    xdg_name: str  # the folder under $XDG_CACHE_HOME (~/.cache) when the variable is unset
+
+
+@dataclass(frozen=True)
 class DirSpace:
     purpose: str  # "Hugging Face cache", "torch.compile (Inductor) cache"
     path: str

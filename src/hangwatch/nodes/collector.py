@@ -35,8 +35,8 @@ from hangwatch.collect.proctree import TreeSampler
 from hangwatch.collect.proctree import matching_roots
 from hangwatch.collect.proctree import own_processes
 from hangwatch.collect.stacks import StackDumper
-from hangwatch.engines import sglang
 from hangwatch.engines.profile import Profile
+from hangwatch.engines.profile import node_rank
 from hangwatch.model.nodes import BUNDLE_SCHEMA
 from hangwatch.model.nodes import BundleError
 from hangwatch.model.nodes import ClockReading
@@ -231,19 +231,20 @@ def serve_requests(
 def node_probes(
     options: CollectOptions, profile: Profile, cmdline: tuple[str, ...], t: float
 ) -> tuple[NodeProbe, ...]:
-    """The readiness URL on the node, and whether its answer means anything (SGLang's dummy server)."""
+    """The readiness URL on the node, and whether its answer means anything (``Profile.dummy_health``)."""
     url = options.probe_url or profile.health_url(cmdline)
     if url is None:
         return ()
     result = probe_once(url, options.probe_timeout_s, t)
     dummy = None
-    if profile.name == "sglang" and result.outcome is ProbeOutcome.HTTP and result.status == 200:
+    real_path, meaning = profile.dummy_probe_path, profile.dummy_health
+    if real_path and meaning and result.outcome is ProbeOutcome.HTTP and result.status == 200:
         # The dummy app has no other route: ask the one the real server always serves.
         base = url.rsplit("/", 1)[0] if url.count("/") > 2 else url
-        models = probe_once(base + "/v1/models", options.probe_timeout_s, t)
-        status = models.status if models.outcome is ProbeOutcome.HTTP else None
-        dummy = sglang.dummy_health_reason(cmdline, result.status, status)
-    return (NodeProbe(result, sglang.node_rank(cmdline), dummy),)
+        answer = probe_once(base + real_path, options.probe_timeout_s, t)
+        status = answer.status if answer.outcome is ProbeOutcome.HTTP else None
+        dummy = meaning(cmdline, result.status, status)
+    return (NodeProbe(result, node_rank(cmdline), dummy),)
 
 
 def take_rounds(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from collections.abc import Sequence
 
+from hangwatch.engines import registry
 from hangwatch.model.doctor import Check
 from hangwatch.model.doctor import CheckpointFacts
 from hangwatch.model.doctor import GpuFacts
@@ -206,9 +207,11 @@ def check_cache_disk(host: HostFacts) -> Check:
         status,
         "; ".join(problems),
         tuple(evidence),
-        fix="Free space, or point the caches at a local disk with room: TORCHINDUCTOR_CACHE_DIR, "
-        "TRITON_CACHE_DIR, "
-        "VLLM_CACHE_ROOT, FLASHINFER_WORKSPACE_BASE, HF_HOME.",
+        fix="Free space, or point the caches at a local disk with room: "
+        + ", ".join(
+            ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", *(c.env_var for c in registry.cache_folders()))
+        )
+        + ", FLASHINFER_WORKSPACE_BASE, HF_HOME.",
     )
 
 

@@ -17,6 +17,7 @@ from hangwatch.analyse.doctor.archcompat import coverage
 from hangwatch.analyse.doctor.archcompat import format_capability
 from hangwatch.analyse.doctor.archcompat import loader_choice
 from hangwatch.analyse.doctor.archcompat import worst_coverage
+from hangwatch.engines import registry
 from hangwatch.model.doctor import Check
 from hangwatch.model.doctor import Coverage
 from hangwatch.model.doctor import EntryKind
@@ -43,7 +44,7 @@ _MAX_LISTED = 8
 # the environment (the engine picks another backend, or fails only when told to use this one).
 FEATURE_MODULES: tuple[tuple[re.Pattern[str], str], ...] = (
     (
-        re.compile(r"_vllm_fa3_c|flash_attn_3|flashattn_hopper"),
+        re.compile("|".join((*registry.feature_modules("fa3"), r"flash_attn_3", r"flashattn_hopper"))),
         "FlashAttention-3 (an attention backend for Hopper)",
     ),
     (re.compile(r"flash_?mla"), "FlashMLA (the MLA attention of DeepSeek-style models)"),

