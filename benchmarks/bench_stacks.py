@@ -42,6 +42,7 @@ from hangwatch.collect.stacks import DumpRun  # noqa: E402
 from hangwatch.collect.stacks import StackDumper  # noqa: E402
 from hangwatch.collect.stacks import parse_dump  # noqa: E402
 from hangwatch.collect.stacks import run_dumper  # noqa: E402
+from hangwatch.engines import registry  # noqa: E402
 from hangwatch.model.samples import ProcessSample  # noqa: E402
 from hangwatch.model.samples import ProcState  # noqa: E402
 from hangwatch.model.samples import Tick  # noqa: E402
@@ -118,7 +119,7 @@ def capture_figures(counts: list[int], rounds: int) -> dict[str, object]:
             samples = [sample_of(p.pid) for p in targets]
             for native in (False, True):
                 runner = TimedRunner()
-                dumper = StackDumper(runner=runner, native=native)
+                dumper = StackDumper(runner=runner, native=native, engine_caches=registry.cache_folders())
                 walls, slowest = [], []
                 for _ in range(rounds):
                     sample = dumper.capture(samples, 0.0, native=native)

@@ -33,6 +33,7 @@ from hangwatch.collect.proctree import check_target
 from hangwatch.collect.proctree import own_processes
 from hangwatch.collect.proctree import whole_machine_note
 from hangwatch.collect.stacks import StackDumper
+from hangwatch.engines import registry
 from hangwatch.errors import HangwatchError
 from hangwatch.errors import NoSuchProcess
 from hangwatch.model.gpukernels import KernelSample
@@ -77,7 +78,7 @@ def take_snapshot(options: SnapshotOptions) -> int:
                  whole_machine=options.whole_machine, others_ok=True)  # fmt: skip
     cmdline = procfs.read_cmdline(options.pid) or (stat.comm,)
     profile = engines.by_name(options.engine) if options.engine else engines.detect(cmdline)
-    dumper = StackDumper(native=options.native)
+    dumper = StackDumper(native=options.native, engine_caches=registry.cache_folders())
     if dumper.unavailable is not None:
         raise StacksUnavailableError(dumper.unavailable)
     sampler = TreeSampler([options.pid], profile.role_of, watch_deaths=False, exclude=own_processes)

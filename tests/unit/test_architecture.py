@@ -105,8 +105,6 @@ NO_ENGINE_NAMES = ("analyse", "collect", "model", "nodes", "supervise", "doctor"
 # Strings that must name an engine still, each with the reason. Prose that cites what an engine was seen
 # to do, in the words a reader sees, is evidence, not a fact the code uses.
 ALLOWED_NAMES: dict[tuple[str, str], str] = {
-    ("collect/enginedefaults.py", "vllm"): "stands in for the registry where supervise/ passes no facts yet",
-    ("collect/enginedefaults.py", "sglang"): "as above",
     ("supervise/launcher.py", "python -m vllm"): "an example command line in a usage hint",
     ("analyse/doctor/checks.py", "vLLM and SGLang want"): "prose: what the limit is, and who asks for it",
     ("analyse/doctor/checks.py", "vLLM's queues need it"): "prose: who maps the shared memory",

@@ -14,6 +14,7 @@ from hangwatch.collect.host import checkpoint_size
 from hangwatch.collect.nvml import read_inventory
 from hangwatch.collect.pyenv import interpreter_of
 from hangwatch.collect.pyenv import quick_env
+from hangwatch.engines import registry
 from hangwatch.model.doctor import CheckpointFacts
 from hangwatch.model.doctor import Coverage
 from hangwatch.model.doctor import DeviceHolder
@@ -233,7 +234,7 @@ def test_quick_env_reads_version_files(tmp_path):
     script = tmp_path / "venv" / "bin" / "vllm"
     script.write_text(f"#!{python}\nimport sys\n")
     script.chmod(0o755)
-    env = quick_env(str(python))
+    env = quick_env(str(python), registry.distributions())
     assert (env.torch_version, env.torch_cuda) == ("2.9.1+cu128", "12.8")
     assert env.version_of("vllm") == "0.33.0"
     assert interpreter_of((str(script), "serve", "m")) == str(python)

@@ -1,23 +1,28 @@
 """A new engine is one file: a made-up profile, once in the registry's tuple, is what detection, the log
-scanner, the versions read, the host's cache folders and the next steps use, with nothing else touched."""
+scanner, the versions read, the host's cache folders, the lock-file walk, the boot history's warm caches
+and the next steps use, with nothing else touched."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import os
 import re
 import sys
 from pathlib import Path
 
 import pytest
 
+from builders import report
 from hangwatch.analyse import causes
 from hangwatch.analyse.doctor.nccl import rules
 from hangwatch.analyse.logscan import LogScanner
 from hangwatch.analyse.logscan import line_source
-from hangwatch.collect import enginedefaults
 from hangwatch.collect.host import cache_dirs
 from hangwatch.collect.pyenv import describe_env
 from hangwatch.collect.pyenv import quick_env
+from hangwatch.collect.stacks import DumpRun
+from hangwatch.collect.stacks import StackDumper
 from hangwatch.collect.versions import environment_versions
 from hangwatch.engines import registry
 from hangwatch.engines.generic import GENERIC
@@ -28,7 +33,12 @@ from hangwatch.engines.profile import rule
 from hangwatch.engines.profile import title_roles
 from hangwatch.model.doctor import CacheFolder
 from hangwatch.model.doctor import GpuInventory
+from hangwatch.model.samples import ProcessSample
 from hangwatch.model.vocabulary import Cause
+from hangwatch.supervise.history import key_of
+from hangwatch.supervise.session import with_engine_caches
+from hangwatch.supervise.session import with_environment
+from hangwatch.supervise.watch import StackKit
 
 # A made-up engine that logs "<toy w3 pid=41> message" and says "ToyEngine gave up." when it fails.
 TOY = Profile(
@@ -123,7 +133,7 @@ def test_its_packages_are_read_where_the_caller_passes_the_registry(with_toy, tm
         == "0.1.0"
     )
     # The interpreter is asked for the packages it is given (an engine installed here: pytest).
-    assert describe_env(sys.executable, import_torch=False).version_of("pytest") is None
+    assert describe_env(sys.executable, import_torch=False, engines=()).version_of("pytest") is None
     facts = describe_env(sys.executable, import_torch=False, engines=("pytest",))
     assert facts.version_of("pytest") == pytest.__version__
 
@@ -156,8 +166,57 @@ def test_next_steps_without_it_are_the_built_in_engines():
     assert "toy" not in " ".join(s for steps in causes.NEXT_STEPS.values() for s in steps)
 
 
-def test_collects_stand_ins_are_the_built_in_engines_facts():
-    """collect/enginedefaults.py stands in where supervise/ passes no facts yet: it must say what the
-    registry says."""
-    assert registry.distributions() == enginedefaults.DISTRIBUTIONS
-    assert registry.cache_folders() == enginedefaults.CACHE_FOLDERS
+def test_the_end_of_run_versions_ask_for_its_package(monkeypatch, tmp_path: Path):
+    """supervise/'s end of a run (``run``, ``attach``) asks the command's interpreter for the registry's
+    packages: a stand-in interpreter answers only when it is asked for the made-up engine's."""
+    python = tmp_path / "python"
+    answer = 'HANGWATCH-VERSIONS {"python": "3.11.7", "toyengine": "0.1.0"}'
+    python.write_text(f"#!/bin/sh\ncase \"$3\" in *'\"toyengine\"'*) echo '{answer}';; esac\n")
+    python.chmod(0o755)
+    assert "toyengine" not in with_environment(report(), ("toyengine",), python=str(python)).environment
+    monkeypatch.setattr(registry, "ENGINES", (*registry.ENGINES[:-1], TOY, GENERIC))
+    out = with_environment(report(), ("toyengine", "serve"), python=str(python))
+    assert out.environment["toyengine"] == "0.1.0"
+
+
+def test_the_boot_history_reads_its_cache_folder(monkeypatch, tmp_path: Path):
+    """A boot is warm when the made-up engine's cache held an entry from before it started: read by the
+    boot history's key (supervise/history.py) only once the engine is registered."""
+    toy = tmp_path / "toy"
+    toy.mkdir()
+    started = dt.datetime(2025, 1, 1, tzinfo=dt.UTC).timestamp()
+    (toy / "kernel.bin").write_text("from an earlier boot")
+    os.utime(toy / "kernel.bin", (started - 3600, started - 3600))
+    env = {
+        "HOME": str(tmp_path / "home"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "no"),
+        "TOY_CACHE": str(toy),
+    }
+    command = ("toyengine", "serve")
+    r = report(started_at="2025-01-01T00:00:00+00:00")
+    assert not key_of(r, command, env).caches_warm
+    monkeypatch.setattr(registry, "ENGINES", (*registry.ENGINES[:-1], TOY, GENERIC))
+    assert key_of(r, command, env).caches_warm
+
+
+def test_a_stack_capture_walks_its_cache_folder_for_lock_files(monkeypatch, tmp_path: Path):
+    """The dumper a watch captures with (its kit, given the engines' caches by supervise/) looks for lock
+    files no process holds in the made-up engine's cache folder, as the tree's environment names it."""
+    proc, toy = tmp_path / "proc", tmp_path / "toy"
+    (proc / "7").mkdir(parents=True)
+    fields = ["S", "1", "1", "1", *["0"] * 46]
+    (proc / "7" / "stat").write_text("7 (python) " + " ".join(fields))
+    (proc / "7" / "environ").write_bytes(f"HOME={tmp_path / 'home'}\0TOY_CACHE={toy}\0".encode())
+    (toy / "kernels").mkdir(parents=True)
+    (toy / "kernels" / "lock").write_text("")
+    members = [ProcessSample(7, 1, "toy", (), "S", 1.0, 0.0, 0, 0, 0, 1, 0, (), None, None)]
+
+    def lock_files() -> list[str]:
+        dumper = StackDumper("py-spy", runner=lambda argv, d: DumpRun(0, "[]", "", 0.0), root=proc)
+        kit = with_engine_caches(StackKit(dumper, None, None))
+        assert kit.dumper is not None
+        return [f.path for f in kit.dumper.capture(members, 1.0, native=False).lock_files]
+
+    assert str(toy / "kernels" / "lock") not in lock_files()
+    monkeypatch.setattr(registry, "ENGINES", (*registry.ENGINES[:-1], TOY, GENERIC))
+    assert str(toy / "kernels" / "lock") in lock_files()

@@ -19,6 +19,7 @@ from elfcraft import host_module
 from hangwatch.analyse.doctor.coverage import check_extension_arch
 from hangwatch.collect.pyenv import describe_env
 from hangwatch.doctor.session import scan_modules
+from hangwatch.engines import registry
 from hangwatch.model.doctor import Coverage
 from hangwatch.model.doctor import Status
 
@@ -50,7 +51,7 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _files(site: Path) -> list[tuple[str, str | None]]:
-    env = describe_env(sys.executable, import_torch=False)
+    env = describe_env(sys.executable, import_torch=False, engines=registry.distributions())
     assert env.error is None
     return [(e.path, e.package) for e in env.extensions if e.path.startswith(str(site))]
 

@@ -27,6 +27,7 @@ from hangwatch.analyse.history import switches_of
 from hangwatch.analyse.history import usual
 from hangwatch.collect.bootfacts import compile_caches_warm
 from hangwatch.collect.bootfacts import local_model
+from hangwatch.engines import registry
 from hangwatch.model.history import BootKey
 from hangwatch.model.history import LaunchHistory
 from hangwatch.model.history import PastBoots
@@ -268,14 +269,15 @@ def test_a_damaged_history_costs_one_note_and_the_report_is_whole(tmp_path):
 def test_compile_caches_are_warm_when_an_entry_predates_the_boot(tmp_path):
     env = {"HOME": str(tmp_path / "home"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     start = time.time()
-    assert not compile_caches_warm(env, start)  # no cache folder at all
+    caches = registry.cache_folders()
+    assert not compile_caches_warm(env, start, caches)  # no cache folder at all
     (tmp_path / "inductor").mkdir()
     (tmp_path / "inductor" / "fresh").write_text("written by this boot")
-    assert not compile_caches_warm(env, start - 60)  # written after the boot started: cold
+    assert not compile_caches_warm(env, start - 60, caches)  # written after the boot started: cold
     old = tmp_path / "inductor" / "old"
     old.write_text("from an earlier boot")
     os.utime(old, (start - 3600, start - 3600))
-    assert compile_caches_warm(env, start - 60)
+    assert compile_caches_warm(env, start - 60, caches)
 
 
 def test_a_local_model_folder_is_absolute_and_sized_a_hub_id_is_not(tmp_path):

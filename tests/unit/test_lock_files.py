@@ -14,6 +14,7 @@ from hangwatch.collect.lockfiles import MAX_FOUND
 from hangwatch.collect.lockfiles import find_lock_files
 from hangwatch.collect.lockfiles import lock_files_of
 from hangwatch.collect.lockfiles import marker_dirs
+from hangwatch.engines import registry
 
 
 def _locked_now() -> set[str]:
@@ -66,13 +67,17 @@ def test_the_folders_come_from_the_tree_s_environment(tmp_path):
     (ext / "py311_cpu" / "myext").mkdir(parents=True)
     (ext / "py311_cpu" / "myext" / "lock").write_text("")
     os.utime(ext / "py311_cpu" / "myext" / "lock", (time.time() - 60, time.time() - 60))  # an earlier run's
-    assert marker_dirs({"TORCH_EXTENSIONS_DIR": str(ext)})[0] == ext
-    assert marker_dirs({"HOME": "/h"})[0] == marker_dirs({"HOME": "/h", "XDG_CACHE_HOME": "/h/.cache"})[0]
+    caches = registry.cache_folders()
+    assert marker_dirs({"TORCH_EXTENSIONS_DIR": str(ext)}, caches)[0] == ext
+    assert (
+        marker_dirs({"HOME": "/h"}, caches)[0]
+        == marker_dirs({"HOME": "/h", "XDG_CACHE_HOME": "/h/.cache"}, caches)[0]
+    )
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(ext), "HOME": str(tmp_path / "home")}
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env)
     try:
         time.sleep(0.2)
-        found = lock_files_of([child.pid])
+        found = lock_files_of([child.pid], caches)
     finally:
         child.kill()
         child.wait()

@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 
 from hangwatch.collect.logtail import tail_lines
-from hangwatch.collect.versions import DISTRIBUTIONS
+from hangwatch.collect.versions import distributions_with
 from hangwatch.collect.versions import driver_version
 from hangwatch.collect.versions import environment_versions
 from hangwatch.collect.versions import python_versions
+from hangwatch.engines import registry
 from hangwatch.model.doctor import GpuFacts
 from hangwatch.model.doctor import GpuInventory
 from hangwatch.model.report import Report
@@ -138,9 +139,10 @@ def test_tail_lines_reads_only_the_end(tmp_path: Path):
 
 
 def test_python_versions_from_the_interpreter_itself():
-    found = python_versions(sys.executable)
+    wanted = distributions_with(registry.distributions())
+    found = python_versions(sys.executable, wanted)
     expected = {"python": sys.version.split()[0]}
-    for name in DISTRIBUTIONS:
+    for name in wanted:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             expected[name] = importlib.metadata.version(name)
     found.pop("torch_cuda", None)  # absent for a CPU build; read from torch/version.py otherwise
@@ -179,6 +181,7 @@ def test_environment_versions_in_template_order(tmp_path: Path):
         run=lambda argv, timeout: answer if argv[0] == "/venv/bin/python" else None,
         inventory=lambda: inventory,
         proc_root=tmp_path,
+        engines=registry.distributions(),
     )
     assert list(env) == [
         "Python", "torch", "torch CUDA", "vllm", "transformers", "NVIDIA driver", "CUDA (driver)", "GPUs",
@@ -193,7 +196,11 @@ def test_environment_versions_in_template_order(tmp_path: Path):
 
 def test_environment_of_a_command_that_is_not_python(tmp_path: Path):
     env = environment_versions(
-        ("/bin/sleep", "1"), run=lambda argv, timeout: None, inventory=GpuInventory, proc_root=tmp_path
+        ("/bin/sleep", "1"),
+        run=lambda argv, timeout: None,
+        inventory=GpuInventory,
+        proc_root=tmp_path,
+        engines=registry.distributions(),
     )
     assert list(env) == ["hangwatch", "OS"]
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
 
 from hangwatch.collect.host import cache_dirs
 from hangwatch.collect.host import checkpoint_size
+from hangwatch.model.doctor import CacheFolder
 
 # The caches a boot compiles into; the Hugging Face download cache is not one (a model already
 # downloaded is the model's key, not a warm compile).
@@ -43,11 +45,12 @@ def model_name(value: str | None) -> str | None:
         return value
 
 
-def compile_caches_warm(env: Mapping[str, str], started_wall: float) -> bool:
+def compile_caches_warm(env: Mapping[str, str], started_wall: float, engines: Sequence[CacheFolder]) -> bool:
     """Whether a compile cache held an entry from before ``started_wall`` (a Unix time): an entry last
     changed before the boot started was there when it started. Read at the end, after the boot wrote to
-    the caches; an entry the boot changed does not count, so a first boot is cold."""
-    for purpose, folder in cache_dirs(env):
+    the caches; an entry the boot changed does not count, so a first boot is cold. ``engines``: the
+    engines' cache folders (the registry's cache_folders())."""
+    for purpose, folder in cache_dirs(env, engines):
         if purpose in _NOT_COMPILE:
             continue
         try:

@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from pathlib import Path
 
-from hangwatch.collect import enginedefaults
 from hangwatch.collect import procfs
 from hangwatch.model.doctor import CacheFolder
 from hangwatch.model.doctor import CheckpointFacts
@@ -34,7 +33,8 @@ SYS = Path("/sys")
 def read_host(
     env: Mapping[str, str] | None = None,
     exclude_pids: Iterable[int] = (),
-    engine_caches: Sequence[CacheFolder] = enginedefaults.CACHE_FOLDERS,
+    *,
+    engine_caches: Sequence[CacheFolder],
 ) -> HostFacts:
     """``engine_caches``: the engines' cache folders (the registry's cache_folders())."""
     env = os.environ if env is None else env
@@ -99,9 +99,7 @@ def cgroup_memory_limit() -> int | None:
     return min(limits) if limits else None
 
 
-def cache_dirs(
-    env: Mapping[str, str], engines: Sequence[CacheFolder] = enginedefaults.CACHE_FOLDERS
-) -> list[tuple[str, Path]]:
+def cache_dirs(env: Mapping[str, str], engines: Sequence[CacheFolder]) -> list[tuple[str, Path]]:
     """The folders engines write compile and download caches to, as each tool resolves them;
     ``engines``: the engines' own (the registry's cache_folders())."""
     home = Path(env.get("HOME") or Path.home())
@@ -124,9 +122,7 @@ def cache_dirs(
     ]
 
 
-def cache_space(
-    env: Mapping[str, str], engines: Sequence[CacheFolder] = enginedefaults.CACHE_FOLDERS
-) -> list[DirSpace]:
+def cache_space(env: Mapping[str, str], engines: Sequence[CacheFolder]) -> list[DirSpace]:
     mounts = sorted(procfs.read_mounts(), key=lambda m: len(m[0]), reverse=True)
     out = []
     for purpose, path in cache_dirs(env, engines):

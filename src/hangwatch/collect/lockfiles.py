@@ -15,21 +15,13 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from pathlib import Path
 
-from hangwatch.collect import enginedefaults
 from hangwatch.collect import procfs
 from hangwatch.model.doctor import CacheFolder
 from hangwatch.model.lockfiles import LockFile
 
-# What the tree's environment may set, read from its processes (only these variables, never the rest).
-ENV_KEYS = frozenset(
-    {
-        "HOME",
-        "XDG_CACHE_HOME",
-        "TORCH_EXTENSIONS_DIR",
-        "FLASHINFER_WORKSPACE_BASE",
-        *(c.env_var for c in enginedefaults.CACHE_FOLDERS),
-    }
-)
+# What the tree's environment may set, read from its processes (only these variables, never the rest),
+# besides the engines' own cache variables (``env_keys``).
+ENV_KEYS = frozenset({"HOME", "XDG_CACHE_HOME", "TORCH_EXTENSIONS_DIR", "FLASHINFER_WORKSPACE_BASE"})
 MAX_DEPTH = 4  # torch_extensions/py311_cu121/<extension>/lock is 2 below the folder
 MAX_ENTRIES = 5000  # per walk: a cache folder of a million files is not read whole at every capture
 MAX_FOUND = 8
@@ -37,9 +29,12 @@ MAX_FOUND = 8
 START_SLACK_S = 2.0
 
 
-def marker_dirs(
-    env: Mapping[str, str], engines: Sequence[CacheFolder] = enginedefaults.CACHE_FOLDERS
-) -> list[Path]:
+def env_keys(engines: Sequence[CacheFolder]) -> frozenset[str]:
+    """The variables ``marker_dirs`` reads: ``ENV_KEYS`` and each engine's cache folder's."""
+    return ENV_KEYS | {c.env_var for c in engines}
+
+
+def marker_dirs(env: Mapping[str, str], engines: Sequence[CacheFolder]) -> list[Path]:
     """Where builds leave markers, as the tools resolve them from the environment of the tree;
     ``engines``: the engines' cache folders."""
     home = Path(env.get("HOME") or Path.home())
@@ -98,19 +93,23 @@ def _walk(folder: Path, depth: int, budget: list[int]) -> Iterable[tuple[Path, o
             continue
 
 
-def lock_files_of(pids: Iterable[int], root: Path = procfs.PROC) -> tuple[LockFile, ...]:
+def lock_files_of(
+    pids: Iterable[int], engines: Sequence[CacheFolder], root: Path = procfs.PROC
+) -> tuple[LockFile, ...]:
     """The lock files no process holds in the folders the tree's environment names (its first readable
-    process's: a launcher's children inherit it), each said to be older than the tree or not."""
+    process's: a launcher's children inherit it), each said to be older than the tree or not;
+    ``engines``: the engines' cache folders (the registry's cache_folders())."""
     pids = list(pids)
+    keys = env_keys(engines)
     # Each variable from the first member that shows it; a process title set with setproctitle (vLLM's,
     # SGLang's) overwrites the environment /proc shows, so hangwatch's own (which the tree it launched
     # inherits) fills in what none shows.
-    env = {k: v for k, v in os.environ.items() if k in ENV_KEYS}
+    env = {k: v for k, v in os.environ.items() if k in keys}
     shown: dict[str, str] = {}
     for pid in pids:
-        for key, value in procfs.read_environ(pid, ENV_KEYS, root).items():
+        for key, value in procfs.read_environ(pid, keys, root).items():
             shown.setdefault(key, value)
     env.update(shown)
     starts = [s for s in (procfs.started_wall(pid, root) for pid in pids) if s is not None]
     locked = {key for key, _ in procfs.read_locks(root)}
-    return find_lock_files(marker_dirs(env), locked, min(starts) if starts else time.time())
+    return find_lock_files(marker_dirs(env, engines), locked, min(starts) if starts else time.time())

@@ -7,7 +7,7 @@ not initialised), the site-packages folders, and every shared object in them (ea
 package it belongs to). Listing files is cheap; telling which carry GPU code (their ELF section
 names) and reading their fat binaries is collect/fatbin.py's job, in our process.
 
-``quick_env(python)`` is the fast path for ``hangwatch run``'s preflight: no subprocess, only
+``quick_env(python, engines)`` is the fast path for ``hangwatch run``'s preflight: no subprocess, only
 the version files torch and the engines install (``torch/version.py``, ``*.dist-info``) read
 from the environment's site-packages.
 """
@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hangwatch.collect import enginedefaults
 from hangwatch.model.doctor import ExtensionModule
 from hangwatch.model.doctor import PyEnvFacts
 
@@ -49,7 +48,6 @@ def distributions_with(engines: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(("torch", *engines, *LIBRARIES)))
 
 
-DISTRIBUTIONS = distributions_with(enginedefaults.DISTRIBUTIONS)
 _MARKER = "HANGWATCH-PYENV "
 
 # Runs inside the target interpreter (any Python >= 3.8): keep it to the standard library, and to
@@ -149,11 +147,12 @@ sys.stdout.write("\n" + __MARKER__ + json.dumps(out) + "\n")
 def describe_env(
     python: str,
     *,
+    engines: Sequence[str],
     import_torch: bool = True,
     timeout_s: float = 120.0,
-    engines: Sequence[str] = enginedefaults.DISTRIBUTIONS,
 ) -> PyEnvFacts:
-    """Ask the interpreter at ``python`` about its environment; errors become ``PyEnvFacts.error``."""
+    """Ask the interpreter at ``python`` about its environment; errors become ``PyEnvFacts.error``.
+    ``engines``: the engines' packages (the registry's distributions())."""
     exe = shutil.which(python) or python
     args = json.dumps({"distributions": distributions_with(engines), "torch": import_torch})
     started = time.monotonic()
@@ -249,8 +248,9 @@ def site_packages_of(python: str) -> list[Path]:
     return [p for p in found if p.is_dir()]
 
 
-def quick_env(python: str, engines: Sequence[str] = enginedefaults.DISTRIBUTIONS) -> PyEnvFacts:
-    """Versions read from files (``torch/version.py``, ``*.dist-info`` names): milliseconds, no import."""
+def quick_env(python: str, engines: Sequence[str]) -> PyEnvFacts:
+    """Versions read from files (``torch/version.py``, ``*.dist-info`` names): milliseconds, no import.
+    ``engines``: the engines' packages (the registry's distributions())."""
     started = time.monotonic()
     sites = site_packages_of(python)
     if not sites:

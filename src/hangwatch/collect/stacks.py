@@ -40,6 +40,7 @@ from hangwatch.collect.lockfiles import lock_files_of
 from hangwatch.collect.sockdiag import tcp_peers
 from hangwatch.collect.sockdiag import unix_peers
 from hangwatch.errors import PTRACE_HELP
+from hangwatch.model.doctor import CacheFolder
 from hangwatch.model.samples import ENDED_STATES
 from hangwatch.model.samples import STOPPED_STATES
 from hangwatch.model.samples import ProcessId
@@ -121,12 +122,17 @@ def run_dumper(argv: list[str], deadline_s: float) -> DumpRun:
 
 
 class StackDumper:
-    """Captures one ``StackSample`` of a set of processes. ``runner`` and ``root`` are injectable."""
+    """Captures one ``StackSample`` of a set of processes. ``runner`` and ``root`` are injectable;
+    ``engine_caches``: the engines' cache folders (the registry's cache_folders()), where each capture
+    looks for lock files no process holds."""
 
     def __init__(
         self,
         py_spy: str | None = None,
         *,
+        # Empty only for supervise/watch.py's stack_kit, which builds the dumper without it: its callers
+        # (supervise/session.py, attach.py) set ``engine_caches`` on the dumper it built.
+        engine_caches: Sequence[CacheFolder] = (),
         native: bool = True,
         native_deadline_s: float = NATIVE_DEADLINE_S,
         python_deadline_s: float = PYTHON_DEADLINE_S,
@@ -135,6 +141,7 @@ class StackDumper:
         resume: Callable[[int], None] | None = None,
     ) -> None:
         self.path = py_spy if py_spy is not None else find_py_spy()
+        self.engine_caches = tuple(engine_caches)
         self.native = native
         self._native_deadline = native_deadline_s
         self._python_deadline = python_deadline_s
@@ -199,7 +206,7 @@ class StackDumper:
             lock_holders=holders,
             lock_owners=owners,
             # Read here, when the tree has gone quiet: a poller may be waiting for one to go away.
-            lock_files=lock_files_of(members, self._root),
+            lock_files=lock_files_of(members, self.engine_caches, self._root),
         )
 
     def dump(self, p: ProcessSample, native: bool) -> ProcessStacks:

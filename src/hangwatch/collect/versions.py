@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import hangwatch
-from hangwatch.collect import enginedefaults
 from hangwatch.collect.nvml import read_inventory
 from hangwatch.collect.pyenv import interpreter_of
 from hangwatch.model.doctor import GpuInventory
@@ -42,7 +41,6 @@ def distributions_with(engines: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(("torch", *engines, *LIBRARIES)))
 
 
-DISTRIBUTIONS = distributions_with(enginedefaults.DISTRIBUTIONS)
 _MARKER = "HANGWATCH-VERSIONS "
 NVML_WAIT_S = 3.0
 # Runs inside the server's interpreter (any Python >= 3.8): the standard library only, nothing imported
@@ -90,11 +88,12 @@ def _run(argv: list[str], timeout_s: float) -> str | None:
 
 def python_versions(
     python: str,
+    distributions: Sequence[str],
     run: Runner = _run,
     timeout_s: float = 10.0,
-    distributions: Sequence[str] = DISTRIBUTIONS,
 ) -> dict[str, str]:
-    """{"python": ..., distribution: version, "torch_cuda": ...} as ``python`` sees its environment."""
+    """{"python": ..., distribution: version, "torch_cuda": ...} as ``python`` sees its environment;
+    ``distributions``: what to ask for (``distributions_with`` the engines' packages)."""
     out = run([python, "-c", SCRIPT, json.dumps(list(distributions))], timeout_s)
     for line in reversed((out or "").splitlines()):
         if line.startswith(_MARKER):
@@ -136,17 +135,17 @@ def _bounded(inventory: Callable[[], GpuInventory], wait_s: float) -> GpuInvento
 def environment_versions(
     command: tuple[str, ...],
     *,
+    engines: Sequence[str],
     python: str | None = None,
     run: Runner = _run,
     inventory: Callable[[], GpuInventory] = read_inventory,
     proc_root: Path = Path("/proc"),
-    engines: Sequence[str] = enginedefaults.DISTRIBUTIONS,
 ) -> dict[str, str]:
     """Every version that could be read, under the names a bug template uses, in a fixed order.
     ``engines``: the engines' packages (the registry's distributions())."""
     python = python or interpreter_of(command)
     wanted = distributions_with(engines)
-    found = python_versions(python, run, distributions=wanted) if python else {}
+    found = python_versions(python, wanted, run) if python else {}
     env: dict[str, str] = {}
     if "python" in found:
         env["Python"] = found["python"]

@@ -35,6 +35,7 @@ from hangwatch.collect.proctree import TreeSampler
 from hangwatch.collect.proctree import matching_roots
 from hangwatch.collect.proctree import own_processes
 from hangwatch.collect.stacks import StackDumper
+from hangwatch.engines import registry
 from hangwatch.engines.profile import Profile
 from hangwatch.engines.profile import node_rank
 from hangwatch.model.nodes import BUNDLE_SCHEMA
@@ -151,7 +152,7 @@ def collect(
         profile = engines.by_name(options.engine) if options.engine else engines.detect(cmdline)
         sampler = TreeSampler(roots, profile.role_of, watch_deaths=False, exclude=own_processes, root=root)
         if options.mode is CollectMode.FULL and dumper is None:
-            dumper = StackDumper(native=options.native, root=root)
+            dumper = StackDumper(native=options.native, root=root, engine_caches=registry.cache_folders())
         if dumper is not None and dumper.unavailable is not None:
             errors.append(BundleError("stacks", dumper.unavailable))
             dumper = None

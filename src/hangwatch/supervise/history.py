@@ -33,6 +33,7 @@ from hangwatch.collect.bootfacts import model_name
 from hangwatch.collect.historydb import HistoryUnavailable
 from hangwatch.collect.historydb import history_path
 from hangwatch.collect.historydb import open_history
+from hangwatch.engines import registry
 from hangwatch.errors import HangwatchError
 from hangwatch.errors import UsageError
 from hangwatch.model.history import AUTO_MIN_BOOTS
@@ -71,7 +72,9 @@ def key_of(report: Report, command: tuple[str, ...], env: Mapping[str, str]) -> 
         model=model,
         model_bytes=model_bytes,
         host=socket.gethostname(),
-        caches_warm=compile_caches_warm(env, started) if started is not None else False,
+        caches_warm=(
+            compile_caches_warm(env, started, registry.cache_folders()) if started is not None else False
+        ),
     )
 
 

@@ -25,6 +25,7 @@ from hangwatch.collect.nvml import NvmlGpuSource
 from hangwatch.collect.oom import OomWitness
 from hangwatch.collect.proctree import TreeSampler
 from hangwatch.collect.versions import environment_versions
+from hangwatch.engines import registry
 from hangwatch.model.cleanup import SegmentOutcome
 from hangwatch.model.history import LaunchHistory
 from hangwatch.model.report import ProcessRecord
@@ -186,6 +187,7 @@ def start_supervised(
         plan, w, sampler=sampler, log=log, gpu=gpu, oom=oom, root_pids={launched.pid}, view=view,
         clock=clock, watch_serving=watch_serving,
     )  # fmt: skip
+    with_engine_caches(kit)
     watch.on_members = launched.tell_guardian
     view.event(
         f"supervising {plan.profile.name} command (pid {launched.pid}); log {log.path} ({RAW_LOG_NOTE}); "
@@ -222,13 +224,22 @@ def stall_words(w: WatchOptions) -> str:
     )
 
 
+def with_engine_caches(kit: StackKit) -> StackKit:
+    """The kit with its dumper told the engines' cache folders, where each capture looks for lock files
+    no process holds: ``stack_kit`` (supervise/watch.py) builds the dumper without them."""
+    if kit.dumper is not None:
+        kit.dumper.engine_caches = registry.cache_folders()
+    return kit
+
+
 def with_environment(report: Report, command: tuple[str, ...], python: str | None = None) -> Report:
-    """The report with what a bug template asks for: the versions of the command's environment, and
-    the last lines of its log (redacted). Read once, at the end: about 50 ms."""
+    """The report with what a bug template asks for: the versions of the command's environment (torch,
+    the engines' packages, ...), and the last lines of its log (redacted). Read once, at the end: about
+    50 ms."""
     tail = tail_lines(Path(report.log_path)) if report.log_path else ()
     return dataclasses.replace(
         report,
-        environment=environment_versions(command, python=python),
+        environment=environment_versions(command, python=python, engines=registry.distributions()),
         log_tail=tuple(scrub(line) for line in tail),
     )
 
