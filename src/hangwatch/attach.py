@@ -35,7 +35,6 @@ from hangwatch.supervise.plan import WatchOptions
 from hangwatch.supervise.plan import emit
 from hangwatch.supervise.plan import plan_for
 from hangwatch.supervise.session import stop_on_signals
-from hangwatch.supervise.session import with_engine_caches
 from hangwatch.supervise.session import with_environment
 from hangwatch.supervise.watch import Watch
 from hangwatch.supervise.watch import build_watch
@@ -118,7 +117,6 @@ def watching(options: AttachOptions, *, continuous: bool = False) -> Iterator[At
         plan, w, sampler=sampler, log=log, gpu=gpu, oom=oom, root_pids={options.pid}, view=view,
         clock=clock, watch_serving=continuous,
     )  # fmt: skip
-    with_engine_caches(kit)
     notes.extend(kit.notes)
     try:
         yield Attached(watch, plan, w, cmdline, notes)

@@ -36,9 +36,8 @@ from hangwatch.model.doctor import GpuInventory
 from hangwatch.model.samples import ProcessSample
 from hangwatch.model.vocabulary import Cause
 from hangwatch.supervise.history import key_of
-from hangwatch.supervise.session import with_engine_caches
 from hangwatch.supervise.session import with_environment
-from hangwatch.supervise.watch import StackKit
+from hangwatch.supervise.watch import stack_kit
 
 # A made-up engine that logs "<toy w3 pid=41> message" and says "ToyEngine gave up." when it fails.
 TOY = Profile(
@@ -212,10 +211,15 @@ def test_a_stack_capture_walks_its_cache_folder_for_lock_files(monkeypatch, tmp_
     members = [ProcessSample(7, 1, "toy", (), "S", 1.0, 0.0, 0, 0, 0, 1, 0, (), None, None)]
 
     def lock_files() -> list[str]:
-        dumper = StackDumper("py-spy", runner=lambda argv, d: DumpRun(0, "[]", "", 0.0), root=proc)
-        kit = with_engine_caches(StackKit(dumper, None, None))
-        assert kit.dumper is not None
-        return [f.path for f in kit.dumper.capture(members, 1.0, native=False).lock_files]
+        kit = stack_kit(True, gpu_available=False)  # what run and attach capture with
+        if kit.dumper is None:  # no py-spy here: the kit's own caches still say what the walk is given
+            caches = registry.cache_folders()
+        else:
+            caches = kit.dumper.engine_caches
+            assert caches == registry.cache_folders()
+        runner = lambda argv, d: DumpRun(0, "[]", "", 0.0)  # noqa: E731
+        dumper = StackDumper("py-spy", engine_caches=caches, runner=runner, root=proc)
+        return [f.path for f in dumper.capture(members, 1.0, native=False).lock_files]
 
     assert str(toy / "kernels" / "lock") not in lock_files()
     monkeypatch.setattr(registry, "ENGINES", (*registry.ENGINES[:-1], TOY, GENERIC))

@@ -130,8 +130,7 @@ class StackDumper:
         self,
         py_spy: str | None = None,
         *,
-        # Empty only for supervise/watch.py's stack_kit, which builds the dumper without it: its callers
-        # (supervise/session.py, attach.py) set ``engine_caches`` on the dumper it built.
+        # Empty: no engine's cache folder is walked (the tools' own, HOME's and TORCH_EXTENSIONS_DIR's are).
         engine_caches: Sequence[CacheFolder] = (),
         native: bool = True,
         native_deadline_s: float = NATIVE_DEADLINE_S,

@@ -187,7 +187,6 @@ def start_supervised(
         plan, w, sampler=sampler, log=log, gpu=gpu, oom=oom, root_pids={launched.pid}, view=view,
         clock=clock, watch_serving=watch_serving,
     )  # fmt: skip
-    with_engine_caches(kit)
     watch.on_members = launched.tell_guardian
     view.event(
         f"supervising {plan.profile.name} command (pid {launched.pid}); log {log.path} ({RAW_LOG_NOTE}); "
@@ -222,14 +221,6 @@ def stall_words(w: WatchOptions) -> str:
         if own
         else f"auto ({w.stall_after_s:g} s: no history yet)"
     )
-
-
-def with_engine_caches(kit: StackKit) -> StackKit:
-    """The kit with its dumper told the engines' cache folders, where each capture looks for lock files
-    no process holds: ``stack_kit`` (supervise/watch.py) builds the dumper without them."""
-    if kit.dumper is not None:
-        kit.dumper.engine_caches = registry.cache_folders()
-    return kit
 
 
 def with_environment(report: Report, command: tuple[str, ...], python: str | None = None) -> Report:

@@ -47,6 +47,7 @@ from hangwatch.collect.own_request import OwnRequester
 from hangwatch.collect.proctree import TreeSampler
 from hangwatch.collect.serving_metrics import ServingPoller
 from hangwatch.collect.stacks import StackDumper
+from hangwatch.engines import registry
 from hangwatch.engines.profile import int_flag
 from hangwatch.model.flightrecorder import FlightCapture
 from hangwatch.model.gpukernels import KernelSample
@@ -135,7 +136,7 @@ class StackKit:
 def stack_kit(enabled: bool, gpu_available: bool) -> StackKit:
     if not enabled:
         return StackKit(None, None, None, ("stacks: off (--no-stacks)",))
-    dumper = StackDumper()
+    dumper = StackDumper(engine_caches=registry.cache_folders())
     if dumper.unavailable is not None:
         return StackKit(None, None, None, (f"stacks: unavailable: {dumper.unavailable}",))
     gpm = GpmSource() if gpu_available else None
