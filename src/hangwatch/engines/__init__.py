@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from hangwatch.engines.generic import GENERIC
+from hangwatch.engines.llamacpp import LLAMACPP
 from hangwatch.engines.profile import Profile
 from hangwatch.engines.sglang import SGLANG
 from hangwatch.engines.vllm import VLLM
 from hangwatch.errors import UsageError
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (VLLM, SGLANG, GENERIC)}
+PROFILES: dict[str, Profile] = {p.name: p for p in (VLLM, SGLANG, LLAMACPP, GENERIC)}
 
 
 def detect(cmdline: list[str] | tuple[str, ...]) -> Profile:
     """The profile whose engine the command line starts; ``generic`` when none matches."""
-    for profile in (VLLM, SGLANG):
+    for profile in (VLLM, SGLANG, LLAMACPP):
         if profile.matches(cmdline):
             return profile
     return GENERIC
@@ -30,7 +31,7 @@ def by_name(name: str) -> Profile:
 
 def recognise_log(line: str) -> str | None:
     """The engine whose startup lines this is (for a wrapper script the command line did not name)."""
-    for profile in (VLLM, SGLANG):
+    for profile in (VLLM, SGLANG, LLAMACPP):
         if any(p.search(line) for rule in profile.phases for p in rule.patterns):
             return profile.name
     return None
