@@ -191,3 +191,21 @@ def test_a_main_thread_reading_what_only_its_process_writes_is_no_receiver():
     ]
     graph = wait_graph([capture(0.0, fed), capture(2.0, fed)], {})
     assert graph is not None and graph.self_readers == frozenset() and graph.receivers == frozenset({10})
+
+
+def test_any_thread_reading_what_only_its_process_writes_waits_on_itself():
+    """Must cover: a request thread (not the main one) blocked in a read of the process's own pipe, beside
+    a main thread in its event loop (a llama.cpp server's worker wedged in a native read, 2026-12-06). Must
+    not: the same read of a pipe another member writes, which is a wait for that member's message."""
+    loop = ThreadWait(10, "epoll_wait", Waker.ANYONE)
+    worker = ThreadWait(12, "read", Waker.OBJECTS, ("pipe:[7]",))
+    own = [ProcessWaits(10, (loop, worker), ("pipe:[7]",))]
+    graph = wait_graph([capture(0.0, own), capture(2.0, own)], {})
+    assert graph is not None and graph.self_waits == frozenset({(10, 12)})
+    assert graph.self_readers == frozenset()  # its main thread waits for input
+    fed = [
+        ProcessWaits(10, (loop, worker)),
+        ProcessWaits(20, (ThreadWait(20, "clock_nanosleep", Waker.TIMEOUT),), ("pipe:[7]",)),
+    ]
+    graph = wait_graph([capture(0.0, fed), capture(2.0, fed)], {})
+    assert graph is not None and graph.self_waits == frozenset() and graph.wakers(10) >= {20}

@@ -1050,11 +1050,13 @@ def rule_stuck_handler(ctx: StackContext) -> Diagnosis | Miss | None:
     stuck: list[tuple[ProcessView, list[ThreadView]]] = []
     for v in dumped:
         main_tid = v.main.tid if v.main is not None else v.pid
-        threads = [t for t in v.threads if t.tid != main_tid and _stuck_thread(v, t)]
+        own = ctx.waits.self_waits if ctx.waits is not None else frozenset()
+        threads = [t for t in v.threads if t.tid != main_tid and _stuck_thread(v, t, (v.pid, t.tid) in own)]
         # Its main thread too, when it waits where only its own process can wake it: vLLM's TP=1 worker
         # blocked in its forward while its engine core polls for the answer and the API server, answering
         # /health, moves data all the while (2026-12-04, issue 23: "no rule matched", no culprit).
-        if v.main is not None and _stuck_thread(v, v.main) and (not v.main.active or v.spinning):
+        main_own = v.main is not None and (v.pid, v.main.tid) in own
+        if v.main is not None and _stuck_thread(v, v.main, main_own) and (not v.main.active or v.spinning):
             threads.append(v.main)
         if threads:
             stuck.append(
@@ -1106,10 +1108,17 @@ def _thread_name(v: ProcessView, t: ThreadView) -> str:
 _WORK_QUEUE = re.compile(r"Queue\.get|SimpleQueue_get|concurrent/futures/|queue\.py")
 
 
-def _stuck_thread(v: ProcessView, t: ThreadView) -> bool:
+def _stuck_thread(v: ProcessView, t: ThreadView, reads_itself: bool = False) -> bool:
     """A thread in place outside any wait for messages: spinning on CPU, or in a wait with no timeout
-    that only its own process can end."""
-    if not t.in_place or t.wait is Wait.IDLE_LOOP or t.receiving:
+    that only its own process can end: a private futex (an Event, a lock), or a read of a pipe or socket
+    only its own process can write (``reads_itself``, from the wait-for graph), whatever its frames say:
+    a read looks like a receive, but no message will come from anyone else (2026-12-06, issue 27: a
+    llama.cpp server's request thread blocked in a native read of its own pipe, "no rule matched")."""
+    if not t.in_place or t.wait is Wait.IDLE_LOOP:
+        return False
+    if reads_itself:
+        return True
+    if t.receiving:
         return False
     if _MESSAGES.search(f"{t.where} {t.at}") or _WORK_QUEUE.search(f"{t.where} {t.at} {t.location}"):
         return False

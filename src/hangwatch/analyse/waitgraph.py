@@ -51,6 +51,10 @@ class WaitGraph:
     # will come from anyone else, whatever its frames (a read looks like a receive), so it waits for
     # its own threads, not for input.
     self_readers: frozenset[int] = frozenset()
+    # Threads (pid, tid), main or not, that read a pipe or socket only their own process can write: waits
+    # that only the process's own threads can end, like a private futex's (a handler thread blocked in a
+    # native read of the process's own pipe is stuck, not waiting for a request).
+    self_waits: frozenset[tuple[int, int]] = frozenset()
     # Processes whose every wait on an object is for a file lock (flock, fcntl): a cycle of them is a
     # lock-order deadlock between processes, to be broken by lock order, not by sending a message.
     lock_takers: frozenset[int] = frozenset()
@@ -98,6 +102,7 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
     joiners: set[int] = set()
     receivers: set[int] = set()
     self_readers: set[int] = set()
+    self_waits: set[tuple[int, int]] = set()
     for p in live:
         w = waits[p.pid]
         old = earlier.get(p.pid)
@@ -114,8 +119,10 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
         wakers, words = _wakers(w, end_holders, socket_holders, peers, children, tcp=tcp)
         waits_for[p.pid] = frozenset(wakers)
         detail[p.pid] = words
+        own = {t.tid for t in w.threads if _reads_only_itself(p.pid, t, end_holders, socket_holders, peers)}
+        self_waits |= {(p.pid, tid) for tid in own}
         main = next((t for t in w.threads if t.tid == p.pid), None)
-        if main is not None and _reads_only_itself(p.pid, main, end_holders, socket_holders, peers):
+        if main is not None and main.tid in own:
             self_readers.add(p.pid)
         elif main is not None and main.call in RECEIVE_CALLS:
             receivers.add(p.pid)
@@ -138,6 +145,7 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
         tuple(sorted(detail.items())),
         frozenset(receivers),
         frozenset(self_readers),
+        frozenset(self_waits),
         frozenset(lock_takers),
     )
 

@@ -196,8 +196,8 @@ _STACKS = _in(
     ),
     RuleEntry(
         "stacks:stuck-handler",
-        "requests wait and a thread stays in place in an untimed wait only its own process can end, or "
-        "spinning, while the others wait for messages",
+        "requests wait and a thread stays in place in an untimed wait only its own process can end (a "
+        "private futex, a read of a pipe only it writes), or spinning, while the others wait for messages",
     ),
     RuleEntry("stacks:no-rule-matched", "no stack rule matched: where every process is, for a person"),
 )
