@@ -569,7 +569,7 @@ class Assessor:
         if not ports:
             return []
         listed = ", ".join(map(str, ports))
-        url = f"http://127.0.0.1:{ports[0]}/health"
+        url = f"http://127.0.0.1:{ports[0]}{self.profile.health_path or '/health'}"
         probe = self.last_probe
         if probe is not None and probe.outcome is ProbeOutcome.REFUSED and self.policy.probe_url_given:
             probed = urlsplit(probe.url).port

@@ -49,9 +49,10 @@ class IsolateCommand:
 
     Example: hangwatch isolate --stall-after 120 --repeat 3 -- vllm serve M -tp 2 --speculative-config '{...}'
     The command as given is the baseline (trial 0); each further trial is the baseline with one change
-    (built in for vLLM and SGLang, or from --matrix FILE), supervised as `hangwatch run --until-ready`
-    would, each in its own run directory, the tree cleaned up in between. Exit 0 when a change makes it
-    boot (or the baseline boots), 1 when none does or the evidence is inconclusive, 130 on Ctrl-C.
+    (built in where the engine's profile has them, or from --matrix FILE), supervised as `hangwatch run
+    --until-ready` would, each in its own run directory, the tree cleaned up in between. Exit 0 when a
+    change makes it boot (or the baseline boots), 1 when none does or the evidence is inconclusive, 130 on
+    Ctrl-C.
     """
 
     name = "isolate"

@@ -12,6 +12,7 @@ from hangwatch.cli.options import command_of
 from hangwatch.cli.options import default_run_dir_checked
 from hangwatch.cli.options import output_folder
 from hangwatch.cli.options import watch_options
+from hangwatch.engines import registry
 from hangwatch.errors import UsageError
 
 
@@ -50,7 +51,9 @@ class RunCommand:
             "--no-own-request",
             action="store_true",
             help="while serving, never send hangwatch's own one-token completion to the server "
-            "(sent by default to vLLM/SGLang servers hangwatch launched, to see a wedge the gauges miss)",
+            "(sent by default to the OpenAI-API servers hangwatch launched: "
+            + ", ".join(p.label for p in registry.engines() if p.openai_api)
+            + "; to see a wedge the gauges miss)",
         )
         parser.add_argument(
             "--no-kernel-names",
