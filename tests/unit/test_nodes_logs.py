@@ -23,6 +23,7 @@ from test_nodes_watch import _watch
 from hangwatch import engines
 from hangwatch.analyse.nodes import KEY_STRIDE
 from hangwatch.analyse.nodewatch import NodeLogs
+from hangwatch.analyse.nodewatch import NodeRounds
 from hangwatch.model.nodes import LogTail
 from hangwatch.model.nodes import NodeOutcome
 from hangwatch.model.nodes import NodeProbe
@@ -111,7 +112,9 @@ def test_a_nodes_lines_name_its_own_pids_and_its_health_probes_are_echoes() -> N
             ),
         ),
     ]
-    sample = logs.scan(5.0, results, ["n1", "n2"])
+    tick = NodeRounds(["n1", "n2"]).tick(5.0, results)  # the raw logs, one per node
+    assert [(log.source, log.label) for log in tick.logs] == [(0, "n1"), (1, "n2")]
+    sample = logs.read(tick)
     assert sample.echo_lines == 1 and sample.progress_lines == 2
     assert (2 * KEY_STRIDE + 7, "Worker_TP2") in sample.named
     assert sample.findings, sample

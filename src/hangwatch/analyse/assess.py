@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from dataclasses import field
 from dataclasses import replace
 from enum import Enum
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from hangwatch import engines
 from hangwatch.analyse import causes
 from hangwatch.analyse.evidence import window_evidence
-from hangwatch.analyse.logscan import LogScanner
 from hangwatch.analyse.logscan import named_exits
 from hangwatch.analyse.phases import PhaseTracker
 from hangwatch.analyse.progress import ProgressClock
@@ -53,6 +53,7 @@ from hangwatch.model.report import Verdict
 from hangwatch.model.samples import SUCCESS_STATUSES
 from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import LogFinding
+from hangwatch.model.samples import LogSample
 from hangwatch.model.samples import ProbeOutcome
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import Tick
@@ -177,6 +178,12 @@ def nodes_unreadable(summary: str, evidence: tuple[str, ...], next_steps: tuple[
     )
 
 
+class LogReader(Protocol):
+    """Reads a tick's raw log lines (``Tick.logs``) into what they say (analyse/logscan.py)."""
+
+    def read(self, tick: Tick) -> LogSample: ...
+
+
 class Stage(Enum):
     """When a decision rule applies: before the server is ready, while it serves, or at any time."""
 
@@ -225,10 +232,10 @@ class Assessor:
         policy: Policy,
         root_pids: set[int],
         stacks: StackHistory | None = None,
-        reader: LogScanner | None = None,
+        reader: LogReader | None = None,
     ) -> None:
-        """``reader``: reads the raw log lines of the ticks the watch loop collects; without one, each
-        tick comes with its log read already (the nodes' rounds, a test's fixture)."""
+        """``reader``: reads the raw log lines of the ticks the watch loop collects (a ``LogScanner``, the
+        nodes' ``NodeLogs``); without one, each tick comes with its log read already (a test's fixture)."""
         self.profile = profile
         self._reader = reader
         self._tick: Tick | None = None  # the latest tick, as read
@@ -351,7 +358,7 @@ class Assessor:
         """The tick with its raw log lines read, and the members that ended in it named by what the lines
         call them: a rank's last lines come with its death, after the tree recorded its exit (a vLLM worker
         SIGKILLed 0.5 s after setting its title, reaped at once, was seen only as ``python``)."""
-        if self._reader is None or tick.lines is None:
+        if self._reader is None or not tick.logs:
             return tick
         log = self._reader.read(tick)
         titles = {pid: self.profile.title_from_log(label) for pid, label in log.named}

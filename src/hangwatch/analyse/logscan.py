@@ -171,12 +171,17 @@ class LogScanner:
         self._held: list[tuple[str, float]] = []
 
     def read(self, tick: Tick) -> LogSample:
-        """The tick's raw log lines read, with its probes' answers and marks and our own request's state."""
-        lines = tick.lines if tick.lines is not None else LogLines()
-        return self.scan(
-            lines.lines, lines.new_bytes, tick.t, lines.times, tick.probes,
-            marks=tick.marks, own_request=tick.own_request,
+        """The tick's log read (a one-node watch has one: several are the nodes', NodeLogs reads those)."""
+        return self.read_lines(tick.logs[0] if tick.logs else LogLines(), tick)
+
+    def read_lines(self, log: LogLines, tick: Tick) -> LogSample:
+        """One log's news of the tick, with the tick's probe answers and our own request's state; the lines
+        its reader left out count as new lines, unread."""
+        sample = self.scan(
+            log.lines, log.new_bytes, tick.t, log.times, tick.probes,
+            marks=log.marks, own_request=tick.own_request,
         )  # fmt: skip
+        return replace(sample, new_lines=sample.new_lines + log.omitted) if log.omitted else sample
 
     def scan(
         self,

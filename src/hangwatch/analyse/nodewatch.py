@@ -31,6 +31,7 @@ from hangwatch.analyse.nodes import KEY_STRIDE
 from hangwatch.analyse.nodes import relabel_stacks
 from hangwatch.analyse.nodes import relabel_tick
 from hangwatch.engines.profile import Profile
+from hangwatch.model.nodes import NodeBundle
 from hangwatch.model.nodes import NodeOutcome
 from hangwatch.model.nodes import NodeResult
 from hangwatch.model.nodes import NodeWatchSummary
@@ -41,6 +42,7 @@ from hangwatch.model.samples import GpuProcessMemory
 from hangwatch.model.samples import GpuReading
 from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import LogFinding
+from hangwatch.model.samples import LogLines
 from hangwatch.model.samples import LogSample
 from hangwatch.model.samples import PhaseEvent
 from hangwatch.model.samples import ProbeMarks
@@ -63,6 +65,8 @@ class _NodeTrack:
     events: list[str] = field(default_factory=list)
     pid_ns: int | None = None
     dummy: str | None = None  # why this node's probe answers are left out
+    # The access-log text of the node's own probes (kept from the last round that said which): echoes.
+    echoes: tuple[str, ...] = ()
 
 
 class NodeRounds:
@@ -84,9 +88,12 @@ class NodeRounds:
         exits: list[ExitRecord] = []
         probes: list[ProbeResult] = []
         gpus: list[tuple[int, str, GpuSample]] = []
+        logs: list[LogLines] = []
         for index, (node, result) in enumerate(zip(self.nodes, results, strict=True)):
             node.last_outcome, node.last_detail = result.outcome, result.detail
             bundle = result.bundle
+            if bundle is not None and bundle.follow:
+                logs += _node_log(index, node, bundle)
             if bundle is None or not bundle.ticks:
                 node.failed += 1
                 if node.silent_since is None:
@@ -135,6 +142,7 @@ class NodeRounds:
             exits=tuple(exits),
             probes=tuple(probes),
             gpu=merge_gpus(gpus) if gpus else None,
+            logs=tuple(logs),
         )
 
     def stacks(self, t: float, results: Sequence[NodeResult]) -> StackSample:
@@ -171,46 +179,47 @@ class NodeRounds:
         )
 
 
+def _node_log(index: int, node: _NodeTrack, bundle: NodeBundle) -> list[LogLines]:
+    """The node's logs' news of the round, as one ``LogLines`` (none when they said nothing). Its own
+    readiness probe is answered on its loopback: the access-log lines of its path (and of ``/v1/models``,
+    asked to tell a dummy health server) are our echoes, as the paths of the round that last said them."""
+    paths = {urlsplit(np.probe.url).path or "/" for np in bundle.probes}
+    if paths:
+        paths.add("/v1/models")
+        node.echoes = tuple(sorted(f'"GET {path} HTTP' for path in paths))
+    lines = tuple(line for f in bundle.follow for line in f.lines)
+    grown = sum(f.new_bytes for f in bundle.follow)
+    if not lines and not grown:
+        return []
+    omitted = sum(f.lines_omitted for f in bundle.follow)
+    return [
+        LogLines(lines, grown, marks=ProbeMarks(node.echoes), source=index, label=node.label, omitted=omitted)
+    ]
+
+
 class NodeLogs:
-    """What the nodes' logs said in one round, as the one-node scanner reads its own log.
+    """What the nodes' logs said in one round, as the one-node scanner reads its own log: the assessor's
+    reader across nodes.
 
     One ``LogScanner`` per node (phases are tracked per writer, and writers are per node); the pids the
     lines name (vLLM's ``(Worker_TP1 pid=812)``) are that node's, so they move to the merge keys of the
-    ticks. The node's own readiness probe is answered on its loopback: its access-log lines (``GET
-    /health``, and SGLang's ``/v1/models`` asked to tell its dummy server) are echoes, not progress.
-    Lines arrive a round at a time, so only what they say marks echoes, not when they came.
+    ticks. Lines arrive a round at a time, so only what they say marks echoes, not when they came.
     """
 
     def __init__(self, profile: Profile, ready_patterns: tuple[re.Pattern[str], ...] = ()) -> None:
         self._profile = profile
         self._ready = ready_patterns
         self._scanners: dict[int, LogScanner] = {}
-        self._markers: dict[int, tuple[str, ...]] = {}
 
-    def _markers_of(self, index: int) -> tuple[str, ...]:
-        return self._markers.get(index, ())
-
-    def scan(self, t: float, results: Sequence[NodeResult], labels: Sequence[str]) -> LogSample:
+    def read(self, tick: Tick) -> LogSample:
         parts: list[tuple[int, str, LogSample]] = []
-        for index, (label, result) in enumerate(zip(labels, results, strict=True)):
-            bundle = result.bundle
-            if bundle is None or not bundle.follow:
-                continue
-            paths = {urlsplit(np.probe.url).path or "/" for np in bundle.probes}
-            if paths:
-                paths.add("/v1/models")
-                self._markers[index] = tuple(sorted(f'"GET {path} HTTP' for path in paths))
-            scanner = self._scanners.get(index)
+        for log in tick.logs:
+            scanner = self._scanners.get(log.source)
             if scanner is None:
                 scanner = LogScanner(self._profile, self._ready)
-                self._scanners[index] = scanner
-            lines = tuple(line for f in bundle.follow for line in f.lines)
-            grown = sum(f.new_bytes for f in bundle.follow)
-            omitted = sum(f.lines_omitted for f in bundle.follow)
-            if not lines and not grown:
-                continue
-            sample = scanner.scan(lines, grown, t, marks=ProbeMarks(self._markers_of(index)))
-            parts.append((index, label, replace(sample, new_lines=sample.new_lines + omitted)))
+                self._scanners[log.source] = scanner
+            sample = scanner.scan(log.lines, log.new_bytes, tick.t, marks=log.marks)
+            parts.append((log.source, log.label, replace(sample, new_lines=sample.new_lines + log.omitted)))
         return merge_logs(parts)
 
 

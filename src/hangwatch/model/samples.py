@@ -394,16 +394,6 @@ class OwnRequest:
 
 
 @dataclass(frozen=True)
-class LogLines:
-    """The log's news since the last tick, as read: the lines completed, the bytes that arrived, and when
-    each line arrived on the watch's clock (empty where only the drain time is known)."""
-
-    lines: tuple[str, ...] = ()
-    new_bytes: int = 0
-    times: tuple[float, ...] = ()
-
-
-@dataclass(frozen=True)
 class ProbeMarks:
     """What hangwatch's own probes leave in the server's log, read from the prober at the tick: the text
     by which an access-log line names our probe (its path, our source ports), when the recent probes were
@@ -416,18 +406,36 @@ class ProbeMarks:
 
 
 @dataclass(frozen=True)
+class LogLines:
+    """A log's news since the last tick, as read: the lines completed, the bytes that arrived, and when
+    each line arrived on the watch's clock (empty where only the drain time is known); with what the
+    probes answered there left in it (``marks``).
+
+    One node's watch reads one log; across nodes each node's logs come as one ``LogLines``, its ``source``
+    the node's index and ``label`` its name, with the lines its collector counted but left out."""
+
+    lines: tuple[str, ...] = ()
+    new_bytes: int = 0
+    times: tuple[float, ...] = ()
+    marks: ProbeMarks = field(default_factory=ProbeMarks)
+    source: int = 0
+    label: str = ""
+    omitted: int = 0
+
+
+@dataclass(frozen=True)
 class Tick:
     """Everything collected at one moment.
 
-    The watch loop collects ``lines`` raw; the analysis reads them into ``log`` (Assessor.observe). A tick
-    whose log was read elsewhere (the nodes' rounds, a test's fixture) comes with ``log`` and no ``lines``."""
+    The watch loops collect ``logs`` raw (one per log source); the analysis reads them into ``log``
+    (Assessor.observe). A tick whose log was read already (a test's fixture) comes with ``log`` and no
+    ``logs``."""
 
     t: float
     processes: tuple[ProcessSample, ...]
     exits: tuple[ExitRecord, ...] = ()
     log: LogSample = field(default_factory=LogSample)
-    lines: LogLines | None = None
-    marks: ProbeMarks = field(default_factory=ProbeMarks)
+    logs: tuple[LogLines, ...] = ()
     probes: tuple[ProbeResult, ...] = ()
     gpu: GpuSample | None = None
     serving: ServingSample | None = None

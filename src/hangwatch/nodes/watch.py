@@ -223,8 +223,9 @@ def make_assessor(o: NodesAttachOptions, roots: set[int], first_cmdline: tuple[s
         across_nodes=True,
         words=CLI_WORDS,
     )
-    # ``roots`` is filled as nodes first answer; the assessor keeps the same set.
-    return Assessor(profile, policy, roots, StackHistory() if o.stacks else None)
+    # ``roots`` is filled as nodes first answer; the assessor keeps the same set. It reads the nodes' logs.
+    ready = (o.ready_pattern,) if o.ready_pattern is not None else ()
+    return Assessor(profile, policy, roots, StackHistory() if o.stacks else None, NodeLogs(profile, ready))
 
 
 class NodesWatch:
@@ -240,7 +241,6 @@ class NodesWatch:
         self.o, self.fanout, self.clock, self.sleep = o, fanout, clock, sleep
         self.rounds = NodeRounds(o.hosts)
         self.assessor: Assessor | None = None
-        self.logs: NodeLogs | None = None  # the nodes' logs, read once the engine is known
         self.log_tail: deque[str] = deque(maxlen=LOG_TAIL_KEPT)
         self.round_s: list[float] = []
         self.stack_round_s: list[float] = []
@@ -279,12 +279,10 @@ class NodesWatch:
                     self.assessor = make_assessor(
                         self.o, self.rounds.roots, roots[0].cmdline if roots else ()
                     )
-                    ready = (self.o.ready_pattern,) if self.o.ready_pattern is not None else ()
-                    self.logs = NodeLogs(self.assessor.profile, ready)
-                if self.logs is not None:
-                    tick = replace(tick, log=self.logs.scan(t, results, [n.label for n in self.rounds.nodes]))
-                    self.log_tail.extend(tick.log.tail)
                 verdict = self.assessor.observe(tick)
+                read = self.assessor.status().tick
+                if read is not None:
+                    self.log_tail.extend(read.log.tail)
                 request = self.assessor.stacks_wanted()
                 if request is not StackRequest.NONE:
                     verdict = self._stacks(t, request) or verdict

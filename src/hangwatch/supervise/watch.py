@@ -61,7 +61,6 @@ from hangwatch.model.report import Verdict
 from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import GpuSample
 from hangwatch.model.samples import LogLines
-from hangwatch.model.samples import ProbeMarks
 from hangwatch.model.samples import ProbeResult
 from hangwatch.model.samples import ProcessId
 from hangwatch.model.samples import Tick
@@ -273,8 +272,7 @@ class Watch:
             t=t,
             processes=reading.processes,
             exits=exits,
-            lines=lines,
-            marks=self.c.prober.marks() if self.c.prober is not None else ProbeMarks(),
+            logs=(replace(lines, marks=self.c.prober.marks()) if self.c.prober is not None else lines,),
             probes=probes,
             gpu=gpu,
             serving=self.c.serving.take() if self.c.serving is not None else None,
