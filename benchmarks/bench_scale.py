@@ -22,6 +22,7 @@ measured here and say that the rest is ``benchmarks/bench_nodes.py``'s (root, em
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import json
@@ -61,9 +62,13 @@ from hangwatch.model.stacks import DumpOutcome  # noqa: E402
 from hangwatch.model.stacks import ProcessStacks  # noqa: E402
 from hangwatch.model.stacks import StackSample  # noqa: E402
 from hangwatch.model.stacks import ThreadStack  # noqa: E402
-from hangwatch.model.stacks import paused_gc  # noqa: E402
 from hangwatch.nodes import codec  # noqa: E402
 from hangwatch.nodes.gather import result_of  # noqa: E402
+
+try:
+    from hangwatch.model.stacks import paused_gc
+except ImportError:  # a tree from before the collector was paused: the same script measures it as it was
+    paused_gc = contextlib.nullcontext()  # type: ignore[assignment]
 
 NOT_HERE = "not measured by this script: see bench_nodes.py"
 FANOUT_CONCURRENCY = 32  # ssh's default concurrency (transports/ssh.py)
@@ -290,7 +295,7 @@ def collector_figures(rounds: int) -> dict[str, Figure] | str:
 
 
 def row(what: str, figure: str, goal: str) -> None:
-    print(f"  {what:<58} {figure:<44} goal {goal}")
+    print(f"  {what:<60} {figure:<48}" + (f" goal {goal}" if goal else "").rstrip())
 
 
 def main() -> int:
@@ -299,6 +304,11 @@ def main() -> int:
     parser.add_argument("--ranks", type=int, default=10_000)
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--no-collector", action="store_true", help="skip the collector rows (py-spy)")
+    parser.add_argument(
+        "--scaling",
+        action="store_true",
+        help="also merge + classify at 2,500 to 20,000 ranks: the cost per rank, which stays flat if linear",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     load = os.getloadavg()
@@ -345,6 +355,17 @@ def main() -> int:
         NOT_HERE,
         "(model: waves x exchange + the above)",
     )
+    scaling = {}
+    if args.scaling:
+        for n in (2_500, 5_000, 10_000, 20_000):
+            part = rank_samples(parse_ranks(texts, n))
+            figure, _ = timed(lambda part=part: merge_classify(part), args.rounds)
+            scaling[n] = figure.values
+            row(
+                f"  merge + classify {n:,} ranks",
+                f"{figure.text()}; {figure.median / n * 1e6:.1f} us a rank",
+                "",
+            )
     if args.json is not None:
         figures = {
             "parse": parse.values,
@@ -354,7 +375,8 @@ def main() -> int:
         }
         if isinstance(collector, dict):
             figures |= {f"collector_{k}": v.values for k, v in collector.items()}
-        args.json.write_text(json.dumps({"machine": machine, "seconds": figures}, indent=1) + "\n")
+        out = {"machine": machine, "seconds": figures, "merge_classify_by_ranks": scaling}
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
     return 0
 
 

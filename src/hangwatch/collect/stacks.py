@@ -346,9 +346,7 @@ def parse_dump(
             f = frames[python_at]
             code = source_line(path, f.line)
             if code is not None:
-                with_code = list(frames)
-                with_code[python_at] = Frame(f.name, f.file, f.line, False, code)
-                frames = intern_frames(with_code)
+                frames = FRAME_CACHE.parsed((raw, code), _with_code)
         threads.append(
             ThreadStack(
                 tid=int(item.os_thread_id or item.thread_id or 0),
@@ -374,6 +372,15 @@ def _convert(raw: tuple[_RawFrame, ...]) -> tuple[tuple[Frame, ...], int, str]:
             )
             return intern_frames(frames), i, path
     return intern_frames(frames), -1, ""
+
+
+def _with_code(key: tuple[tuple[_RawFrame, ...], str]) -> tuple[Frame, ...]:
+    """A thread's frames with the source line on its innermost Python frame, interned: once per distinct
+    stack and line, as the frames themselves."""
+    raw, code = key
+    frames, at, _ = FRAME_CACHE.parsed(raw, _convert)
+    f = frames[at]
+    return intern_frames([*frames[:at], Frame(f.name, f.file, f.line, False, code), *frames[at + 1 :]])
 
 
 def _frame(raw: _RawFrame) -> Frame:

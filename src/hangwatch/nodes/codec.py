@@ -73,7 +73,13 @@ class _Head(msgspec.Struct, gc=False):
     thread_stacks: tuple[int, ...] = ()
 
 
+class _Schema(msgspec.Struct, gc=False):
+    schema: Any = None
+    collector_version: Any = None
+
+
 _HEAD = msgspec.json.Decoder(_Head)
+_SCHEMA = msgspec.json.Decoder(_Schema)
 _BODY = msgspec.json.Decoder(NodeBundle)
 
 
@@ -125,6 +131,10 @@ def _decode(text: str | bytes) -> NodeBundle:
     except msgspec.ValidationError as exc:
         if str(exc).startswith("Expected `object`"):
             raise BundleDecodeError("not a JSON object") from None
+        # Another schema may shape its stack table otherwise: its version is what to say.
+        other = _SCHEMA.decode(text)
+        if other.schema not in SCHEMAS_READ:
+            raise BundleVersionError(version_refusal(other.schema, other.collector_version)) from None
         raise BundleDecodeError(f"stack table: {exc}") from None
     except msgspec.DecodeError as exc:
         raise _NotJson(f"not JSON: {exc}") from None
