@@ -84,6 +84,7 @@ test: test-deps slurm-deps prometheus-deps vllm-env sglang-env llamacpp-env ray-
 bench: test-deps
 	$(BIN)/python benchmarks/bench_supervise.py --quick
 	$(BIN)/python benchmarks/bench_stacks.py
+	$(BIN)/python benchmarks/bench_scale.py
 	$(BIN)/python benchmarks/bench_doctor.py
 	$(BIN)/python benchmarks/bench_loadgen.py
 	$(BIN)/python benchmarks/bench_isolate.py

@@ -8,7 +8,8 @@ on hwnode1, 2 on hwnode2, 3 on hwnode3, rank 3 never entering the all_reduce). P
   the collectors, the merge, the report), with one round (``--samples 1``) and with two one second apart;
 * per node: ssh connect + session (``ssh NODE true``), the collector's own run time (from its bundle),
   and the rest of the exchange (the remote interpreter's start and the transfer), the bundle's bytes;
-* the merge at scale: real bundles replicated to 64 and 1,000 nodes of 10 ranks, decoded and analysed;
+* the merge at scale: real bundles replicated to 64 and 1,000 nodes of 10 ranks, decoded and analysed
+  (``benchmarks/bench_scale.py`` has the same from synthetic bundles, without root);
 * ``attach --hosts``'s census round (``--only census`` for this part alone): one round over the three
   nodes as the watch runs it each interval, on open ``collect --stream`` sessions: wall time, the
   controller's CPU (its ssh clients included), the collectors' own run time, the bytes that come back,
@@ -36,6 +37,7 @@ from hangwatch.analyse.nodes import analyse  # noqa: E402
 from hangwatch.analyse.nodes import clock_skew  # noqa: E402
 from hangwatch.model.nodes import NodeOutcome  # noqa: E402
 from hangwatch.model.nodes import NodeResult  # noqa: E402
+from hangwatch.model.stacks import paused_gc  # noqa: E402
 from hangwatch.nodes import codec  # noqa: E402
 from hangwatch.nodes.gather import gather_ssh  # noqa: E402
 from hangwatch.nodes.gather import result_of  # noqa: E402
@@ -201,7 +203,8 @@ def at_scale(results: list[NodeResult], nodes: int, ranks_per_node: int) -> tupl
 
     texts = [widen(i) for i in range(nodes)]
     started = time.process_time()
-    decoded = [codec.decode(t) for t in texts]
+    with paused_gc:  # as the fan-out decodes its answers (nodes/gather.py)
+        decoded = [codec.decode(t) for t in texts]
     results_n = [
         NodeResult(f"node{i}", NodeOutcome.OK, "", b, 1000.0, 1001.0, len(t))
         for i, (b, t) in enumerate(zip(decoded, texts, strict=True))

@@ -28,6 +28,7 @@ from hangwatch.model.samples import ProcState
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import StackSample
+from hangwatch.model.stacks import paused_gc
 from hangwatch.model.vocabulary import Confidence
 
 KERNEL_TICKS = 3  # how many of the latest ticks say whose kernels are on the GPU
@@ -134,6 +135,13 @@ class StackContext:
 def stack_context(
     samples: Sequence[StackSample], window: Sequence[Tick] = (), exits: Sequence[ExitRecord] = ()
 ) -> StackContext:
+    with paused_gc:  # thousands of views per call at 10,000 ranks, none in a cycle (model/stacks.py)
+        return _stack_context(samples, window, exits)
+
+
+def _stack_context(
+    samples: Sequence[StackSample], window: Sequence[Tick], exits: Sequence[ExitRecord]
+) -> StackContext:
     flowing = data_flowing(window, samples[0].t, samples[-1].t) if samples else frozenset()
     views = process_views(samples, flowing)
     span = samples[-1].t - samples[0].t if samples else 0.0
@@ -170,7 +178,10 @@ def stack_context(
         connections_read=read,
         waits=wait_graph(samples, dict(parents)),
         unread=_unread(window),
-        world=expected_world([p.cmdline for p in window[-1].processes]) if window else None,
+        # Each distinct command line once: 10,000 ranks run a handful.
+        world=expected_world(list(dict.fromkeys(p.cmdline for p in window[-1].processes)))
+        if window
+        else None,
         locks=_locks_held_by_others(samples[-1]) if samples else (),
         linked=_tcp_linked(samples[-1]) if samples else frozenset(),
         listening=_listening(window[-1]) if window else (),

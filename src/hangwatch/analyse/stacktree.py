@@ -36,6 +36,7 @@ from hangwatch.model.stacks import StackClass
 from hangwatch.model.stacks import StackNode
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.stacks import StackTree
+from hangwatch.model.stacks import paused_gc
 
 FrameKey = tuple[str, str, bool]
 
@@ -54,7 +55,11 @@ class _Proc:
 class _Node:
     key: FrameKey
     lines: set[int] = field(default_factory=set)
-    members: list[int] = field(default_factory=list)  # process index per thread through it
+    # The distinct stacks through it (an index into the tree's groups: the process index per thread of
+    # each), and how many threads those are. A node's members are the union of its stacks' groups; nodes
+    # passed by the same stacks share one computed member set, label and pids (``_freeze``).
+    stacks: list[int] = field(default_factory=list)
+    threads: int = 0
     ends: int = 0
     unchanged: int = 0
     children: dict[FrameKey, _Node] = field(default_factory=dict)
@@ -65,6 +70,11 @@ def build_tree(samples: Sequence[StackSample], highlight: Iterable[int] | None =
 
     ``highlight``: pids to mark as the odd ones out (a rule's culprits); by default the minority class.
     """
+    with paused_gc:  # a node per frame and a label per member set, none in a cycle (model/stacks.py)
+        return _build_tree(samples, highlight)
+
+
+def _build_tree(samples: Sequence[StackSample], highlight: Iterable[int] | None) -> StackTree:
     if not samples:
         return StackTree((), (), 0, 0, 0, "no stacks were taken")
     latest = samples[-1]
@@ -82,8 +92,10 @@ def build_tree(samples: Sequence[StackSample], highlight: Iterable[int] | None =
                 entry = paths[id(frames)] = (frames, [])
             entry[1].append((index, (proc.stacks.pid, thread.tid) in still))
     root = _Node(("", "", False))
+    groups: list[list[int]] = []
     for frames, members in paths.values():
-        _insert(root, frames, members)
+        _insert(root, frames, members, len(groups))
+        groups.append([i for i, _ in members])
     classes = _classes(procs)
     marked = (
         set(highlight) if highlight is not None else {pid for c in classes if c.minority for pid in c.pids}
@@ -91,10 +103,10 @@ def build_tree(samples: Sequence[StackSample], highlight: Iterable[int] | None =
     candidates = peer_pids(p.stacks for p in procs) or {p.stacks.pid for p in procs}
     if len(marked & candidates) * 2 > len(candidates):
         marked = set()  # most of them are "culprits" (everyone stuck): there is no odd one out to show
-    cache: dict[tuple[int, ...], str] = {}
+    cache: dict[tuple[int, ...], tuple[str, tuple[int, ...]]] = {}
     roots = tuple(
-        _freeze(child, procs, marked, cache)
-        for child in sorted(root.children.values(), key=lambda n: -len(n.members))
+        _freeze(child, procs, marked, groups, cache)
+        for child in sorted(root.children.values(), key=lambda n: -n.threads)
     )
     problems = tuple(
         f"{rank_label(p)} {p.name} [{p.pid}]: {p.outcome.value}" + (f" ({p.detail})" if p.detail else "")
@@ -199,15 +211,15 @@ def _indexed(processes: Iterable[ProcessStacks]) -> list[_Proc]:
     return procs
 
 
-def _insert(root: _Node, frames: tuple[Frame, ...], members: list[tuple[int, bool]]) -> None:
-    indices = [i for i, _ in members]
+def _insert(root: _Node, frames: tuple[Frame, ...], members: list[tuple[int, bool]], group: int) -> None:
     node = root
     for f in frames:
         key = (f.name, f.file, f.native)
         child = node.children.get(key)
         if child is None:
             child = node.children[key] = _Node(key)
-        child.members.extend(indices)
+        child.stacks.append(group)  # a path descends: it passes each node once
+        child.threads += len(members)
         if f.line:
             child.lines.add(f.line)
         node = child
@@ -216,23 +228,30 @@ def _insert(root: _Node, frames: tuple[Frame, ...], members: list[tuple[int, boo
 
 
 def _freeze(
-    node: _Node, procs: Sequence[_Proc], marked: set[int], cache: dict[tuple[int, ...], str]
+    node: _Node,
+    procs: Sequence[_Proc],
+    marked: set[int],
+    groups: Sequence[list[int]],
+    cache: dict[tuple[int, ...], tuple[str, tuple[int, ...]]],
 ) -> StackNode:
-    unique = tuple(sorted(set(node.members)))
-    label = cache.get(unique)
-    if label is None:
-        label = cache[unique] = _label(unique, procs)
-    pids = tuple(procs[i].stacks.pid for i in unique)
+    # A chain of frames that the same stacks pass shares one member set: sorted, labelled and listed
+    # once, not once per frame (each a pass over every rank; docs/stacks.md, "Where the time goes").
+    key = tuple(node.stacks)
+    found = cache.get(key)
+    if found is None:
+        unique = tuple(sorted({i for g in node.stacks for i in groups[g]}))
+        found = cache[key] = (_label(unique, procs), tuple(procs[i].stacks.pid for i in unique))
+    label, pids = found
     children = tuple(
-        _freeze(c, procs, marked, cache)
-        for c in sorted(node.children.values(), key=lambda n: -len(n.members))
+        _freeze(c, procs, marked, groups, cache)
+        for c in sorted(node.children.values(), key=lambda n: -n.threads)
     )
     return StackNode(
         name=node.key[0],
         file=node.key[1],
         native=node.key[2],
         lines=tuple(sorted(node.lines)),
-        threads=len(node.members),
+        threads=node.threads,
         pids=pids,
         label=label,
         children=children,

@@ -431,7 +431,17 @@ def process_views(
     latest = samples[-1]
     peers = peer_pids(latest.processes)
     histories = thread_histories(samples)
-    placed = {key: thread_in_place(h) for key, h in histories.items()}
+    # Whether a thread stayed in place depends only on its captures' frames (and activity): ranks in one
+    # wait share those tuples, so each distinct history is judged once (it was a third of the merge's
+    # time at 10,000 ranks, judged thread by thread; docs/stacks.md, "Where the time goes").
+    judged: dict[tuple[tuple[tuple[int, bool], ...], tuple[int, ...]], bool] = {}
+    placed = {}
+    for key, (every, native) in histories.items():
+        shape = (tuple((id(t.frames), t.active) for t in every), tuple(id(t.frames) for t in native))
+        verdict = judged.get(shape)
+        if verdict is None:
+            verdict = judged[shape] = thread_in_place((every, native))
+        placed[key] = verdict
     # Each process's thread keys, indexed once: scanning every history per process was quadratic
     # (13 s for 10,000 ranks across 1,000 nodes, benchmarks/bench_nodes.py).
     by_pid: dict[int, list[tuple[int, int]]] = {}
@@ -543,15 +553,29 @@ _RECEIVE_NATIVE = re.compile(
 
 
 def _thread_view(t: ThreadStack, placed: bool = False, waker: Waker | None = None) -> ThreadView:
+    # One lookup a thread: at 10,000 ranks the views' facts, each looked up on its own, were a sixth of
+    # the merge (docs/stacks.md, "Where the time goes"); all of them depend on the frames and activity only.
+    kind = "view-facts-active" if t.active else "view-facts-idle"
+    wait, where, code, location, at, receiving, op_call = memo(kind, t.frames, lambda _: _view_facts(t))
+    return ThreadView(
+        t.tid, t.name, wait, t.active, where, code, location, at, receiving, op_call, placed, waker
+    )
+
+
+def _view_facts(t: ThreadStack) -> tuple[Wait, str, str | None, str, str, bool, bool]:
     wait, frame = classify_thread(t)
     code, location, at = memo("view", t.frames, lambda frames: _leaf_facts(frames, frame, wait_point(t)))
-    leaf = t.frames[-1] if t.frames else None
+    receiving, op_call = _leaf_calls(t.frames)
+    return wait, wait_point(t), code, location, at, receiving, op_call
+
+
+def _leaf_calls(frames: tuple[Frame, ...]) -> tuple[bool, bool]:
+    """Whether the leaf is a native receive, and whether the innermost Python frame is an op call."""
+    leaf = frames[-1] if frames else None
     receiving = leaf is not None and leaf.native and _RECEIVE_NATIVE.match(leaf.name) is not None
-    python = [f for f in t.frames if not f.native]
+    python = [f for f in frames if not f.native]
     op_call = bool(python) and _OP_CALL.match(_text(python[-1])) is not None
-    return ThreadView(
-        t.tid, t.name, wait, t.active, wait_point(t), code, location, at, receiving, op_call, placed, waker
-    )
+    return receiving, op_call
 
 
 def _leaf_facts(

@@ -1,4 +1,4 @@
-"""The ``collect`` command: this node's evidence as one JSON bundle on stdout (hangwatch.node-bundle/1)."""
+"""The ``collect`` command: this node's evidence as one JSON bundle on stdout (hangwatch.node-bundle/2)."""
 
 from __future__ import annotations
 

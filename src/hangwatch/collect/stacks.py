@@ -18,7 +18,6 @@ exit codes and messages never leave this module.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -32,7 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+
+import msgspec
 
 from hangwatch.collect import procfs
 from hangwatch.collect.kernelwaits import read_waits
@@ -46,6 +46,7 @@ from hangwatch.model.samples import STOPPED_STATES
 from hangwatch.model.samples import ProcessId
 from hangwatch.model.samples import ProcessSample
 from hangwatch.model.samples import ProcState
+from hangwatch.model.stacks import FRAME_CACHE
 from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import Frame
 from hangwatch.model.stacks import ProcessStacks
@@ -300,47 +301,101 @@ class StackDumper:
         return line_of
 
 
+class _RawFrame(msgspec.Struct, frozen=True, gc=False):
+    """One frame as py-spy prints it (``locals``, ``is_entry`` and the like are skipped unread). Frozen,
+    so a thread's frames hash: equal stacks of many ranks are converted once (``FrameCache.parsed``)."""
+
+    name: str | None = None
+    filename: str | None = None
+    module: str | None = None
+    short_filename: str | None = None
+    line: int | None = None
+
+
+class _RawThread(msgspec.Struct, gc=False):
+    thread_id: int | None = None
+    os_thread_id: int | None = None
+    thread_name: str | None = None
+    active: bool | None = None
+    owns_gil: bool | None = None
+    frames: tuple[_RawFrame, ...] | None = None
+
+
+# Typed decoding straight into these structs is what makes a dump cheap to read (docs/stacks.md, "Where
+# the time goes"); strict=False takes py-spy's numbers and booleans however they are spelled.
+_DUMP_DECODER = msgspec.json.Decoder(list[_RawThread], strict=False)
+
+
 def parse_dump(
     text: str, source_line: Callable[[str, int], str | None] | None = None
 ) -> tuple[ThreadStack, ...]:
     """py-spy's ``--json`` output (threads, frames leaf first) to threads with frames outermost first."""
     try:
-        data: Any = json.loads(text)
-    except json.JSONDecodeError as exc:
+        data = _DUMP_DECODER.decode(text)
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"expected a list of threads: {exc}") from None
+    except msgspec.DecodeError as exc:
         raise ValueError(str(exc)) from None
-    if not isinstance(data, list):
-        raise ValueError("expected a list of threads")
     threads = []
     for item in data:
-        frames = [_frame(f) for f in reversed(item.get("frames") or [])]
-        frames = _collapse_unknown(frames)
-        if source_line is not None:
-            frames = _with_source(frames, item.get("frames") or [], source_line)
+        raw = item.frames or ()
+        # Ranks in one wait print the same frames: the conversion (names shortened, unknown addresses
+        # collapsed) is done once per distinct stack, and every rank shares its interned tuple.
+        frames, python_at, path = FRAME_CACHE.parsed(raw, _convert)
+        if source_line is not None and python_at >= 0:
+            f = frames[python_at]
+            code = source_line(path, f.line)
+            if code is not None:
+                frames = FRAME_CACHE.parsed((raw, code), _with_code)
         threads.append(
             ThreadStack(
-                tid=int(item.get("os_thread_id") or item.get("thread_id") or 0),
-                name=item.get("thread_name"),
-                active=bool(item.get("active")),
-                owns_gil=bool(item.get("owns_gil")),
-                frames=intern_frames(frames),
+                tid=int(item.os_thread_id or item.thread_id or 0),
+                name=item.thread_name,
+                active=bool(item.active),
+                owns_gil=bool(item.owns_gil),
+                frames=frames,
             )
         )
     return tuple(threads)
 
 
-def _frame(raw: dict[str, Any]) -> Frame:
+def _convert(raw: tuple[_RawFrame, ...]) -> tuple[tuple[Frame, ...], int, str]:
+    """A thread's raw frames (leaf first) to its interned frames (outermost first), with the index of its
+    innermost Python frame (-1: none) and that frame's full path, where its source line is read from."""
+    frames = _collapse_unknown([_frame(f) for f in reversed(raw)])
+    for i in range(len(frames) - 1, -1, -1):
+        f = frames[i]
+        if not f.native:
+            path = next(
+                (str(r.filename) for r in raw if r.name == f.name and int(r.line or 0) == f.line),
+                "",
+            )
+            return intern_frames(frames), i, path
+    return intern_frames(frames), -1, ""
+
+
+def _with_code(key: tuple[tuple[_RawFrame, ...], str]) -> tuple[Frame, ...]:
+    """A thread's frames with the source line on its innermost Python frame, interned: once per distinct
+    stack and line, as the frames themselves."""
+    raw, code = key
+    frames, at, _ = FRAME_CACHE.parsed(raw, _convert)
+    f = frames[at]
+    return intern_frames([*frames[:at], Frame(f.name, f.file, f.line, False, code), *frames[at + 1 :]])
+
+
+def _frame(raw: _RawFrame) -> Frame:
     native = (
-        raw.get("module") is not None
-        or str(raw.get("filename", "")).endswith((".so", ".so.6"))
-        or ".so." in str(raw.get("short_filename", ""))
+        raw.module is not None
+        or str(raw.filename or "").endswith((".so", ".so.6"))
+        or ".so." in str(raw.short_filename or "")
     )
-    name = str(raw.get("name") or "??")
-    short = str(raw.get("short_filename") or raw.get("filename") or "")
+    name = str(raw.name or "??")
+    short = str(raw.short_filename or raw.filename or "")
     if native:
         short = Path(short).name
         name = "??" if _HEX.match(name) else short_native_name(name)
         return Frame(name, short, 0, True)
-    return Frame(name, short, int(raw.get("line") or 0), False)
+    return Frame(name, short, int(raw.line or 0), False)
 
 
 def short_native_name(name: str) -> str:
@@ -367,29 +422,6 @@ def _collapse_unknown(frames: list[Frame]) -> list[Frame]:
             continue
         out.append(f)
     return out
-
-
-def _with_source(
-    frames: list[Frame], raw: list[dict[str, Any]], source_line: Callable[[str, int], str | None]
-) -> list[Frame]:
-    """Attach the source line to the innermost Python frame: ``with lock_b:`` says what it waits for."""
-    for i in range(len(frames) - 1, -1, -1):
-        f = frames[i]
-        if f.native:
-            continue
-        path = next(
-            (
-                str(r.get("filename"))
-                for r in raw
-                if r.get("name") == f.name and int(r.get("line") or 0) == f.line
-            ),
-            "",
-        )
-        code = source_line(path, f.line)
-        if code is not None:
-            frames[i] = Frame(f.name, f.file, f.line, False, code)
-        break
-    return frames
 
 
 def kernel_wait(pid: int, root: Path = procfs.PROC) -> str:

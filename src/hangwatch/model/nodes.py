@@ -1,4 +1,4 @@
-"""Evidence from several nodes: the per-node bundle (schema ``hangwatch.node-bundle/1``), what a transport
+"""Evidence from several nodes: the per-node bundle (schema ``hangwatch.node-bundle/2``), what a transport
 made of each node, and the merged view across nodes.
 
 The bundle carries the very samples the local analysis consumes (``Tick``s of ``ProcessSample``s and
@@ -23,7 +23,9 @@ from hangwatch.model.stacks import StackTree
 from hangwatch.model.vocabulary import Cause
 from hangwatch.model.vocabulary import Confidence
 
-BUNDLE_SCHEMA = "hangwatch.node-bundle/1"
+# /2: /1 with each distinct stack written once (nodes/codec.py); /1 is still read.
+BUNDLE_SCHEMA = "hangwatch.node-bundle/2"
+BUNDLE_SCHEMA_V1 = "hangwatch.node-bundle/1"
 NODES_REPORT_SCHEMA = "hangwatch.stacks-nodes/1"
 NODES_WATCH_SCHEMA = "hangwatch.attach-nodes/1"
 

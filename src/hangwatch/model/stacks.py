@@ -10,7 +10,10 @@ py-spy prints them leaf first.
 
 from __future__ import annotations
 
+import gc
+import threading
 from collections.abc import Callable
+from collections.abc import Hashable
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -59,11 +62,13 @@ class Frame:
 
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 
 class FrameCache:
-    """The stack analysis's one cache, in two parts dropped together: equal stacks interned to one tuple
-    object (the py-spy boundary, the nodes codec), and what the analysis computed once per such tuple.
+    """The stack analysis's one cache, in parts dropped together: equal stacks interned to one tuple
+    object (the py-spy boundary, the nodes codec), what the analysis computed once per such tuple, and
+    what the py-spy boundary made of each distinct raw stack it read (``parsed``).
 
     Ranks waiting in the same collective have equal stacks; sharing the object lets the analysis compute
     each distinct stack once (10,000 ranks, a handful of distinct stacks). Computed values are keyed by
@@ -76,6 +81,7 @@ class FrameCache:
         self.memo_limit = memo_limit
         self._interned: dict[tuple[tuple[str, str, int, bool, str | None], ...], tuple[Frame, ...]] = {}
         self._memo: dict[tuple[str, int], tuple[tuple[Frame, ...], Any]] = {}
+        self._parsed: dict[Any, Any] = {}
 
     def intern(self, frames: Sequence[Frame]) -> tuple[Frame, ...]:
         """One tuple object for every equal stack, across processes and captures."""
@@ -84,6 +90,7 @@ class FrameCache:
         if found is None:
             if len(self._interned) >= self.intern_limit:
                 self._interned.clear()
+                self._parsed.clear()  # it holds interned tuples: kept, they would no longer be shared
             found = self._interned.setdefault(key, tuple(frames))
         return found
 
@@ -99,9 +106,20 @@ class FrameCache:
         self._memo[key] = (frames, value)
         return value
 
+    def parsed(self, raw: K, convert: Callable[[K], T]) -> T:
+        """``convert(raw)``, once per distinct (hashable) raw stack: py-spy's frames as read, before they
+        become ``Frame`` values. Bounded like the interned part, and dropped with it."""
+        found = self._parsed.get(raw)
+        if found is None:
+            if len(self._parsed) >= self.intern_limit:
+                self._parsed.clear()
+            found = self._parsed[raw] = convert(raw)
+        return found
+
     def reset(self) -> None:
         self._interned.clear()
         self._memo.clear()
+        self._parsed.clear()
 
     @property
     def sizes(self) -> tuple[int, int]:
@@ -110,6 +128,39 @@ class FrameCache:
 
 
 FRAME_CACHE = FrameCache()
+
+
+class PausedGc:
+    """The cyclic garbage collector off for the length of an allocation-heavy pass, back on after the
+    last of any overlapping ones (the fan-out decodes bundles from several threads).
+
+    Decoding 1,000 bundles or merging 10,000 ranks allocates hundreds of thousands of frozen samples,
+    none in a reference cycle, and each allocation burst set off collections that walked every object
+    alive: the collector took two thirds of the decode and a third of the merge (docs/stacks.md,
+    "Where the time goes"). A pass makes no cycles worth collecting early; what one leaves is collected
+    once the collector is back on.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._was_on = False
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._depth == 0:
+                self._was_on = gc.isenabled()
+                gc.disable()
+            self._depth += 1
+
+    def __exit__(self, *_: object) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0 and self._was_on:
+                gc.enable()
+
+
+paused_gc = PausedGc()
 
 
 def intern_frames(frames: Sequence[Frame]) -> tuple[Frame, ...]:

@@ -16,6 +16,7 @@ from hangwatch.model.nodes import NodeOutcome
 from hangwatch.model.nodes import NodeResult
 from hangwatch.model.nodes import PodTarget
 from hangwatch.model.stacks import DumpOutcome
+from hangwatch.model.stacks import paused_gc
 from hangwatch.nodes import codec
 from hangwatch.nodes import hosts
 from hangwatch.transports import kubectl
@@ -31,9 +32,11 @@ def result_of(answer: NodeAnswer) -> NodeResult:
             answer.host, answer.outcome, answer.detail, None, answer.sent_wall_s, answer.received_wall_s
         )
     try:
-        bundle = codec.decode(answer.stdout.decode("utf-8", "replace"))
+        bundle = codec.decode(answer.stdout)
     except codec.BundleDecodeError as exc:
-        detail = f"not a node bundle: {str(exc)[:300]}"
+        # Another hangwatch's bundle is named as such (its schema, its version), not as junk.
+        what = "" if isinstance(exc, codec.BundleVersionError) else "not a node bundle: "
+        detail = f"{what}{str(exc)[:300]}"
         return NodeResult(
             answer.host,
             NodeOutcome.BAD_OUTPUT,
@@ -48,14 +51,21 @@ def result_of(answer: NodeAnswer) -> NodeResult:
     )
 
 
+# Each fan-out runs with the cyclic garbage collector paused (model/stacks.py, ``PausedGc``): the answers
+# are decoded as they come, thousands of frozen samples a node, and a collection set off by each node's
+# would walk every node's decoded before it (two thirds of decoding 1,000 bundles; docs/multinode.md).
 def gather_ssh(hosts: Sequence[str], remote_args: Sequence[str], options: ssh.SshOptions) -> list[NodeResult]:
-    return ssh.collect_nodes(hosts, remote_args, options, finish=result_of)
+    with paused_gc:
+        return ssh.collect_nodes(hosts, remote_args, options, finish=result_of)
 
 
 def gather_kubectl(
     pods: Sequence[PodTarget], remote_args: Sequence[str], options: kubectl.KubectlOptions
 ) -> list[NodeResult]:
-    return kubectl.collect_pods(pods, remote_args, options, finish=lambda pod, a: in_pod(pod, result_of(a)))
+    with paused_gc:
+        return kubectl.collect_pods(
+            pods, remote_args, options, finish=lambda pod, a: in_pod(pod, result_of(a))
+        )
 
 
 def in_pod(pod: PodTarget, result: NodeResult) -> NodeResult:
@@ -130,4 +140,5 @@ def selected_pods(selector: str, options: kubectl.KubectlOptions) -> list[PodTar
 def gather_slurm(
     nodes: Sequence[str], remote_args: Sequence[str], options: slurm.SlurmOptions
 ) -> list[NodeResult]:
-    return slurm.collect_nodes(nodes, remote_args, options, finish=result_of)
+    with paused_gc:
+        return slurm.collect_nodes(nodes, remote_args, options, finish=result_of)

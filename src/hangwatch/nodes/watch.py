@@ -59,6 +59,7 @@ from hangwatch.model.nodes import NodeResult
 from hangwatch.model.nodes import NodesWatchReport
 from hangwatch.model.nodes import RoundCost
 from hangwatch.model.report import Verdict
+from hangwatch.model.stacks import paused_gc
 from hangwatch.model.status import StackRequest
 from hangwatch.model.vocabulary import CLI_WORDS
 from hangwatch.model.vocabulary import State
@@ -179,11 +180,14 @@ class StreamFanout:
     ) -> None:
         self.o, self.sessions, self.finish = o, sessions, finish
 
+    # A round's answers decoded with the garbage collector paused, as a one-shot fan-out's (nodes/gather.py).
     def census(self) -> list[NodeResult]:
-        return self.sessions.ask("census", census_timeout(self.o), self.finish)
+        with paused_gc:
+            return self.sessions.ask("census", census_timeout(self.o), self.finish)
 
     def stacks(self, native: bool) -> list[NodeResult]:
-        return self.sessions.ask("full-native" if native else "full", self.o.node_timeout_s, self.finish)
+        with paused_gc:
+            return self.sessions.ask("full-native" if native else "full", self.o.node_timeout_s, self.finish)
 
     def drop(self, index: int, detail: str) -> None:
         # Closed now, so its collector never takes a stack round beside the kept name's.

@@ -1,0 +1,384 @@
+"""Issue 28's scale table in one run: every row, the figure beside its goal.
+
+Rows measured here, from synthetic data built out of the real captured fixtures (no engine, no network):
+
+* parse 10,000 ranks' py-spy JSON: the ``missing_collective`` fixture's ``--native`` dumps (two ranks in
+  the all_reduce, one rank in 100 elsewhere), two capture rounds of 10,000 ranks each through
+  ``parse_dump`` with a cached source-line lookup, as ``StackDumper`` gives it (the JSON text is made
+  before the clock starts);
+* merge + classify those 10,000 ranks (``stack_context``, ``classify``, ``build_tree``);
+* decode 1,000 node bundles of 10 ranks (``codec.decode`` of each bundle's text, as the controller does);
+* merge + rules + tree over those 10,000 ranks across nodes (``analyse.nodes.analyse``);
+* the collector alone on this machine (``nodes.collector.collect``, full mode, one round) over four
+  Python processes, with and without native frames: the part of ``stacks --hosts`` that runs on each node.
+
+Rows that need real nodes (``stacks --hosts`` end to end, the fan-out to 1,000 nodes) print what is
+measured here and say that the rest is ``benchmarks/bench_nodes.py``'s (root, emulated nodes); the
+1,000-node row states its model with the parts measured here.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/bench_scale.py [--rounds 3] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from fixtures.stacks import loader  # noqa: E402
+from hangwatch.analyse.nodes import analyse  # noqa: E402
+from hangwatch.analyse.stackcontext import stack_context  # noqa: E402
+from hangwatch.analyse.stackrules import classify  # noqa: E402
+from hangwatch.analyse.stacktree import build_tree  # noqa: E402
+from hangwatch.collect.stacks import parse_dump  # noqa: E402
+from hangwatch.model.nodes import BUNDLE_SCHEMA  # noqa: E402
+from hangwatch.model.nodes import ClockReading  # noqa: E402
+from hangwatch.model.nodes import CollectMode  # noqa: E402
+from hangwatch.model.nodes import NodeAnswer  # noqa: E402
+from hangwatch.model.nodes import NodeBundle  # noqa: E402
+from hangwatch.model.nodes import NodeIdentity  # noqa: E402
+from hangwatch.model.nodes import NodeOutcome  # noqa: E402
+from hangwatch.model.nodes import NodeProcess  # noqa: E402
+from hangwatch.model.nodes import NodeResult  # noqa: E402
+from hangwatch.model.nodes import ThreadState  # noqa: E402
+from hangwatch.model.samples import ProcessSample  # noqa: E402
+from hangwatch.model.samples import ProcState  # noqa: E402
+from hangwatch.model.samples import Tick  # noqa: E402
+from hangwatch.model.stacks import DumpOutcome  # noqa: E402
+from hangwatch.model.stacks import ProcessStacks  # noqa: E402
+from hangwatch.model.stacks import StackSample  # noqa: E402
+from hangwatch.model.stacks import ThreadStack  # noqa: E402
+from hangwatch.nodes import codec  # noqa: E402
+from hangwatch.nodes.gather import result_of  # noqa: E402
+
+try:
+    from hangwatch.model.stacks import paused_gc
+except ImportError:  # a tree from before the collector was paused: the same script measures it as it was
+    paused_gc = contextlib.nullcontext()  # type: ignore[assignment]
+
+NOT_HERE = "not measured by this script: see bench_nodes.py"
+FANOUT_CONCURRENCY = 32  # ssh's default concurrency (transports/ssh.py)
+
+
+@dataclasses.dataclass
+class Figure:
+    values: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    def text(self) -> str:
+        return f"{self.median:.3f} s (min {min(self.values):.3f}, max {max(self.values):.3f})"
+
+
+def timed(fn: Callable[[], Any], rounds: int) -> tuple[Figure, Any]:
+    values, result = [], None
+    for _ in range(rounds):
+        result = None
+        gc.collect()  # the previous run's garbage is not this run's cost
+        started = time.perf_counter()
+        result = fn()
+        values.append(time.perf_counter() - started)
+    return Figure(values), result
+
+
+# -- one node: py-spy JSON of 10,000 ranks ------------------------------------------------------------
+def rank_texts() -> list[str]:
+    """Per capture round, the py-spy JSON of the two ranks in the all_reduce and of the odd one out."""
+    raw = loader.load("missing_collective")
+    texts: list[str] = []
+    for si in range(2):
+        by_name = {p["name"]: p for p in raw["samples"][si]["processes"]}
+        texts += [json.dumps(by_name[f"gloo_rank{r}"]["dumps"]["native"]["json"]) for r in range(3)]
+    return texts
+
+
+def cached_source_line() -> Callable[[str, int], str | None]:
+    """The fixture's source lines, each file read once (``StackDumper._source_line`` caches per file)."""
+    cache: dict[tuple[str, int], str | None] = {}
+
+    def line_of(path: str, line: int) -> str | None:
+        key = (path, line)
+        if key not in cache:
+            cache[key] = loader.source_line(path, line)
+        return cache[key]
+
+    return line_of
+
+
+def parse_ranks(texts: list[str], ranks: int) -> list[list[tuple[ThreadStack, ...]]]:
+    """Every rank's dump of both rounds through the parser: the timed part."""
+    source = cached_source_line()
+    return [
+        [parse_dump(texts[si * 3 + (2 if i % 100 == 42 else i % 2)], source) for i in range(ranks)]
+        for si in range(2)
+    ]
+
+
+def rank_samples(parsed: list[list[tuple[ThreadStack, ...]]]) -> list[StackSample]:
+    """The parsed dumps as two capture rounds, each rank its own pid and thread ids."""
+    samples = []
+    for si, dumps in enumerate(parsed):
+        out = []
+        for i, dump in enumerate(dumps):
+            threads = tuple(
+                dataclasses.replace(t, tid=1_000_000 + i if t.name == "MainThread" else 2_000_000 + i)
+                for t in dump
+            )
+            out.append(
+                ProcessStacks(
+                    1_000_000 + i, f"worker_rank{i}", "rank", str(i), DumpOutcome.OK, threads, "S", 1.0
+                )
+            )
+        samples.append(StackSample(float(si * 2), tuple(out), 0.0))
+    return samples
+
+
+def merge_classify(samples: list[StackSample]) -> int:
+    diagnosis = classify(stack_context(samples))
+    tree = build_tree(samples, highlight=diagnosis.culprits)
+    assert diagnosis.cause.value == "collective-wait", diagnosis
+    return tree.threads
+
+
+# -- across nodes: bundles of 10 ranks ----------------------------------------------------------------
+def node_bundle(node: int, ranks_per_node: int, samples: list[StackSample]) -> NodeBundle:
+    """A node of ``ranks_per_node`` ranks built from the parsed fixture: the census, two ticks, two stack
+    rounds (rank 42 of the job is elsewhere, as in the single-node rows), thread states, a log tail."""
+    pids = [1000 + i for i in range(ranks_per_node)]
+    ranks = [node * ranks_per_node + i for i in range(ranks_per_node)]
+    processes = tuple(
+        NodeProcess(
+            pid=pid,
+            ppid=999,
+            name=f"python3 worker_rank{rank}",
+            role="rank",
+            rank=str(rank),
+            rank_source="env:RANK",
+            world_size=10_000,
+            env={"RANK": str(rank), "WORLD_SIZE": "10000", "LOCAL_RANK": str(i)},
+            cpu_cores=0.013,
+            threads=(
+                ThreadState(pid, "python3", ProcState.SLEEPING, 0.001),
+                ThreadState(pid + 50_000, "gloo", ProcState.SLEEPING, 0.0),
+            ),
+        )
+        for i, (pid, rank) in enumerate(zip(pids, ranks, strict=True))
+    )
+    ticks = tuple(
+        Tick(
+            t=t,
+            processes=tuple(_sample(pid, rank, t) for pid, rank in zip(pids, ranks, strict=True)),
+        )
+        for t in (0.0, 1.0)
+    )
+    stacks = []
+    for sample in samples:
+        by_rank = sample.processes
+        stacks.append(
+            StackSample(
+                t=sample.t,
+                processes=tuple(
+                    dataclasses.replace(
+                        by_rank[rank % len(by_rank)],
+                        pid=pid,
+                        name=f"python3 worker_rank{rank}",
+                        rank=str(rank),
+                        elapsed_s=0.05,
+                        threads=tuple(
+                            dataclasses.replace(t, tid=pid if t.name == "MainThread" else pid + 50_000)
+                            for t in by_rank[rank % len(by_rank)].threads
+                        ),
+                    )
+                    for pid, rank in zip(pids, ranks, strict=True)
+                ),
+                elapsed_s=0.06,
+            )
+        )
+    return NodeBundle(
+        schema=BUNDLE_SCHEMA,
+        collector_version="0.1.0",
+        mode=CollectMode.FULL,
+        selector="match 'worker_rank'",
+        node=NodeIdentity(f"node{node}", f"boot-{node:04d}", 4026531836, "6.1.0", True),
+        clock=ClockReading(1_765_000_000.0 + node * 0.001, 1000.0, 1.2, 0.3),
+        processes=processes,
+        ticks=ticks,
+        stacks=tuple(stacks),
+    )
+
+
+def _sample(pid: int, rank: int, t: float) -> ProcessSample:
+    return ProcessSample(
+        pid=pid,
+        ppid=999,
+        name=f"python3 worker_rank{rank}",
+        cmdline=("python3", "worker.py"),
+        state=ProcState.SLEEPING,
+        cpu_s=12.5 + t,
+        cpu_delta_s=0.01,
+        rchar=1_000_000,
+        wchar=2_000_000,
+        io_delta_bytes=0,
+        threads=8,
+        rss_bytes=400_000_000,
+        listening_ports=(),
+        role="rank",
+        rank=str(rank),
+    )
+
+
+def decode_all(outputs: list[bytes]) -> list[NodeResult]:
+    """Each node's output as the fan-out finishes it (``result_of``: ``codec.decode`` of the bytes), with
+    the garbage collector paused as ``gather_ssh`` pauses it for the whole fan-out."""
+    with paused_gc:
+        results = [
+            result_of(NodeAnswer(f"node{i}", NodeOutcome.OK, "", out, 1000.0, 1001.5))
+            for i, out in enumerate(outputs)
+        ]
+    assert all(r.bundle is not None for r in results), results[0].detail
+    return results
+
+
+def analyse_nodes(results: list[NodeResult]) -> int:
+    analysis = analyse(results)
+    assert analysis.diagnosis.cause.value == "collective-wait", analysis.diagnosis
+    return len(analysis.merged.keys)
+
+
+# -- the collector on this machine ---------------------------------------------------------------------
+def collector_figures(rounds: int) -> dict[str, Figure] | str:
+    from hangwatch.collect.stacks import find_py_spy
+    from hangwatch.nodes.collector import CollectOptions
+    from hangwatch.nodes.collector import collect
+
+    if find_py_spy() is None:
+        return "py-spy is not installed"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", "import threading; threading.Event().wait()"])
+        for _ in range(4)
+    ]
+    try:
+        time.sleep(0.5)
+        out = {}
+        for native in (True, False):
+            options = CollectOptions(
+                pids=tuple(p.pid for p in procs), mode=CollectMode.FULL, samples=1, native=native, probe=False
+            )
+            values = []
+            for _ in range(rounds):
+                bundle = collect(options)
+                if any(p.outcome is not DumpOutcome.OK for s in bundle.stacks for p in s.processes):
+                    return "py-spy could not dump the processes here (ptrace permission?)"
+                values.append(bundle.clock.duration_s)
+            out["native" if native else "python"] = Figure(values)
+        return out
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def row(what: str, figure: str, goal: str) -> None:
+    print(f"  {what:<60} {figure:<48}" + (f" goal {goal}" if goal else "").rstrip())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each figure (median, min, max)")
+    parser.add_argument("--ranks", type=int, default=10_000)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--no-collector", action="store_true", help="skip the collector rows (py-spy)")
+    parser.add_argument(
+        "--scaling",
+        action="store_true",
+        help="also merge + classify at 2,500 to 20,000 ranks: the cost per rank, which stays flat if linear",
+    )
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    load = os.getloadavg()
+    machine = (
+        f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"load {load[0]:.1f} at start"
+    )
+    print(f"bench_scale: {time.strftime('%Y-%m-%d %H:%M')} on {machine}; median of {args.rounds} (min, max)")
+    texts = rank_texts()
+    parse, parsed = timed(lambda: parse_ranks(texts, args.ranks), args.rounds)
+    samples = rank_samples(parsed)
+    merge, threads = timed(lambda: merge_classify(samples), args.rounds)
+    per_node = 10
+    nodes = args.nodes
+    outputs = [codec.encode(node_bundle(n, per_node, samples)).encode() for n in range(nodes)]
+    decode, results = timed(lambda: decode_all(outputs), args.rounds)
+    across, keys = timed(lambda: analyse_nodes(results), args.rounds)
+    assert keys == nodes * per_node
+    per_rank_ms = parse.median / args.ranks * 1000
+    row(f"parse {args.ranks:,} ranks' py-spy JSON (2 rounds)", parse.text(), "< 1 s")
+    row("  a rank (both rounds)", f"{per_rank_ms:.3f} ms", "")
+    row(f"merge + classify {args.ranks:,} ranks ({threads:,} threads)", merge.text(), "< 0.3 s")
+    size = sum(len(t) for t in outputs) // nodes
+    row(f"decode {nodes:,} node bundles of {per_node} ranks ({size:,} bytes each)", decode.text(), "< 0.5 s")
+    row(f"merge + rules + tree, {keys:,} ranks across {nodes:,} nodes", across.text(), "< 0.5 s")
+    collector = None if args.no_collector else collector_figures(args.rounds)
+    for native, goal_e2e, key in ((True, "< 3 s", "native"), (False, "< 1.5 s", "python")):
+        flag = "" if native else " --no-native"
+        what = f"stacks --hosts over 3 nodes{flag}"
+        row(what, NOT_HERE, goal_e2e)
+        if isinstance(collector, dict):
+            row("  its collector here, 4 processes, 1 round", collector[key].text(), "(part of the above)")
+        elif collector is not None:
+            row("  its collector here", f"not measured: {collector}", "(part of the above)")
+    controller = decode.median + across.median
+    row(
+        f"{nodes:,} nodes end to end: controller decode + analyse",
+        f"{controller:.3f} s (measured: the sum of the medians)",
+        "< 10 s in all",
+    )
+    waves = -(-nodes // FANOUT_CONCURRENCY)
+    row(
+        f"  + the flat fan-out: {waves} waves of {FANOUT_CONCURRENCY} x one node's exchange",
+        NOT_HERE,
+        "(model: waves x exchange + the above)",
+    )
+    scaling = {}
+    if args.scaling:
+        for n in (2_500, 5_000, 10_000, 20_000):
+            part = rank_samples(parse_ranks(texts, n))
+            figure, _ = timed(lambda part=part: merge_classify(part), args.rounds)
+            scaling[n] = figure.values
+            row(
+                f"  merge + classify {n:,} ranks",
+                f"{figure.text()}; {figure.median / n * 1e6:.1f} us a rank",
+                "",
+            )
+    if args.json is not None:
+        figures = {
+            "parse": parse.values,
+            "merge_classify": merge.values,
+            "decode": decode.values,
+            "across_nodes": across.values,
+        }
+        if isinstance(collector, dict):
+            figures |= {f"collector_{k}": v.values for k, v in collector.items()}
+        out = {"machine": machine, "seconds": figures, "merge_classify_by_ranks": scaling}
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
