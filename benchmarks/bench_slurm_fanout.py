@@ -216,17 +216,25 @@ def main() -> int:
                   f"{a + b * TARGET_NODES:.1f} s at {TARGET_NODES} nodes on this machine")  # fmt: skip
     decode = statistics.median(r["controller"]["decode"] / int(str(r["n"])) for r in rows)  # type: ignore[index]
     merge = statistics.median(r["controller"]["merge"] / int(str(r["n"])) for r in rows)  # type: ignore[index]
-    collector = statistics.median(r["controller"]["collector"] for r in rows)  # type: ignore[index]
     hops = 1
     while TREE_WIDTH**hops < TARGET_NODES:
         hops += 1
-    la, lb = models[("step", "launch")]
+    cores = os.cpu_count() or 1
+    # Here every collector's CPU shares the machine's cores: the step's slope times the cores is one
+    # node's collector (with its slurmstepd) as it runs alone on its own node; the controller's own CPU
+    # slope is srun's per-task I/O plus the decoding, serial at the controller on any cluster.
+    _, wall_b = models[("step", "wall")]
+    cpu_a, cpu_b = models[("step", "cpu")]
+    alone = wall_b * cores
+    total = cpu_a + alone + cpu_b * TARGET_NODES + merge * TARGET_NODES
     print(
-        f"\nmodel for {TARGET_NODES} nodes, one step: launch through the tree ({hops} hops at TreeWidth "
-        f"{TREE_WIDTH}; here {la:.3f} s + {lb * 1e3:.2f} ms/node, all of it on this machine's CPU) + one "
-        f"collector's run ({collector:.2f} s, in parallel on a cluster) + the controller's decoding "
-        f"({decode * 1e3:.2f} ms a bundle, serial: {decode * TARGET_NODES:.1f} s, overlapped with arrivals) "
-        f"+ merge ({merge * 1e3:.2f} ms a bundle: {merge * TARGET_NODES:.1f} s)"
+        f"\nmodel for {TARGET_NODES} nodes, one step: the controller's start and srun's "
+        f"({cpu_a:.2f} s) + the launch tree ({hops} hops at TreeWidth {TREE_WIDTH}) "
+        f"+ one node's collector alone ({alone:.2f} s = "
+        f"{wall_b * 1e3:.0f} ms/node x {cores} cores, in parallel on a cluster) + srun's I/O and "
+        f"the decoding at the controller ({cpu_b * 1e3:.2f} ms/node, decoding {decode * 1e3:.2f} ms of it: "
+        f"{cpu_b * TARGET_NODES:.1f} s) + merge ({merge * 1e3:.2f} ms/node: {merge * TARGET_NODES:.1f} s) "
+        f"= {total:.1f} s plus the tree's hops"
     )
     return 0
 
