@@ -23,7 +23,7 @@ from slurm_standins import install
 pytestmark = [pytest.mark.timeout(300), pytest.mark.torch, pytest.mark.nodes]
 
 
-def test_a_slurm_job_is_collected_with_srun_overlap_on_each_of_its_nodes(
+def test_a_slurm_job_is_collected_with_one_srun_overlap_step_over_its_nodes(
     cluster: EmulatedNodes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job = Job(cluster, "slurm", {1: [0, 1], 2: [2], 3: [3]}, world=4, port=29531, culprit="3")
@@ -52,9 +52,10 @@ def test_a_slurm_job_is_collected_with_srun_overlap_on_each_of_its_nodes(
     (culprit,) = diagnosis["culprits"]
     assert report["processes"][str(culprit)]["node"] == "hwnode3"
     assert "hwnode3:rank3 never entered it" in diagnosis["explanation"]
-    steps = [c for c in calls(log) if c[0] == "srun"]
-    assert sorted(s[s.index("-w") + 1] for s in steps) == ["hwnode1", "hwnode2", "hwnode3"]
-    assert all("--overlap" in s and s[s.index("--jobid") + 1] == "4242" for s in steps)
+    # One step over the job's three nodes (--slurm-fanout auto), each task's bundle told apart by --label.
+    (step,) = [c for c in calls(log) if c[0] == "srun"]
+    assert "--nodelist=hwnode1,hwnode2,hwnode3" in step and "--label" in step, step
+    assert "--overlap" in step and step[step.index("--jobid") + 1] == "4242"
 
 
 def test_attach_across_a_slurm_job_names_the_rank_that_stopped(

@@ -153,6 +153,32 @@ def test_attach_across_a_real_slurm_job_names_the_rank_that_stopped(
     assert sorted(steps) == [f"{job}.0", f"{job}.batch"], steps
 
 
+def test_one_real_step_over_the_jobs_nodes_keeps_each_nodes_outcome(env: SlurmCluster) -> None:
+    """``srun --nodes=3 --label``: slurmd's launch tree starts the three collectors; hwnode2's prints junk,
+    hwnode3's nothing and exits 3. Each is that node's outcome, hwnode1's bundle is its own."""
+    names = [n.name for n in env.nodes.nodes]
+    job = env.submit("#!/bin/sh\nexec sleep 600\n", "-N3", "-w", ",".join(names))
+    try:
+        env.wait_running(job)
+        shim = 'case $SLURMD_NODENAME in hwnode2) echo junk;; hwnode3) exit 3;; esac; exec "$@"'
+        remote = ("sh", "-c", shim, "sh", *str(env.nodes.hangwatch).split())
+        args = ["--match", "no-such-process-here", "--mode", "census", "--every", "0.1"]
+        started = time.monotonic()
+        ok, junk, failed = gather_slurm(names, args, SlurmOptions(job, remote=remote, fanout="step"))
+        took = time.monotonic() - started
+        steps = env.run(["squeue", "-h", "-s", "-j", job, "-o", "%i"]).stdout.split()
+    finally:
+        env.cancel(job)
+    assert ok.outcome is NodeOutcome.OK and ok.bundle is not None, ok.detail
+    assert ok.host == ok.bundle.node.hostname == "hwnode1"
+    assert junk.host == "hwnode2" and junk.outcome is NodeOutcome.BAD_OUTPUT, junk.detail
+    assert "not a node bundle" in junk.detail, junk.detail
+    assert failed.host == "hwnode3" and failed.outcome is NodeOutcome.REMOTE_ERROR, failed.detail
+    assert "exit status 3" in failed.detail and "task 2" in failed.detail, failed.detail
+    assert took < 20, took
+    assert steps == [f"{job}.batch"], steps  # the step ended with its collectors
+
+
 def test_real_sruns_failures_are_each_nodes_outcome(env: SlurmCluster) -> None:
     """The messages and exit statuses of the real srun and squeue 22.05, not the stand-ins'."""
     job = env.submit("#!/bin/sh\nexec sleep 600\n", "-N1", "-w", "hwnode1")
@@ -160,7 +186,8 @@ def test_real_sruns_failures_are_each_nodes_outcome(env: SlurmCluster) -> None:
         env.wait_running(job)
         args = ["--match", "no-such-process-here", "--mode", "census", "--every", "0.1"]
         remote = tuple(str(env.nodes.hangwatch).split())
-        ok, outside = gather_slurm(["hwnode1", "hwnode2"], args, SlurmOptions(job, remote=remote))
+        one = SlurmOptions(job, remote=remote, fanout="per-node")
+        ok, outside = gather_slurm(["hwnode1", "hwnode2"], args, one)
         assert ok.outcome is NodeOutcome.OK, ok.detail
         assert outside.outcome is NodeOutcome.UNREACHABLE, outside.detail
         assert "not part of the job's allocation" in outside.detail, outside.detail

@@ -27,7 +27,12 @@ from slurm_standins import calls
 from slurm_standins import install
 
 REMOTE = (sys.executable, "-m", "hangwatch")
-JOBS = {"4242": {"nodes": "hwn[1-2],gpu07"}, "77": {"nodes": "hwn01"}}
+JOBS = {
+    "4242": {"nodes": "hwn[1-2],gpu07"},
+    "77": {"nodes": "hwn01"},
+    # Its second node's task prints junk; its third prints nothing and exits 0.
+    "88": {"nodes": "hwn[1-3]", "tasks": {"hwn2": {"print": "junk\n"}, "hwn3": {"print": ""}}},
+}
 # The "nodes" share this machine: one at a time, or each collector would see the other's command line.
 ONE_AT_A_TIME = 1
 
@@ -78,7 +83,7 @@ def test_a_job_that_is_not_running_or_not_a_job_id_is_said(standins: Path) -> No
 
 
 def test_one_step_per_node_inside_the_allocation(standins: Path, job: str) -> None:
-    options = SlurmOptions("4242", remote=REMOTE, concurrency=ONE_AT_A_TIME)
+    options = SlurmOptions("4242", remote=REMOTE, concurrency=ONE_AT_A_TIME, fanout="per-node")
     results = gather_slurm(["hwn1", "hwn2"], ["--match", job, "--mode", "census", "--every", "0.1"], options)
     assert [r.outcome for r in results] == [NodeOutcome.OK, NodeOutcome.OK], [r.detail for r in results]
     assert all(r.bundle is not None and len(r.bundle.processes) == 1 for r in results)
@@ -139,6 +144,74 @@ REAL_SRUN = [
     ("srun: error: hwnode2: task 0: Exited with exit code 3\nerr\n", 3, NodeOutcome.REMOTE_ERROR,
      "exit status 3"),
 ]  # fmt: skip
+
+
+def not_itself(token: str) -> str:
+    """A --match for ``token`` that the collectors' own command lines (which carry it) do not match: in
+    one step they all run at once on this machine."""
+    return f"{token[:-1]}[{token[-1]}]"
+
+
+def test_one_step_over_all_the_jobs_nodes_gives_each_its_bundle(standins: Path, job: str) -> None:
+    options = SlurmOptions("4242", remote=REMOTE, fanout="step")
+    args = ["--match", not_itself(job), "--mode", "census", "--every", "0.1"]
+    results = gather_slurm(["hwn1", "hwn2", "gpu07"], args, options)
+    assert [(r.host, r.outcome) for r in results] == [
+        ("hwn1", NodeOutcome.OK), ("hwn2", NodeOutcome.OK), ("gpu07", NodeOutcome.OK),
+    ], [r.detail for r in results]  # fmt: skip
+    assert all(r.bundle is not None and len(r.bundle.processes) == 1 for r in results)
+    # Each bundle is over 1,024 bytes: srun cut it into labelled pieces, put back together here.
+    assert all(r.output_bytes > slurm.STEP_IO_CHUNK for r in results), [r.output_bytes for r in results]
+    (step,) = [c for c in calls(standins) if c[0] == "srun"]
+    assert step == [
+        "srun", "--jobid", "4242", "--overlap", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1",
+        "--nodelist=hwn1,hwn2,gpu07", "--label", "--quiet", "--kill-on-bad-exit=0", "--wait=0",
+        *REMOTE, "collect", *args,
+    ]  # fmt: skip
+
+
+def test_in_one_step_a_nodes_junk_or_silence_is_that_nodes_alone(standins: Path, job: str) -> None:
+    options = SlurmOptions("88", remote=REMOTE, fanout="step")
+    ok, junk, silent = gather_slurm(
+        ["hwn1", "hwn2", "hwn3"], ["--match", not_itself(job), "--mode", "census"], options
+    )
+    assert ok.outcome is NodeOutcome.OK and ok.bundle is not None, ok.detail
+    assert junk.outcome is NodeOutcome.BAD_OUTPUT and "not a node bundle: not JSON" in junk.detail
+    assert silent.outcome is NodeOutcome.BAD_OUTPUT, silent.detail
+    assert "no output from its task (task 2 of the step)" in silent.detail, silent.detail
+
+
+def test_in_one_step_each_tasks_failure_is_its_nodes_outcome() -> None:
+    """What the real srun 22.05 printed for a step over three nodes (test_nodes_slurm_real.py): the
+    slurmstepd lines are labelled, srun's own name the node and the task."""
+    stderr = (
+        "srun: error: hwnode2: task 1: Exited with exit code 2\n"
+        "1: slurmstepd-hwnode2: error: execve(): /nonexistent/x: No such file or directory\n"
+        "srun: error: hwnode3: task 2: Killed\n"
+    )
+    answers = slurm.step_answers(
+        ["hwnode1", "hwnode2", "hwnode3"], b"0: {}\n", stderr, 137, SlurmOptions("2")
+    )
+    assert [a.outcome for a in answers] == [
+        NodeOutcome.OK,
+        NodeOutcome.NO_COLLECTOR,
+        NodeOutcome.REMOTE_ERROR,
+    ]
+    assert "execve(): /nonexistent/x" in answers[1].detail and "Killed" in answers[2].detail
+
+
+@pytest.mark.parametrize(("stderr", "rc", "outcome", "said"), REAL_SRUN[:5])
+def test_a_step_that_fails_as_a_whole_is_every_nodes_outcome(
+    stderr: str, rc: int, outcome: NodeOutcome, said: str
+) -> None:
+    answers = slurm.step_answers(["hwnode1", "hwnode2"], b"", stderr, rc, SlurmOptions("2"))
+    assert all(a.outcome is outcome and said in a.detail for a in answers), answers
+
+
+def test_the_fanout_is_one_step_from_two_nodes_unless_asked() -> None:
+    assert not slurm.one_step(SlurmOptions("2"), 1) and slurm.one_step(SlurmOptions("2"), 2)
+    assert not slurm.one_step(SlurmOptions("2", fanout="per-node"), 500)
+    assert slurm.one_step(SlurmOptions("2", fanout="step"), 1)
 
 
 @pytest.mark.parametrize(("stderr", "rc", "outcome", "said"), REAL_SRUN)

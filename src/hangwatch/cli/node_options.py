@@ -14,6 +14,8 @@ from hangwatch.transports.kubectl import DEFAULT_CONCURRENCY as KUBE_CONCURRENCY
 from hangwatch.transports.kubectl import KubectlOptions
 from hangwatch.transports.ray import RayOptions
 from hangwatch.transports.ray import token_from_env
+from hangwatch.transports.slurm import FANOUTS
+from hangwatch.transports.slurm import STEP_MIN_NODES
 from hangwatch.transports.slurm import SlurmOptions
 from hangwatch.transports.ssh import DEFAULT_CONCURRENCY
 from hangwatch.transports.ssh import SshOptions
@@ -70,10 +72,22 @@ def add_kube_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_slurm_options(parser: argparse.ArgumentParser) -> None:
+def add_slurm_options(parser: argparse.ArgumentParser, fanout: bool = False) -> None:
+    """``fanout``: the one-shot command's choice of one step over all the nodes or one srun per node
+    (attach holds one srun per node for the whole watch: its sessions are each node's own)."""
     g = parser.add_argument_group("across a Slurm job (srun --jobid J --overlap on each of its nodes)")
     g.add_argument(
         "--slurm-job", metavar="J", help="a running job's id: its nodes from squeue, the collector by srun"
+    )
+    if not fanout:
+        return
+    g.add_argument(
+        "--slurm-fanout",
+        choices=FANOUTS,
+        default="auto",
+        help="'step': one srun over all the job's nodes (Slurm's launch tree starts the collectors); "
+        "'per-node': one srun per node, --concurrency at once; 'auto' (default): the step from "
+        f"{STEP_MIN_NODES} nodes",
     )
 
 
@@ -87,6 +101,7 @@ def slurm_options_of(args: argparse.Namespace) -> SlurmOptions:
         node_timeout_s=args.node_timeout,
         concurrency=args.concurrency,
         remote=remote,
+        fanout=getattr(args, "slurm_fanout", "auto"),
     )
 
 

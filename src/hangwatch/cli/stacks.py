@@ -76,7 +76,7 @@ class StacksCommand:
         add_output_file(parser, "--report-json", "write the samples and the merged tree")
         add_node_options(parser)
         add_kube_options(parser)
-        add_slurm_options(parser)
+        add_slurm_options(parser, fanout=True)
         add_ray_options(parser)
 
     def run(self, args: argparse.Namespace) -> int:

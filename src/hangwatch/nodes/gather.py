@@ -140,5 +140,8 @@ def selected_pods(selector: str, options: kubectl.KubectlOptions) -> list[PodTar
 def gather_slurm(
     nodes: Sequence[str], remote_args: Sequence[str], options: slurm.SlurmOptions
 ) -> list[NodeResult]:
+    """One step over all the job's nodes (slurmd's launch tree fans it out), or one srun per node."""
     with paused_gc:
+        if slurm.one_step(options, len(nodes)):
+            return slurm.collect_step(nodes, remote_args, options, finish=result_of)
         return slurm.collect_nodes(nodes, remote_args, options, finish=result_of)

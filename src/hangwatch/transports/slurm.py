@@ -14,10 +14,19 @@ job, no collector on the node, timeout).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import selectors
+import signal
+import subprocess
+import time
 from collections.abc import Callable
 from collections.abc import Sequence
+from concurrent.futures import Future
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from dataclasses import field
 from typing import TypeVar
 
 from hangwatch.model.nodes import NodeAnswer
@@ -94,6 +103,20 @@ class SlurmOptions:
     node_timeout_s: float = 30.0
     concurrency: int = DEFAULT_CONCURRENCY
     remote: tuple[str, ...] = ("hangwatch",)
+    # A one-shot collection (stacks): "step", one srun over all the nodes; "per-node", one srun each
+    # (``concurrency`` at once); "auto", the step from STEP_MIN_NODES nodes. attach's sessions are per node.
+    fanout: str = "auto"
+
+
+FANOUTS = ("auto", "step", "per-node")
+STEP_MIN_NODES = 2
+
+
+def one_step(options: SlurmOptions, nodes: int) -> bool:
+    """Whether a one-shot collection over ``nodes`` nodes goes through one step over them all."""
+    if options.fanout not in FANOUTS:
+        raise ValueError(f"not a fan-out: {options.fanout!r} (one of {', '.join(FANOUTS)})")
+    return options.fanout == "step" or (options.fanout == "auto" and nodes >= STEP_MIN_NODES)
 
 
 def check_job(job: str) -> str:
@@ -224,3 +247,237 @@ def srun_session(node: str, remote_args: Sequence[str], options: SlurmOptions) -
         lambda ex: answer_of(node, ex, options),
         open_timeout_s=options.connect_timeout_s,
     )
+
+
+# -- one step over all the job's nodes -------------------------------------------------------------------
+# srun's step I/O carries a task's output in messages of at most this many bytes (slurmstepd buffers a
+# line up to it): with --label a longer line comes back as several labelled lines, each of exactly this
+# many bytes but the last, which is shorter (an empty one when the line filled its last message). So a
+# labelled line shorter than this ends a line of the task's own output; one of this length continues it.
+STEP_IO_CHUNK = 1024
+# "  3: ..." on stdout and stderr: srun --label pads the task id to the width of the largest.
+_LABEL = re.compile(rb"^ *(\d+): ")
+# srun's own word on one task: "srun: error: hwnode2: task 1: Exited with exit code 3" (or "Killed").
+_TASK_SAID = re.compile(r"^srun: error: (\S+): tasks? (\d+)(?:-(\d+))?: (.*)$")
+_EXIT_CODE = re.compile(r"Exited with exit code (\d+)")
+# Asked to end, srun cancels the step on every node; then it is given this long before SIGKILL.
+STEP_TERM_GRACE_S = 2.0
+
+
+def step_argv(nodes: Sequence[str], remote_args: Sequence[str], options: SlurmOptions) -> list[str]:
+    """One step of one task on each of ``nodes`` (the job's), sharing the job's resources: slurmd's own
+    launch tree starts the collectors, and their bundles come back on srun's stdout, each line labelled
+    with its task id (task K runs on the K-th node in Slurm's order, squeue's and scontrol's)."""
+    if any(node.startswith("-") or "," in node for node in nodes):
+        raise ValueError(f"not a node list: {list(nodes)!r}")
+    n = len(nodes)
+    argv = [options.srun, "--jobid", check_job(options.job), "--overlap", f"--nodes={n}", f"--ntasks={n}"]
+    argv += ["--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--label", "--quiet"]
+    # A node whose collector fails must not end the others' (a cluster may set KillOnBadExit=1), nor the
+    # first to finish end the rest (WaitTime): each collector has its own deadline.
+    argv += ["--kill-on-bad-exit=0", "--wait=0"]
+    return [*argv, *options.remote, "collect", *remote_args]
+
+
+@dataclass
+class _Task:
+    """What one task of the step said: its output rebuilt from srun's labelled lines, and its stderr."""
+
+    out: bytearray = field(default_factory=bytearray)
+    err: list[str] = field(default_factory=list)
+    lines: int = 0  # lines of its output complete so far
+    over: bool = False  # more output than MAX_OUTPUT_BYTES (the rest is dropped)
+    received_wall_s: float = 0.0
+    said: str = ""  # srun's line on this task ("srun: error: NODE: task K: Exited with exit code 3")
+    rc: int = 0
+    node: str = ""  # the node srun named for it, if it named one
+
+
+class StepOutput:
+    """srun --label's output of a step over ``nodes`` (task K on the K-th), line by line as it comes."""
+
+    def __init__(self, nodes: Sequence[str], sent_wall_s: float) -> None:
+        self.nodes = list(nodes)
+        self.sent_wall_s = sent_wall_s
+        self.tasks = [_Task() for _ in nodes]
+        self.unlabelled: list[str] = []  # srun's own lines that name no task
+
+    def out_line(self, line: bytes) -> int | None:
+        """One line of srun's stdout; the task whose first line of output it completed, if any."""
+        m = _LABEL.match(line)
+        if m is None or int(m.group(1)) >= len(self.tasks):
+            return None  # not a task's line: srun writes its own to stderr
+        k, body = int(m.group(1)), line[m.end() :]
+        task = self.tasks[k]
+        task.over = task.over or len(task.out) + len(body) >= MAX_OUTPUT_BYTES
+        if not task.over:
+            task.out += body
+        if len(body) >= STEP_IO_CHUNK:
+            return None  # the line goes on in the task's next message
+        task.out += b"" if task.over else b"\n"
+        task.lines += 1
+        task.received_wall_s = time.time()
+        return k if task.lines == 1 and not task.over else None
+
+    def err_line(self, line: bytes) -> None:
+        text = line.decode("utf-8", "replace")
+        m = _LABEL.match(line)
+        if m is not None and int(m.group(1)) < len(self.tasks):
+            self.tasks[int(m.group(1))].err.append(text[m.end() :])
+            return
+        said = _TASK_SAID.match(text)
+        if said is None:
+            self.unlabelled.append(text)
+            return
+        first = int(said.group(2))
+        for k in range(first, min(int(said.group(3) or first), len(self.tasks) - 1) + 1):
+            task = self.tasks[k]
+            task.said, task.node = text, said.group(1)
+            code = _EXIT_CODE.search(said.group(4))
+            # "Killed" (by a signal, or the node's OOM killer): 137, as a shell says a SIGKILL.
+            task.rc = int(code.group(1)) if code else 137 if "Killed" in said.group(4) else 1
+
+    def answer(self, k: int, rc: int | None, options: SlurmOptions) -> NodeAnswer:
+        """Task ``k``'s answer, once srun ended (``rc`` None: stopped at the deadline), in the words
+        ``answer_of`` gives one node's own srun."""
+        task, sent = self.tasks[k], self.sent_wall_s
+        received = task.received_wall_s or time.time()
+        # Where srun named the task's node, its word wins over the task order (Slurm's node order, which
+        # squeue's list follows: the two agree unless Slurm changes how it lays tasks out).
+        node = task.node or self.nodes[k]
+        if rc is None and task.lines == 0:
+            # srun was stopped at the deadline before this node's line was complete.
+            said = "\n".join([*task.err, *self.unlabelled])
+            return answer_of(node, Exchange(None, b"", said, sent, received), options)
+        if task.said:
+            said = "\n".join([task.said, *task.err])
+            return answer_of(node, Exchange(task.rc, bytes(task.out), said, sent, received), options)
+        if task.over:
+            over = f"over {MAX_OUTPUT_BYTES} bytes of output, the limit"
+            return NodeAnswer(node, NodeOutcome.BAD_OUTPUT, over, b"", sent, received)
+        if task.lines:
+            return NodeAnswer(node, NodeOutcome.OK, "", bytes(task.out), sent, received)
+        if rc not in (0, None):
+            # Nothing from this task and no word on it: the step failed as a whole (not running, pending,
+            # refused), said the way one srun for this node would have said it.
+            said = "\n".join([*task.err, *self.unlabelled])
+            return answer_of(node, Exchange(rc, b"", said, sent, received), options)
+        said = last_line("\n".join(task.err))
+        detail = f"no output from its task (task {k} of the step), though srun ended with exit status 0"
+        detail = f"{detail}: {said}" if said else detail
+        return NodeAnswer(node, NodeOutcome.BAD_OUTPUT, detail, b"", sent, received)
+
+
+def step_answers(
+    nodes: Sequence[str], stdout: bytes, stderr: str, rc: int | None, options: SlurmOptions
+) -> list[NodeAnswer]:
+    """Every node's answer from a finished step's whole output (what ``collect_step`` makes of it line by
+    line as it streams)."""
+    parsed = StepOutput(nodes, time.time())
+    for line in stdout.split(b"\n")[: -1 if stdout.endswith(b"\n") else None]:
+        parsed.out_line(line)
+    for text in stderr.splitlines():
+        parsed.err_line(text.encode())
+    return [parsed.answer(k, rc, options) for k in range(len(nodes))]
+
+
+def collect_step(
+    nodes: Sequence[str],
+    remote_args: Sequence[str],
+    options: SlurmOptions,
+    finish: Callable[[NodeAnswer], T],
+) -> list[T]:
+    """The collector on every node of the job through one ``srun`` step; one result per node, in order.
+
+    srun's stdout is read as it streams: a node's bundle is finished (``finish``, the decoding) in a
+    worker thread as soon as its line is complete, overlapping the nodes still running. A node that
+    fails, prints junk or nothing, is that node's outcome; the step failing as a whole (the job not
+    running, Slurm unreachable) is every node's, as one srun per node would have said it."""
+    if not nodes:
+        return []
+    argv = step_argv(nodes, remote_args, options)
+    parsed = StepOutput(nodes, time.time())
+    # ``finish`` of a task's first complete line, as it arrives; the final answer reuses it when nothing
+    # changed since (the usual case: one line, the bundle, exit status 0).
+    early: dict[int, tuple[int, Future[T]]] = {}
+    with ThreadPoolExecutor(max_workers=1) as decoder:
+
+        def on_out(line: bytes) -> None:
+            k = parsed.out_line(line)
+            if k is not None:
+                task = parsed.tasks[k]
+                answer = NodeAnswer(
+                    nodes[k], NodeOutcome.OK, "", bytes(task.out), parsed.sent_wall_s, task.received_wall_s
+                )
+                early[k] = (len(task.out), decoder.submit(finish, answer))
+
+        rc = _stream(argv, options.node_timeout_s, on_out, parsed.err_line)
+        results: list[T] = []
+        for k in range(len(nodes)):
+            answer, got = parsed.answer(k, rc, options), early.get(k)
+            same = answer.outcome is NodeOutcome.OK and answer.host == nodes[k]
+            if got is not None and same and got[0] == len(answer.stdout):
+                results.append(got[1].result())
+            else:
+                results.append(finish(answer))
+    return results
+
+
+def _stream(
+    argv: list[str], deadline_s: float, on_out: Callable[[bytes], None], on_err: Callable[[bytes], None]
+) -> int | None:
+    """Run ``argv`` in a session of its own, handing each line of its stdout and stderr over as it comes;
+    its exit status, or None when it was stopped at the deadline (SIGTERM: srun cancels the step on every
+    node, then SIGKILL to the whole group)."""
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:  # srun itself is missing: exit status 127, as a shell would say
+        on_err(f"{argv[0]}: {exc.strerror}".encode())  # said as srun's own line: every node's
+        return 127
+    assert proc.stdout is not None and proc.stderr is not None
+    end = time.monotonic() + deadline_s
+    pending = {proc.stdout.fileno(): (b"", on_out), proc.stderr.fileno(): (b"", on_err)}
+    timed_out = False
+    with selectors.DefaultSelector() as sel:
+        for fd in pending:
+            sel.register(fd, selectors.EVENT_READ)
+        while pending:
+            left = end - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(left):
+                fd = key.fd
+                assert isinstance(fd, int)
+                chunk = os.read(fd, 1 << 16)
+                rest, handle = pending[fd]
+                if not chunk:
+                    if rest:
+                        handle(rest)
+                    sel.unregister(fd)
+                    del pending[fd]
+                    continue
+                *lines, rest = (rest + chunk).split(b"\n")
+                for line in lines:
+                    handle(line)
+                pending[fd] = (rest, handle)
+    if timed_out:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(STEP_TERM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    else:
+        proc.wait()
+    proc.stdout.close()
+    proc.stderr.close()
+    return None if timed_out else proc.returncode
