@@ -417,6 +417,10 @@ class Assessor:
         self._verdict = self._decide(self._prev, settled=True)
         return self._verdict
 
+    def spell_unsampled(self) -> bool:
+        """No capture yet in the current quiet spell: the next one opens it (the loop says it took stacks)."""
+        return self.stacks is not None and not self.stacks.spell
+
     def stacks_wanted(self) -> StackRequest:
         """Should the loop capture stacks now, and of which kind?"""
         h = self.stacks

@@ -365,7 +365,7 @@ class Watch:
                     f"{p.name} [{p.pid}] was left stopped by a stack dump and resumed (SIGCONT)"
                 )
                 self.view.event(self.resumed[-1])
-        if self.assessor.stacks is not None and not self.assessor.stacks.spell:
+        if self.assessor.spell_unsampled():
             tree = build_tree([sample])
             self.view.event(
                 f"{tick.t:.1f}s quiet: took stacks ({sample.elapsed_s:.1f} s): {tree.summary[:300]}"
