@@ -47,10 +47,6 @@ class WaitGraph:
     # Processes whose main thread is blocked waiting for input on fds (a read, a receive, a poll): they
     # wait for a message, whoever is to send it.
     receivers: frozenset[int] = frozenset()
-    # Processes whose main thread reads a pipe or socket only the process itself can write: no message
-    # will come from anyone else, whatever its frames (a read looks like a receive), so it waits for
-    # its own threads, not for input.
-    self_readers: frozenset[int] = frozenset()
     # Threads (pid, tid), main or not, that read a pipe or socket only their own process can write: waits
     # that only the process's own threads can end, like a private futex's (a handler thread blocked in a
     # native read of the process's own pipe is stuck, not waiting for a request).
@@ -58,6 +54,13 @@ class WaitGraph:
     # Processes whose every wait on an object is for a file lock (flock, fcntl): a cycle of them is a
     # lock-order deadlock between processes, to be broken by lock order, not by sending a message.
     lock_takers: frozenset[int] = frozenset()
+
+    @property
+    def self_readers(self) -> frozenset[int]:
+        """Processes whose main thread reads a pipe or socket only the process itself can write: no message
+        will come from anyone else, whatever its frames (a read looks like a receive), so it waits for its
+        own threads, not for input."""
+        return frozenset(pid for pid, tid in self.self_waits if tid == pid)
 
     def wakers(self, pid: int) -> frozenset[int]:
         return dict(self.waits_for).get(pid, frozenset({OUTSIDE}))
@@ -101,7 +104,6 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
     lock_takers: set[int] = set()
     joiners: set[int] = set()
     receivers: set[int] = set()
-    self_readers: set[int] = set()
     self_waits: set[tuple[int, int]] = set()
     for p in live:
         w = waits[p.pid]
@@ -122,9 +124,7 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
         own = {t.tid for t in w.threads if _reads_only_itself(p.pid, t, end_holders, socket_holders, peers)}
         self_waits |= {(p.pid, tid) for tid in own}
         main = next((t for t in w.threads if t.tid == p.pid), None)
-        if main is not None and main.tid in own:
-            self_readers.add(p.pid)
-        elif main is not None and main.call in RECEIVE_CALLS:
+        if main is not None and main.tid not in own and main.call in RECEIVE_CALLS:
             receivers.add(p.pid)
         objects = [obj for t in w.threads if t.waker is Waker.OBJECTS for obj in t.on]
         if objects and all(obj.startswith("lock:") for obj in objects):
@@ -144,7 +144,6 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
         frozenset(joiners & stuck),
         tuple(sorted(detail.items())),
         frozenset(receivers),
-        frozenset(self_readers),
         frozenset(self_waits),
         frozenset(lock_takers),
     )
