@@ -361,11 +361,15 @@ class Assessor:
         if self._reader is None or not tick.logs:
             return tick
         log = self._reader.read(tick)
-        titles = {pid: self.profile.title_from_log(label) for pid, label in log.named}
+        titles = dict(self._titles_of(log))
         exits = tick.exits
         if titles:
             exits = named_exits(exits, titles, self.profile.role_of, self._root_pids)
         return replace(tick, log=log, exits=exits)
+
+    def _titles_of(self, log: LogSample) -> tuple[tuple[int, str], ...]:
+        """The titles the lines give the processes they name (``(Worker_TP1 pid=N)``: its title)."""
+        return tuple((pid, self.profile.title_from_log(label)) for pid, label in log.named)
 
     def _settle(self, tick: Tick) -> Verdict | None:
         """This tick's verdict; a stall held back while the captures it asks for are taken."""
@@ -461,18 +465,12 @@ class Assessor:
                 self.now, quiet, self.serving_clock.busy, self.policy.stall_after_s
             ),
             tick=self._tick,
-            titles=self._titles(),
+            titles=self._titles_of(self._tick.log) if self._tick is not None else (),
             # While serving every tick (a client's first request must be seen at once); before that only
             # in a quiet spell, where requests left unread by a server that never turned ready for us (its
             # first request's handler wedged the loop before our probe's 200) name who does not read them.
             connections_from_t=0.0 if self.serving else self.last_progress_t() + CONNECTIONS_QUIET_S,
         )
-
-    def _titles(self) -> tuple[tuple[int, str], ...]:
-        """The titles the latest tick's lines gave the processes they name."""
-        if self._tick is None:
-            return ()
-        return tuple((pid, self.profile.title_from_log(label)) for pid, label in self._tick.log.named)
 
     def interrupted(self, how: str = "interrupted by the user (Ctrl-C)") -> Verdict:
         """The verdict when hangwatch is stopped: before a verdict, an interruption; while serving with no
