@@ -7,6 +7,7 @@ parsers can be tested against captured /proc text.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -418,6 +419,26 @@ def maps_library(pid: int, name: str, root: Path = PROC) -> bool | None:
     except OSError:
         return None
     return f"/{name}" in text
+
+
+def parse_maps(text: str) -> list[tuple[int, int, str, int, str]]:
+    """/proc/PID/maps as (start, end, perms, file offset, path) for file-backed mappings, by address."""
+    out = []
+    for line in text.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].startswith("/"):
+            lo, _, hi = fields[0].partition("-")
+            with contextlib.suppress(ValueError):
+                out.append((int(lo, 16), int(hi, 16), fields[1], int(fields[2], 16), fields[5]))
+    out.sort()
+    return out
+
+
+def read_maps(pid: int, root: Path = PROC) -> list[tuple[int, int, str, int, str]] | None:
+    try:
+        return parse_maps((root / str(pid) / "maps").read_text(errors="replace"))
+    except OSError:
+        return None
 
 
 def parse_mapped_paths(text: str, prefix: str) -> set[str]:

@@ -6,6 +6,11 @@ group instead of being waited on. Native frames are tried first (they name the w
 extension: ``c10d::Work::wait`` under ``OpOverload.__call__``, ``cudaStreamSynchronize``) and a
 process where they fail is dumped Python-only, now and from then on.
 
+Native frames come from our own unwinder where it runs (``collect/unwind.py``: x86_64 with c++filt):
+py-spy gives the Python frames in milliseconds and the unwinder the native ones, with every library's
+tables kept across processes and rounds. Elsewhere, or where it cannot read a process, ``py-spy dump
+--native`` does both, paying its symbol loading each time.
+
 Stopped processes (state T or t) are not dumped: py-spy would ptrace-stop and resume them, and a
 stopped rank is the evidence we are looking for. After each dump the state is read again and a
 process the dump left stopped (py-spy #390, #416) is resumed with SIGCONT: the only signal hangwatch
@@ -39,6 +44,10 @@ from hangwatch.collect.kernelwaits import read_waits
 from hangwatch.collect.lockfiles import lock_files_of
 from hangwatch.collect.sockdiag import tcp_peers
 from hangwatch.collect.sockdiag import unix_peers
+from hangwatch.collect.unwind import NativeFrame
+from hangwatch.collect.unwind import NativeUnwinder
+from hangwatch.collect.unwind import UnwindError
+from hangwatch.collect.unwind import merge
 from hangwatch.errors import PTRACE_HELP
 from hangwatch.model.doctor import CacheFolder
 from hangwatch.model.samples import ENDED_STATES
@@ -62,6 +71,7 @@ NATIVE_DEADLINE_S = 5.0
 PYTHON_DEADLINE_S = 3.0
 DUMPER_NICE = -10
 MAX_PARALLEL = 32  # one dumper per process, bounded so a huge tree cannot fork-bomb the host
+UNWOUND_TRIES = 2  # our unwinder's dump again when a thread moved between its two readings
 
 _HEX = re.compile(r"^0x[0-9a-f]+$")
 _NATIVE_TRIM = re.compile(r"<[^<>]*>|\([^()]*\)")
@@ -139,8 +149,16 @@ class StackDumper:
         runner: Runner = run_dumper,
         root: Path = procfs.PROC,
         resume: Callable[[int], None] | None = None,
+        unwinder: NativeUnwinder | str | None = "auto",
     ) -> None:
         self.path = py_spy if py_spy is not None else find_py_spy()
+        if unwinder == "auto":
+            # Ours with the real py-spy; an injected runner is a test's py-spy, which answers --native
+            # itself. HANGWATCH_NATIVE_UNWINDER=py-spy keeps py-spy's own (a comparison, a workaround).
+            own = runner is run_dumper and os.environ.get("HANGWATCH_NATIVE_UNWINDER", "") != "py-spy"
+            unwinder = NativeUnwinder(root) if own else None
+        assert not isinstance(unwinder, str)
+        self._unwinder = unwinder if unwinder is not None and unwinder.unavailable is None else None
         self.engine_caches = tuple(engine_caches)
         self.native = native
         self._native_deadline = native_deadline_s
@@ -260,6 +278,64 @@ class StackDumper:
         )
 
     def _dump_once(self, base: ProcessStacks, native: bool) -> ProcessStacks:
+        if native and self._unwinder is not None:
+            ours = self._dump_unwound(base, self._unwinder)
+            if ours is not None:
+                return ours
+        return self._dump_py_spy(base, native)
+
+    def _dump_unwound(self, base: ProcessStacks, unwinder: NativeUnwinder) -> ProcessStacks | None:
+        """Python frames from py-spy, native ones from our unwinder, merged; None where the unwinder could
+        not read the process (py-spy's --native is tried then)."""
+        best: ProcessStacks | None = None
+        elapsed = 0.0
+        for _ in range(UNWOUND_TRIES):
+            tried = self._unwound_once(base, unwinder)
+            if tried is None:
+                return best
+            elapsed += tried.elapsed_s
+            if best is None or len(tried.detail or "") < len(best.detail or ""):
+                best = tried
+            if tried.detail is None:
+                break
+        return replace(best, elapsed_s=round(elapsed, 4)) if best is not None else None
+
+    def _unwound_once(self, base: ProcessStacks, unwinder: NativeUnwinder) -> ProcessStacks | None:
+        assert self.path is not None
+        grab = unwinder.start(base.pid)  # its interpreter starts while py-spy reads
+        run = self._runner([self.path, "dump", "--pid", str(base.pid), "--json"], self._python_deadline)
+        try:
+            if run.rc != 0:
+                raise UnwindError("py-spy failed")  # its own run with --native says why, as before
+            raw = decode_dump(run.stdout)
+            stacks = unwinder.unwind(base.pid, [int(t.os_thread_id) for t in raw if t.os_thread_id], grab)
+        except (ValueError, UnwindError, OSError):
+            grab.cancel()
+            return None
+        merged = []
+        unmerged = 0
+        for t in raw:
+            native = stacks.threads.get(int(t.os_thread_id or 0))
+            frames = merge(t.frames or (), native, _raw_native) if native is not None else None
+            if frames is None:
+                unmerged += 1
+                merged.append(t)
+            else:
+                merged.append(
+                    _RawThread(
+                        t.thread_id, t.os_thread_id, t.thread_name, t.active, t.owns_gil, tuple(frames)
+                    )
+                )
+        # A thread that moved between py-spy's reading and the copy (work, not a wait) merges badly: it
+        # keeps its Python frames, and the dump is tried once more.
+        detail = f"{unmerged} of {len(raw)} threads without native frames (moving)" if unmerged else None
+        threads = convert_threads(merged, self._source_line(base.pid))
+        elapsed = run.elapsed_s + stacks.elapsed_s
+        return replace(
+            base, outcome=DumpOutcome.OK, threads=threads, native=True, elapsed_s=elapsed, detail=detail
+        )
+
+    def _dump_py_spy(self, base: ProcessStacks, native: bool) -> ProcessStacks:
         assert self.path is not None
         argv = [self.path, "dump", "--pid", str(base.pid), "--json"] + (["--native"] if native else [])
         deadline = self._native_deadline if native else self._python_deadline
@@ -310,6 +386,9 @@ class _RawFrame(msgspec.Struct, frozen=True, gc=False):
     module: str | None = None
     short_filename: str | None = None
     line: int | None = None
+    # Which frame each C-level call of the eval loop begins with (3.11+): what merges native frames in.
+    is_entry: bool | None = None
+    is_shim_entry: bool | None = None
 
 
 class _RawThread(msgspec.Struct, gc=False):
@@ -330,12 +409,21 @@ def parse_dump(
     text: str, source_line: Callable[[str, int], str | None] | None = None
 ) -> tuple[ThreadStack, ...]:
     """py-spy's ``--json`` output (threads, frames leaf first) to threads with frames outermost first."""
+    return convert_threads(decode_dump(text), source_line)
+
+
+def decode_dump(text: str) -> list[_RawThread]:
     try:
-        data = _DUMP_DECODER.decode(text)
+        return _DUMP_DECODER.decode(text)
     except msgspec.ValidationError as exc:
         raise ValueError(f"expected a list of threads: {exc}") from None
     except msgspec.DecodeError as exc:
         raise ValueError(str(exc)) from None
+
+
+def convert_threads(
+    data: Sequence[_RawThread], source_line: Callable[[str, int], str | None] | None = None
+) -> tuple[ThreadStack, ...]:
     threads = []
     for item in data:
         raw = item.frames or ()
@@ -357,6 +445,11 @@ def parse_dump(
             )
         )
     return tuple(threads)
+
+
+def _raw_native(f: NativeFrame) -> _RawFrame:
+    """An unwound frame as py-spy's JSON gives a native one (an unknown function by its address)."""
+    return _RawFrame(f.name or f"0x{f.pc:x}", f.module, f.module, None, 0, True, True)
 
 
 def _convert(raw: tuple[_RawFrame, ...]) -> tuple[tuple[Frame, ...], int, str]:

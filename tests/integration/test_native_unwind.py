@@ -1,0 +1,166 @@
+"""Our native unwinder (collect/unwind.py) on real processes: the same stacks as ``py-spy dump --native``
+thread by thread, nothing left stopped or traced, and a grabber killed mid-way harms nothing.
+
+The program (tests/programs/native_waits.py) parks one thread in each common wait: a sleep, a lock, an
+event, a pipe read, a queue, a child's exit, a 300-deep recursion, a C call through ctypes, and a gloo
+``all_reduce`` whose peer never joins (frames inside libtorch). py-spy is the reference: it reads the
+same process with its own unwinder and symbol loader. Where a library carries debug information (here,
+CPython's own extension modules, built with ``-g``), py-spy also names functions the compiler inlined,
+and names the source file instead of the library: those frames are the only difference allowed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from builders import process_sample
+from hangwatch.collect import procfs
+from hangwatch.collect.stacks import StackDumper
+from hangwatch.collect.unwind import NativeUnwinder
+from hangwatch.collect.unwind import UnwindError
+from hangwatch.model.stacks import DumpOutcome
+from hangwatch.model.stacks import Frame
+from proc_helpers import free_port
+from proc_helpers import spawn
+from proc_helpers import wait_for_file
+from proc_helpers import wait_until
+
+PROGRAM = Path(__file__).resolve().parents[1] / "programs" / "native_waits.py"
+SOURCE_FILES = (".c", ".cc", ".cpp", ".cxx", ".h", ".hpp")
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(NativeUnwinder().unavailable is not None, reason="our unwinder does not run here"),
+]
+
+
+@pytest.fixture(scope="module")
+def waiting(tmp_path_factory):
+    """The program with every thread in its wait (and a gloo pair when torch is importable)."""
+    tmp = tmp_path_factory.mktemp("native-waits")
+    argv = [sys.executable, str(PROGRAM), "--ready", str(tmp / "ready"), "--heartbeat", str(tmp / "beat")]
+    try:
+        import torch  # noqa: F401
+
+        argv += ["--torch-port", str(free_port())]
+    except ImportError:
+        pass
+    with spawn(argv) as proc:
+        wait_for_file(tmp / "ready", 60)
+        yield proc.pid, tmp / "beat"
+
+
+def _comparable(ours: tuple[Frame, ...], theirs: tuple[Frame, ...]) -> tuple[list[tuple], list[tuple]]:
+    """Both stacks as (name, native, file), py-spy's frames from debug information made comparable: its
+    inlined functions dropped, its source file names not compared."""
+    names = {f.name for f in ours}
+    kept = [f for f in theirs if not (f.native and f.file.endswith(SOURCE_FILES) and f.name not in names)]
+    source = {i for i, f in enumerate(kept) if f.native and f.file.endswith(SOURCE_FILES)}
+    a = [(f.name, f.native, "" if i in source else f.file) for i, f in enumerate(ours)]
+    b = [(f.name, f.native, "" if i in source else f.file) for i, f in enumerate(kept)]
+    return a, b
+
+
+def _running(pid: int) -> None:
+    """Every thread runs on: none stopped, none traced."""
+    for tid in procfs.thread_ids(pid):
+        status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+        assert fields["TracerPid"].strip() == "0", f"thread {tid} is still traced"
+        assert not fields["State"].startswith(("t", "T")), f"thread {tid} is {fields['State']}"
+
+
+def _beats(path: Path) -> int:
+    text = path.read_text().strip() if path.exists() else ""
+    return int(text) if text.isdigit() else 0
+
+
+def test_our_native_frames_are_py_spys_thread_by_thread(waiting):
+    pid, _ = waiting
+    sample = process_sample(pid, "native_waits")
+    ours = StackDumper().dump(sample, native=True)
+    theirs = StackDumper(unwinder=None).dump(sample, native=True)
+    assert ours.outcome is DumpOutcome.OK and theirs.outcome is DumpOutcome.OK, (ours.detail, theirs.detail)
+    reference = {t.tid: t for t in theirs.threads}
+    assert ours.native and {t.tid for t in ours.threads} == set(reference)
+    by_name = {t.name: t for t in ours.threads}
+    # The main thread beats ten times a second: it may move between py-spy's reading and ours (it then
+    # keeps its Python frames, and the dump says so). Every waiting thread must merge, and match.
+    assert ours.detail is None or ours.detail.startswith("1 of"), ours.detail
+    for t in ours.threads:
+        if t.name == "MainThread":
+            continue
+        a, b = _comparable(t.frames, reference[t.tid].frames)
+        assert a == b, f"thread {t.name} ({t.tid})"
+    # What the rules read is there: the interpreter's own waits, libc's, and torch's inside a collective.
+    leaf = {name: [f.name for f in t.frames if f.native] for name, t in by_name.items()}
+    assert "time_sleep" in leaf["sleeper"] and "lock_PyThread_acquire_lock" in leaf["locker"]
+    assert "pause" in leaf["native"] and "os_read" in leaf["piper"]
+    assert sum(f.name == "deep" for f in by_name["deep"].frames) == 301
+    if "gloo" in by_name:
+        assert "c10d::Work::wait" in leaf["gloo"]
+    _running(pid)
+
+
+def test_a_second_process_and_round_reuse_what_the_first_read(waiting):
+    pid, _ = waiting
+    unwinder = NativeUnwinder()
+    tids = procfs.thread_ids(pid)
+    first = unwinder.unwind(pid, tids)
+    files = len(unwinder._files)
+    again = unwinder.unwind(pid, tids)
+    assert len(unwinder._files) == files  # no library opened twice
+    assert again.threads.keys() == first.threads.keys() and not again.missing
+    assert {t: [f.name for f in fs] for t, fs in again.threads.items()} == {
+        t: [f.name for f in fs] for t, fs in first.threads.items()
+    }
+    _running(pid)
+
+
+def test_a_grabber_killed_at_any_moment_leaves_the_process_running(waiting):
+    """Killed before, during and after it holds the threads: the kernel lets them go with their tracer,
+    and PTRACE_SEIZE left no SIGSTOP pending. The process's heartbeat goes on."""
+    pid, beat = waiting
+    tids = procfs.thread_ids(pid)
+    for deadline in (0.005, 0.02, 0.04, 0.06, 0.08, 0.12):
+        unwinder = NativeUnwinder(deadline_s=deadline)
+        try:
+            unwinder.unwind(pid, tids)
+        except UnwindError as exc:
+            assert "did not answer" in str(exc) or "exited" in str(exc)
+        wait_until(lambda: all(_tracer(pid, t) == 0 for t in procfs.thread_ids(pid)), 5, what="no tracer")
+        _running(pid)
+    before = _beats(beat)
+    wait_until(lambda: _beats(beat) > before + 2, 5, what="the heartbeat going on")
+
+
+def test_a_thread_that_ended_is_said_and_the_rest_are_read(waiting):
+    pid, _ = waiting
+    gone = max(procfs.thread_ids(pid)) + 100_000  # no such thread
+    stacks = NativeUnwinder().unwind(pid, [pid, gone])
+    assert pid in stacks.threads and stacks.missing == {gone: "the thread ended"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to run the grabber as a user who may not trace")
+def test_a_process_it_may_not_read_is_an_error_not_a_crash(tmp_path):
+    with spawn([sys.executable, "-c", "import time; time.sleep(60)"]) as proc:
+        wait_until(lambda: procfs.read_stat(proc.pid) is not None, 5, what="the child")
+
+        # The real grabber, as a user who may not trace root's processes (nobody).
+        nobody = NativeUnwinder(prefix=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+        with pytest.raises(UnwindError, match="not permitted"):
+            nobody.unwind(proc.pid, [proc.pid])
+        _running(proc.pid)
+
+
+def _tracer(pid: int, tid: int) -> int:
+    try:
+        status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+    except OSError:
+        return 0
+    line = next(x for x in status.splitlines() if x.startswith("TracerPid:"))
+    return int(line.split()[1])

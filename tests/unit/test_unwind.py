@@ -1,0 +1,187 @@
+"""The native unwinder's parts without a target: ELF reading on this machine's own libc, DWARF expressions,
+the grabber's answer, py-spy's merge rule, names, and the fallback to py-spy's own ``--native``.
+(Real processes: tests/integration/test_native_unwind.py.)"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hangwatch.collect import procfs
+from hangwatch.collect.elf import RA
+from hangwatch.collect.elf import RSP
+from hangwatch.collect.elf import ElfError
+from hangwatch.collect.elf import ElfFile
+from hangwatch.collect.elf import evaluate
+from hangwatch.collect.stacks import DumpRun
+from hangwatch.collect.stacks import StackDumper
+from hangwatch.collect.unwind import _CLONE
+from hangwatch.collect.unwind import NativeFrame
+from hangwatch.collect.unwind import NativeUnwinder
+from hangwatch.collect.unwind import UnwindError
+from hangwatch.collect.unwind import _parse_grabs
+from hangwatch.collect.unwind import merge
+from hangwatch.model.stacks import DumpOutcome
+from hangwatch.model.stacks import ProcessStacks
+
+
+def _libc_function(name: str) -> tuple[ElfFile, int]:
+    """A libc function of this very process: its file, and its address as the file numbers it."""
+    address = ctypes.cast(getattr(ctypes.CDLL(ctypes.util.find_library("c")), name), ctypes.c_void_p).value
+    assert address is not None
+    maps = procfs.read_maps(os.getpid())
+    assert maps is not None
+    start, _, _, offset, path = next(m for m in maps if m[0] <= address < m[1])
+    elf = ElfFile(Path(path))
+    bias = elf.bias_for(offset, start)
+    assert bias is not None
+    return elf, address - bias
+
+
+@pytest.mark.skipif(NativeUnwinder().unavailable is not None, reason="x86_64 with c++filt only")
+def test_libcs_own_tables_give_a_functions_start_its_row_and_its_name():
+    elf, getpid = _libc_function("getpid")
+    assert elf.can_unwind
+    row = elf.row_at(getpid)
+    assert row is not None and row.start == getpid
+    # At a function's first instruction the caller's return address is at the stack pointer.
+    assert row.cfa_reg == RSP and row.cfa_offset == 8 and dict(row.rules)[RA].kind == "offset"
+    assert elf.names_for({getpid}) == {getpid: "getpid"}
+    # Aliases of one address: the name a person calls it, not the internal one.
+    _, select = _libc_function("select")
+    assert elf.names_for({select})[select] == "select"
+    assert elf.names_for({getpid + 1}) == {getpid + 1: None}  # no function starts there
+
+
+def test_a_file_that_is_not_elf64_is_refused(tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("not a library at all, but long enough to have a header's worth of bytes in it\n")
+    with pytest.raises(ElfError, match="not a little-endian 64-bit ELF"):
+        ElfFile(text)
+    with pytest.raises(ElfError, match="too short"):
+        (tmp_path / "tiny").write_bytes(b"\x7fELF")
+        ElfFile(tmp_path / "tiny")
+
+
+def test_a_plt_stubs_cfa_expression_is_evaluated():
+    # DW_OP_breg7 8; DW_OP_breg16 0; DW_OP_lit15; DW_OP_and; DW_OP_lit11; DW_OP_ge; DW_OP_lit3; DW_OP_shl;
+    # DW_OP_plus: the CFA of a PLT entry is rsp+8, plus 8 once past its push (rip & 15 >= 11).
+    plt = bytes([0x77, 8, 0x80, 0, 0x3F, 0x1A, 0x3B, 0x2A, 0x33, 0x24, 0x22])
+    assert evaluate(plt, {RSP: 0x1000, RA: 0x4010}, lambda a: 0) == 0x1008
+    assert evaluate(plt, {RSP: 0x1000, RA: 0x401B}, lambda a: 0) == 0x1010
+    # DW_OP_breg7 0; DW_OP_deref: a value read from memory.
+    assert evaluate(bytes([0x77, 0, 0x06]), {RSP: 0x2000}, {0x2000: 77}.__getitem__) == 77
+    with pytest.raises(ElfError, match="DWARF operation"):
+        evaluate(bytes([0x96]), {}, lambda a: 0)
+
+
+def test_the_grabbers_answer_is_read_thread_by_thread():
+    regs = tuple(range(27))
+    ok = struct.pack("<iiQI", 11, 0, 0x7000, 4) + struct.pack("<27Q", *regs) + b"abcd"
+    gone = struct.pack("<iiQI", 12, 1, 0, 0)
+    late = struct.pack("<iiQI", 13, 3, 0, 0)
+    grabs, missing = _parse_grabs(ok + gone + late)
+    [g] = grabs
+    assert (g.tid, g.regs, g.start, g.stack) == (11, regs, 0x7000, b"abcd")
+    assert missing == {12: "the thread ended", 13: "did not stop in time"}
+    cut = struct.pack("<iiQI", 14, 0, 0x7000, 4096) + struct.pack("<27Q", *regs) + b"ab"
+    assert _parse_grabs(cut) == ([], {14: "the grabber's answer was cut short"})
+
+
+@dataclass(frozen=True)
+class _Py:
+    name: str
+    is_entry: bool = False
+    is_shim_entry: bool = False
+
+
+def _native(name: str | None, interpreter: bool = False, module: str = "/usr/lib/libx.so") -> NativeFrame:
+    return NativeFrame(0x1000, module, name, interpreter)
+
+
+def _names(frames: list | None) -> list[str] | None:
+    return None if frames is None else [f.name for f in frames]
+
+
+def test_each_eval_loop_call_is_replaced_by_the_python_frames_it_runs():
+    python = [_Py("leaf", is_entry=True), _Py("middle"), _Py("outer", is_entry=True)]
+    native = [
+        _native("pthread_cond_wait", module="/lib/libc.so.6"),
+        _native("c10d::Work::wait"),
+        _native("cfunction_vectorcall_FASTCALL", True),  # the interpreter's glue: dropped
+        _native("_PyEval_EvalFrameDefault", True),
+        _native("_PyEval_Vector", True),
+        _native("_PyEval_EvalFrameDefault.cold", True),  # a compiler's clone of the eval loop
+        _native("Py_BytesMain", True),
+        _native("__libc_start_main", module="/lib/libc.so.6"),  # the process's start: dropped
+        _native("_start", True),
+    ]
+    merged = merge(python, native, lambda f: _Py(f.name or "??"))
+    assert _names(merged) == ["pthread_cond_wait", "c10d::Work::wait", "leaf", "middle", "outer"]
+
+
+def test_the_interpreters_own_waits_are_kept():
+    python = [_Py("worker", is_entry=True)]
+    native = [
+        _native("futex_wait", module="/lib/libc.so.6"),
+        _native("lock_PyThread_acquire_lock", True),
+        _native("time_sleep", True),
+        _native("_PyEval_EvalFrameDefault", True),
+    ]
+    merged = merge(python, native, lambda f: _Py(f.name or "??"))
+    assert _names(merged) == ["futex_wait", "lock_PyThread_acquire_lock", "time_sleep", "worker"]
+
+
+def test_stacks_that_disagree_are_not_merged_and_a_short_unwinding_keeps_the_python_frames():
+    python = [_Py("a", is_entry=True), _Py("b", is_entry=True), _Py("c", is_entry=True)]
+    eval_frame = _native("_PyEval_EvalFrameDefault", True)
+    make = lambda f: _Py(f.name or "??")  # noqa: E731
+    assert merge(python, [eval_frame], make) is None  # one eval call for three entry frames: it moved
+    assert _names(merge(python, [eval_frame] * 4, make)) == ["a", "b", "c"]  # one more: py-spy lets it go
+    # The unwinding stopped before any eval loop (a library without unwind tables): Python frames below.
+    assert _names(merge(python, [_native("memcpy")], make)) == ["memcpy", "a", "b", "c"]
+
+
+def test_a_functions_clones_carry_its_name():
+    for clone, name in [
+        ("select_select_impl.constprop.0", "select_select_impl"),
+        ("encoder_listencode_obj.isra.0", "encoder_listencode_obj"),
+        ("f.part.3.cold", "f"),
+        ("c10d::Foo::bar() [clone .cold]", "c10d::Foo::bar()"),
+    ]:
+        assert _CLONE.sub("", clone) == name
+    assert _CLONE.sub("", "decimal.Context") == "decimal.Context"
+
+
+def test_another_architecture_or_no_demangler_is_said():
+    assert "x86_64 only" in str(NativeUnwinder(machine="aarch64", cxxfilt="/usr/bin/c++filt").unavailable)
+    assert "c++filt" in str(NativeUnwinder(machine="x86_64", cxxfilt="").unavailable)
+    assert NativeUnwinder(machine="x86_64", cxxfilt="/usr/bin/c++filt").unavailable is None
+
+
+class _Refusing(NativeUnwinder):
+    def unwind(self, pid, tids, grab=None):
+        if grab is not None:
+            grab.cancel()
+        raise UnwindError("not permitted")
+
+
+def test_a_process_our_unwinder_cannot_read_is_dumped_by_py_spy_native():
+    calls: list[list[str]] = []
+    frames = '[{"thread_id": 1, "os_thread_id": 1, "active": false, "frames": [{"name": "f", "filename": "/x.py", "line": 3}]}]'
+
+    def runner(argv: list[str], deadline: float) -> DumpRun:
+        calls.append(argv)
+        return DumpRun(0, frames, "", 0.01)
+
+    dumper = StackDumper("py-spy", runner=runner, unwinder=_Refusing(machine="x86_64", cxxfilt="c++filt"))
+    result = dumper._dump_once(ProcessStacks(1, "p", None, None, DumpOutcome.OK), True)
+    assert result.outcome is DumpOutcome.OK and result.native
+    assert [a[-1] for a in calls] == ["--json", "--native"]  # ours first, then py-spy's own
+    assert [f.name for f in result.threads[0].frames] == ["f"]
