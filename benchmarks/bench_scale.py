@@ -9,8 +9,9 @@ Rows measured here, from synthetic data built out of the real captured fixtures 
 * merge + classify those 10,000 ranks (``stack_context``, ``classify``, ``build_tree``);
 * decode 1,000 node bundles of 10 ranks (``codec.decode`` of each bundle's text, as the controller does);
 * merge + rules + tree over those 10,000 ranks across nodes (``analyse.nodes.analyse``);
-* the collector alone on this machine (``nodes.collector.collect``, full mode, one round) over four
-  Python processes, with and without native frames: the part of ``stacks --hosts`` that runs on each node.
+* the collector alone on this machine (``nodes.collector.collect``, full mode, one round) over a torch
+  job's two ranks (one in a gloo ``all_reduce``; four plain Python processes without torch), with native
+  frames from our unwinder, from py-spy's own, and without: the part of ``stacks --hosts`` on each node.
 
 Rows that need real nodes (``stacks --hosts`` end to end, the fan-out to 1,000 nodes) print what is
 measured here and say that the rest is ``benchmarks/bench_nodes.py``'s (root, emulated nodes); the
@@ -28,9 +29,11 @@ import gc
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -263,35 +266,55 @@ def analyse_nodes(results: list[NodeResult]) -> int:
 
 # -- the collector on this machine ---------------------------------------------------------------------
 def collector_figures(rounds: int) -> dict[str, Figure] | str:
+    """The collector's own time over a real torch job's ranks (tests/programs/native_waits.py: rank 0 with
+    ten threads, one in a gloo all_reduce, rank 1 in the group), or over four plain Python processes where
+    torch is missing: native frames from our unwinder, from py-spy's own, and none."""
     from hangwatch.collect.stacks import find_py_spy
     from hangwatch.nodes.collector import CollectOptions
     from hangwatch.nodes.collector import collect
 
     if find_py_spy() is None:
         return "py-spy is not installed"
-    procs = [
-        subprocess.Popen([sys.executable, "-c", "import threading; threading.Event().wait()"])
-        for _ in range(4)
-    ]
+    tmp = Path(tempfile.mkdtemp(prefix="hangwatch-bench-"))
     try:
+        import torch  # noqa: F401
+
+        program = REPO / "tests" / "programs" / "native_waits.py"
+        argv = [str(program), "--ready", str(tmp / "ready"), "--heartbeat", str(tmp / "beat")]
+        procs = [subprocess.Popen([sys.executable, *argv, "--torch-port", "29677"], start_new_session=True)]
+    except ImportError:
+        code = "import threading; threading.Event().wait()"
+        procs = [subprocess.Popen([sys.executable, "-c", code], start_new_session=True) for _ in range(4)]
+        (tmp / "ready").touch()
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp / "ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
         time.sleep(0.5)
         out = {}
-        for native in (True, False):
+        ways = (("native", True, ""), ("py-spy", True, "py-spy"), ("python", False, ""))
+        for key, native, unwinder in ways:
+            os.environ["HANGWATCH_NATIVE_UNWINDER"] = unwinder  # read as each collector's dumper is made
             options = CollectOptions(
                 pids=tuple(p.pid for p in procs), mode=CollectMode.FULL, samples=1, native=native, probe=False
             )
             values = []
             for _ in range(rounds):
                 bundle = collect(options)
-                if any(p.outcome is not DumpOutcome.OK for s in bundle.stacks for p in s.processes):
+                # The job's `sleep` child is no Python process: not a failure.
+                ok = (DumpOutcome.OK, DumpOutcome.NOT_PYTHON)
+                if any(p.outcome not in ok for s in bundle.stacks for p in s.processes):
                     return "py-spy could not dump the processes here (ptrace permission?)"
                 values.append(bundle.clock.duration_s)
-            out["native" if native else "python"] = Figure(values)
+            out[key] = Figure(values)
         return out
     finally:
+        os.environ.pop("HANGWATCH_NATIVE_UNWINDER", None)
         for p in procs:
-            p.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, 9)
             p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def row(what: str, figure: str, goal: str) -> None:
@@ -340,7 +363,9 @@ def main() -> int:
         what = f"stacks --hosts over 3 nodes{flag}"
         row(what, NOT_HERE, goal_e2e)
         if isinstance(collector, dict):
-            row("  its collector here, 4 processes, 1 round", collector[key].text(), "(part of the above)")
+            row("  its collector here, a torch job, 1 round", collector[key].text(), "(part of the above)")
+            if native:
+                row("  the same with py-spy's own --native unwinding", collector["py-spy"].text(), "(before)")
         elif collector is not None:
             row("  its collector here", f"not measured: {collector}", "(part of the above)")
     controller = decode.median + across.median

@@ -27,6 +27,7 @@ from hangwatch.analyse.progress import progress_signals
 from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackrules import classify
 from hangwatch.analyse.stackwaits import OUR_WAKES_PER_CAPTURE
+from hangwatch.analyse.stackwaits import OUR_WAKES_PER_STOP
 from hangwatch.analyse.stackwaits import RETRY_WAKES
 from hangwatch.analyse.stackwaits import process_views
 from hangwatch.analyse.stackwatch import StackHistory
@@ -179,14 +180,16 @@ def peer_thread() -> ThreadStack:
     return ThreadStack(PEER, "MainThread", False, False, frames)
 
 
-def lock_samples(wakes_per_capture: int) -> list[StackSample]:
+def lock_samples(wakes_per_capture: int, stops_per_capture: int | None = None) -> list[StackSample]:
+    """``stops_per_capture``: what the collector counted of its own stops (None: not counted)."""
     out = []
     for i, t in enumerate((3.0, 5.0, 7.0)):
         sleeping = ThreadWait(POLLER, "clock_nanosleep", Waker.TIMEOUT, wakeups=100 + i * wakes_per_capture)
         waiting = ThreadWait(PEER, "futex", Waker.ITSELF, wakeups=7)
+        stops = None if stops_per_capture is None else i * stops_per_capture
         poller = ProcessStacks(
             POLLER, "rank1", None, "1", DumpOutcome.OK, (poller_thread(),), "S", 1.0, world_size=2,
-            kernel=ProcessWaits(POLLER, (sleeping,)),
+            kernel=ProcessWaits(POLLER, (sleeping,), our_stops=stops),
         )  # fmt: skip
         peer = ProcessStacks(
             PEER, "rank0", None, "0", DumpOutcome.OK, (peer_thread(),), "S", 1.0, world_size=2,
@@ -213,6 +216,15 @@ def test_a_rank_parked_in_one_long_sleep_is_still_a_closed_wait():
     assert process_views(lock_samples(OUR_WAKES_PER_CAPTURE + RETRY_WAKES // 2))[0].retrying
     d = classify(stack_context(lock_samples(0)))
     assert d.cause is Cause.COLLECTIVE_WAIT and d.culprits == (POLLER,) and d.closed, d
+
+
+def test_our_own_stops_as_the_collector_counted_them_are_not_a_poll():
+    # Our unwinder stops a process twice a capture (py-spy's run, then the copy): +4 wakes a capture. As
+    # counted, that is us, not a poll; the one-stop guess of an older collector's bundle would call it one.
+    assert not process_views(lock_samples(2 * OUR_WAKES_PER_STOP, stops_per_capture=2))[0].retrying
+    assert process_views(lock_samples(2 * OUR_WAKES_PER_STOP))[0].retrying
+    # Woken more than our stops account for: a poll still.
+    assert process_views(lock_samples(2 * OUR_WAKES_PER_STOP + RETRY_WAKES, stops_per_capture=2))[0].retrying
 
 
 # GPU work is progress whatever the host does: tensor-core GEMMs on a side stream while the host polls

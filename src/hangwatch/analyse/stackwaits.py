@@ -448,7 +448,8 @@ def process_views(
     for key in histories:
         by_pid.setdefault(key[0], []).append(key)
     first_cpu: dict[int, tuple[float, float]] = {}
-    main_kernel: dict[int, list[ThreadWait | None]] = {}  # the kernel's wait of each main thread, per capture
+    # The kernel's wait of each main thread, per capture, with how often our dumps had stopped it by then.
+    main_kernel: dict[int, list[tuple[ThreadWait | None, int | None]]] = {}
     for sample in samples:
         for p in sample.processes:
             if p.cpu_s is not None and p.pid not in first_cpu:
@@ -478,7 +479,7 @@ def process_views(
             and cpu is not None
             and cpu < CPU_BUSY_CORES
             and len(main_kernel[p.pid]) >= 2
-            and all(w is not None and w.call in RECEIVE_CALLS for w in main_kernel[p.pid])
+            and all(w is not None and w.call in RECEIVE_CALLS for w, _ in main_kernel[p.pid])
         )
         views.append(
             ProcessView(
@@ -509,24 +510,32 @@ def process_views(
 # two more runs on the count (measured 2026-12-04 on the gloo programs, native and Python-only dumps
 # alike: +2 a capture, once +3, for threads parked in a sleep, a futex and an epoll_wait).
 RETRY_WAKES = 4
+OUR_WAKES_PER_STOP = 2
+# Where the collector did not count its stops (an older collector's bundle): one py-spy run a capture.
 OUR_WAKES_PER_CAPTURE = 2
 
 
-def _retries(waits: Sequence[ThreadWait | None]) -> bool:
+def _retries(waits: Sequence[tuple[ThreadWait | None, int | None]]) -> bool:
     """The main thread in a wait that ends by itself at some capture, and woken again and again between
-    the captures (its schedstat count rising past what our own dumps cause), as the kernel shows it."""
-    read = [w for w in waits if w is not None and w.wakeups is not None]
-    if len(read) < 2 or not any(w.waker is Waker.TIMEOUT for w in read):
+    the captures (its schedstat count rising past what our own dumps cause), as the kernel shows it.
+    ``waits``: per capture, the main thread's wait and how often our dumps had stopped it before."""
+    read = [(w, stops) for w, stops in waits if w is not None and w.wakeups is not None]
+    if len(read) < 2 or not any(w.waker is Waker.TIMEOUT for w, _ in read):
         return False
-    wakeups = [w.wakeups for w in read if w.wakeups is not None]
-    ours = OUR_WAKES_PER_CAPTURE * (len(wakeups) - 1)
-    return wakeups[-1] - wakeups[0] - ours >= RETRY_WAKES
+    (first, first_stops), (last, last_stops) = read[0], read[-1]
+    assert first.wakeups is not None and last.wakeups is not None
+    if first_stops is not None and last_stops is not None:
+        # Our dumps' own stops in between, counted by the collector: py-spy's run, and our unwinder's copy.
+        ours = OUR_WAKES_PER_STOP * (last_stops - first_stops)
+    else:
+        ours = OUR_WAKES_PER_CAPTURE * (len(read) - 1)
+    return last.wakeups - first.wakeups - ours >= RETRY_WAKES
 
 
-def _main_wait(p: ProcessStacks) -> ThreadWait | None:
+def _main_wait(p: ProcessStacks) -> tuple[ThreadWait | None, int | None]:
     if p.kernel is None:
-        return None
-    return next((t for t in p.kernel.threads if t.tid == p.pid), None)
+        return None, None
+    return next((t for t in p.kernel.threads if t.tid == p.pid), None), p.kernel.our_stops
 
 
 def _burners_in_place(

@@ -167,6 +167,7 @@ class StackDumper:
         self._root = root
         self._resume = resume or _sigcont
         self._python_only: set[ProcessId] = set()  # identities where --native failed once
+        self._stops: dict[ProcessId, int] = {}  # how often our dumps stopped each process, so far
         self._sources: dict[str, list[str] | None] = {}
 
     @property
@@ -244,6 +245,8 @@ class StackDumper:
             )
         # Before the dump: py-spy interrupts the threads' system calls while it reads them.
         kernel = read_waits(p.pid, self._root)
+        if kernel is not None:
+            kernel = replace(kernel, our_stops=self._stops.get(before.identity, 0))
         if self.path is None:
             return replace(
                 base,
@@ -265,7 +268,9 @@ class StackDumper:
                 fallback,
                 detail=note if fallback.outcome is DumpOutcome.OK else fallback.detail,
                 elapsed_s=result.elapsed_s + fallback.elapsed_s,
+                stops=result.stops + fallback.stops,
             )
+        self._stops[before.identity] = self._stops.get(before.identity, 0) + result.stops
         after = procfs.read_stat(p.pid, self._root)
         resumed = False
         if after is not None and after.state == ProcState.STOPPED:
@@ -289,16 +294,18 @@ class StackDumper:
         not read the process (py-spy's --native is tried then)."""
         best: ProcessStacks | None = None
         elapsed = 0.0
+        stops = 0
         for _ in range(UNWOUND_TRIES):
             tried = self._unwound_once(base, unwinder)
             if tried is None:
-                return best
+                break
             elapsed += tried.elapsed_s
+            stops += tried.stops
             if best is None or len(tried.detail or "") < len(best.detail or ""):
                 best = tried
             if tried.detail is None:
                 break
-        return replace(best, elapsed_s=round(elapsed, 4)) if best is not None else None
+        return replace(best, elapsed_s=round(elapsed, 4), stops=stops) if best is not None else None
 
     def _unwound_once(self, base: ProcessStacks, unwinder: NativeUnwinder) -> ProcessStacks | None:
         assert self.path is not None
@@ -331,8 +338,15 @@ class StackDumper:
         detail = f"{unmerged} of {len(raw)} threads without native frames (moving)" if unmerged else None
         threads = convert_threads(merged, self._source_line(base.pid))
         elapsed = run.elapsed_s + stacks.elapsed_s
+        # py-spy's run stopped the threads once, and the copy once more.
         return replace(
-            base, outcome=DumpOutcome.OK, threads=threads, native=True, elapsed_s=elapsed, detail=detail
+            base,
+            outcome=DumpOutcome.OK,
+            threads=threads,
+            native=True,
+            elapsed_s=elapsed,
+            detail=detail,
+            stops=2 if stacks.threads else 1,
         )
 
     def _dump_py_spy(self, base: ProcessStacks, native: bool) -> ProcessStacks:
@@ -355,8 +369,9 @@ class StackDumper:
         try:
             threads = parse_dump(run.stdout, self._source_line(base.pid))
         except ValueError as exc:
-            return replace(base, outcome=DumpOutcome.FAILED, detail=f"unreadable py-spy output: {exc}")
-        return replace(base, outcome=DumpOutcome.OK, threads=threads, native=native)
+            detail = f"unreadable py-spy output: {exc}"
+            return replace(base, outcome=DumpOutcome.FAILED, detail=detail, stops=1)
+        return replace(base, outcome=DumpOutcome.OK, threads=threads, native=native, stops=1)
 
     def _source_line(self, pid: int) -> Callable[[str, int], str | None]:
         """Source lines as the target sees them (through /proc/PID/root, for containers)."""

@@ -60,6 +60,10 @@ class ProcessWaits:
     # a process polling for a file lock (a non-blocking try, then a sleep) shows no lock wait in the
     # kernel, only the file it keeps trying; whoever holds that file's lock is whom it waits for.
     files: tuple[str, ...] = ()
+    # How many times hangwatch's own dumps had stopped this process's threads before this reading (None:
+    # not counted, as in an older collector's bundle). Each stop puts every waiting thread on a CPU twice,
+    # which a thread's wakeup count must not be mistaken for.
+    our_stops: int | None = None
 
     def untimed(self) -> bool:
         """Every thread waits for someone else to act: none runs, none ends its wait by itself."""

@@ -207,6 +207,7 @@ class ProcessStacks:
     detail: str | None = None  # why it failed, and how to fix it
     resumed: bool = False  # the dump left it stopped, and hangwatch sent SIGCONT
     kernel: ProcessWaits | None = None  # where each thread waits in the kernel, read just before the dump
+    stops: int = 0  # times this dump stopped the process's threads (py-spy's run, our unwinder's copy)
 
     @property
     def main_thread(self) -> ThreadStack | None:
