@@ -208,6 +208,9 @@ def serve_requests(
     controller's read never waits on a line that will not come.
     """
     follow = LogFollow()
+    # One dumper for the session: our unwinder's libraries read once for every round, and its count of
+    # its own stops (what a wait's wakeups are judged net of) carried from round to round.
+    dumper: StackDumper | None = None
     for line in requests:
         word = line.strip()
         if not word:
@@ -218,9 +221,11 @@ def serve_requests(
         elif word == "census":
             bundle = collect(replace(options, mode=CollectMode.CENSUS), gpu=gpu, follow=follow)
         else:
+            dumper = dumper or StackDumper(native=options.native, engine_caches=registry.cache_folders())
             bundle = collect(
                 replace(options, mode=CollectMode.FULL, samples=1, native=word == "full-native", log_lines=0),
                 gpu=gpu,
+                dumper=dumper,
             )
         # The process was running before the request was sent: its age says nothing of when it read.
         bundle = replace(bundle, clock=replace(bundle.clock, since_exec_s=0.0))
