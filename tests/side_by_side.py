@@ -1,4 +1,4 @@
-"""Run the cases of a parametrized family side by side, each still its own test (imported as ``side_by_side``).
+"""Run the cases of a parametrized family side by side, each still its own test (``import side_by_side``).
 
 A family whose cases each wait out the same stall window costs N windows one after another; started
 together they cost about one. A module-scoped fixture calls :func:`run_family` once for the cases pytest
@@ -37,15 +37,14 @@ def own_state(folder: Path) -> dict[str, str]:
 
 
 def run_family(
-    tmp_path_factory: pytest.TempPathFactory,
-    keys: list[K],
-    run_case: Callable[[K, Path], R],
-    workers: int | None = None,
+    tmp_path_factory: pytest.TempPathFactory, keys: list[K], run_case: Callable[[K, Path], R]
 ) -> dict[K, R | Exception]:
-    """``run_case(key, folder)`` for every key at once (``workers`` at most), each in a fresh folder.
+    """``run_case(key, folder)`` for every key at once, each in a thread and a fresh folder of its own.
 
     A case that raises (a hangwatch that never ended, a program that never got ready) keeps its exception
-    for its own test to raise: one case's failure is never another's.
+    for its own test to raise: one case's failure is never another's. Threads cannot be stopped: on Ctrl-C
+    (or SIGTERM, which conftest turns into it) the cases in flight end by themselves, each within its own
+    hangwatch's timeout, and each reaps its own tree as it would in a test of its own.
     """
 
     def one(key: K, folder: Path) -> R | Exception:
@@ -55,7 +54,7 @@ def run_family(
             return exc
 
     folders = {key: tmp_path_factory.mktemp(str(key)) for key in keys}
-    with ThreadPoolExecutor(max_workers=workers or max(len(keys), 1)) as pool:
+    with ThreadPoolExecutor(max_workers=max(len(keys), 1)) as pool:
         futures = {key: pool.submit(one, key, folders[key]) for key in keys}
         return {key: future.result() for key, future in futures.items()}
 
