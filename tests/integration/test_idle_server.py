@@ -16,9 +16,12 @@ from pathlib import Path
 
 import pytest
 
+import side_by_side
 from hwrun import PROGRAMS
+from hwrun import Outcome
 from hwrun import assert_all_gone
 from hwrun import program
+from hwrun import run_hangwatch
 from proc_helpers import free_port
 from proc_helpers import spawn
 from proc_helpers import wait_for_file
@@ -26,13 +29,31 @@ from proc_helpers import wait_for_file
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.mark.parametrize("kind", ["http", "asyncio", "accept", "workers"])
-def test_an_idle_server_with_no_readiness_rule_is_ready_not_stalled(hw, tmp_path, kind):
+def _idle_server(kind: str, folder: Path) -> tuple[int, Outcome]:
     port = free_port()
-    out = hw(
-        "run", "--quiet", "--no-doctor", "--until-ready", "--stall-after", "10", "--",
-        *program("idle_server", "--kind", kind, "--port", str(port)),
+    return port, run_hangwatch(
+        ["run", "--quiet", "--no-doctor", "--until-ready", "--stall-after", "10", "--",
+         *program("idle_server", "--kind", kind, "--port", str(port))],
+        folder,
+        env=side_by_side.own_state(folder),
     )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def idle_servers(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[int, Outcome] | Exception]:
+    """The idle servers side by side: each is watched until it is called ready, about 12 s, the same for
+    every kind; idle, they load the machine no more together than alone."""
+    kinds = side_by_side.selected(
+        request, "test_an_idle_server_with_no_readiness_rule_is_ready_not_stalled", "kind"
+    )
+    return side_by_side.run_family(tmp_path_factory, kinds, _idle_server)
+
+
+@pytest.mark.parametrize("kind", ["http", "asyncio", "accept", "workers"])
+def test_an_idle_server_with_no_readiness_rule_is_ready_not_stalled(idle_servers, kind):
+    port, out = side_by_side.outcome(idle_servers, kind)
     v = out.verdict
     assert (v["state"], v["cause"]) == ("ready", "idle"), v
     assert v["decided_by"][:2] == ["ready:idle-server", "stacks:idle-server"], v
@@ -75,13 +96,31 @@ def test_a_torchrun_job_hung_in_a_collective_is_stalled_though_its_store_listens
     assert_all_gone(out.report)
 
 
+def _gloo_job(waiters: str, folder: Path) -> Outcome:
+    return run_hangwatch(
+        ["run", "--quiet", "--no-doctor", "--stall-after", "20", "--",
+         *program("gloo_missing_collective", "--waiters-in", waiters, "--ready-file", str(folder / "r"))],
+        folder,
+        env=side_by_side.own_state(folder),
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gloo_jobs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Outcome | Exception]:
+    """Both gloo jobs side by side: each waits out the same 20 s window, its ranks asleep in a wait."""
+    pytest.importorskip(
+        "torch.distributed", reason="the gloo programs need torch (pip install torch==2.13.0)"
+    )
+    waiters = side_by_side.selected(request, "test_a_gloo_job_hanging_is_stalled_not_idle", "waiters")
+    return side_by_side.run_family(tmp_path_factory, waiters, _gloo_job)
+
+
 @pytest.mark.torch
 @pytest.mark.parametrize("waiters", ["all_reduce", "store"])
-def test_a_gloo_job_hanging_is_stalled_not_idle(hw, tmp_path, waiters):
-    out = hw(
-        "run", "--quiet", "--no-doctor", "--stall-after", "20", "--",
-        *program("gloo_missing_collective", "--waiters-in", waiters, "--ready-file", str(tmp_path / "r")),
-    )  # fmt: skip
+def test_a_gloo_job_hanging_is_stalled_not_idle(gloo_jobs, waiters):
+    out = side_by_side.outcome(gloo_jobs, waiters)
     v = out.verdict
     assert v["state"] == "stalled" and v["cause"] in ("collective-wait", "rendezvous-wait"), v
     assert "stacks:idle-server" not in v["decided_by"] and "idle" not in v["summary"], v

@@ -15,15 +15,18 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import side_by_side
+from hwrun import Outcome
 from hwrun import assert_all_gone
 from hwrun import hangwatch_argv
 from hwrun import program
+from hwrun import run_hangwatch
 from proc_helpers import free_port
 from proc_helpers import kill_tree
 from proc_helpers import spawn
@@ -161,13 +164,19 @@ def test_attach_sees_clients_waiting_and_sends_nothing_of_its_own(hw, tmp_path):
     assert sys.executable  # the CLI ran under this interpreter
 
 
-def _wedged_alone(hw: Callable[..., Any], port: int, server: list[str]) -> dict[str, Any]:
-    """``hangwatch run`` on a one-process server that wedges on hangwatch's own request: stalled while
-    serving, the server alone named, nothing left behind. The verdict, for the caller's own checks."""
-    out = hw(
-        "run", "--quiet", "--engine", "vllm", "--stall-after", str(STALL),
-        "--ready-url", f"http://127.0.0.1:{port}/health", "--", *server,
+def _run_wedged(port: int, server: list[str], folder: Path) -> Outcome:
+    """``hangwatch run`` on a one-process server that wedges on hangwatch's own request."""
+    return run_hangwatch(
+        ["run", "--quiet", "--engine", "vllm", "--stall-after", str(STALL),
+         "--ready-url", f"http://127.0.0.1:{port}/health", "--", *server],
+        folder,
+        env=side_by_side.own_state(folder),
     )  # fmt: skip
+
+
+def _wedged_alone(out: Outcome) -> dict[str, Any]:
+    """Stalled while serving, the server alone named, nothing left behind. The verdict, for the caller's
+    own checks."""
     v = out.verdict
     assert out.rc == 3, v
     assert v["state"] == "stalled" and v["summary"].startswith("stalled while serving"), v
@@ -177,24 +186,55 @@ def _wedged_alone(hw: Callable[..., Any], port: int, server: list[str]) -> dict[
     return dict(v)
 
 
+def _loop_blocked(how: str, folder: Path) -> Outcome:
+    port = free_port()
+    return _run_wedged(port, _stub(port, "--block-loop-after", "0", "--block-how", how), folder)
+
+
+def _handler_wedged(wedge: str, folder: Path) -> Outcome:
+    port = free_port()
+    return _run_wedged(port, program("threaded_server", "--port", str(port), "--wedge", wedge), folder)
+
+
+@pytest.fixture(scope="module")
+def loops_blocked(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Outcome | Exception]:
+    """The blocked loops side by side: each server is watched to ready, then for the 8 s window, about 17 s
+    each one after another. Nothing here measures time; the spinning one only loads the others' watchers."""
+    hows = side_by_side.selected(
+        request, "test_a_server_whose_loop_is_blocked_is_named_by_the_requests_it_leaves_unread", "how"
+    )
+    return side_by_side.run_family(tmp_path_factory, hows, _loop_blocked)
+
+
+@pytest.fixture(scope="module")
+def handlers_wedged(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Outcome | Exception]:
+    """The thread-per-request servers side by side, as ``loops_blocked``."""
+    wedges = side_by_side.selected(
+        request, "test_a_thread_per_request_server_is_named_by_the_handler_that_never_returns", "wedge"
+    )
+    return side_by_side.run_family(tmp_path_factory, wedges, _handler_wedged)
+
+
 @pytest.mark.parametrize("how", ["pipe", "event", "spin"])
-def test_a_server_whose_loop_is_blocked_is_named_by_the_requests_it_leaves_unread(hw, tmp_path, how):
+def test_a_server_whose_loop_is_blocked_is_named_by_the_requests_it_leaves_unread(loops_blocked, how):
     """The handler of hangwatch's own request blocks the loop: in a bare read of a pipe (its frames look
     like a receive), an Event, or a spin. The probes and requests that follow sit unread in the kernel's
     queues, which names the server as the one not reading, whatever it is parked in."""
-    port = free_port()
-    v = _wedged_alone(hw, port, _stub(port, "--block-loop-after", "0", "--block-how", how))
+    v = _wedged_alone(side_by_side.outcome(loops_blocked, how))
     assert "unread in the kernel" in v["summary"], v
 
 
 @pytest.mark.parametrize("wedge", ["event", "lock", "spin"])
-def test_a_thread_per_request_server_is_named_by_the_handler_that_never_returns(hw, wedge):
+def test_a_thread_per_request_server_is_named_by_the_handler_that_never_returns(handlers_wedged, wedge):
     """http.server's ThreadingHTTPServer: the completion handler's thread waits on an Event nobody sets,
     on a lock a background thread holds forever, or spins, while the main thread keeps accepting and
     /health stays 200. Beside them a housekeeping thread on a timer and a pool's idle worker, which are
     no wedge. The requests are in the handler's thread: its process is the culprit, that thread the
     place."""
-    port = free_port()
-    v = _wedged_alone(hw, port, program("threaded_server", "--port", str(port), "--wedge", wedge))
+    v = _wedged_alone(side_by_side.outcome(handlers_wedged, wedge))
     assert "process_request_thread) is " + ("spinning" if wedge == "spin" else "stuck") in v["summary"], v
     assert "_wedge" in v["summary"] and "pool_0" not in v["summary"] and "housekeeping" not in v["summary"], v
