@@ -153,9 +153,11 @@ class StackDumper:
     ) -> None:
         self.path = py_spy if py_spy is not None else find_py_spy()
         if unwinder == "auto":
-            # Ours with the real py-spy; an injected runner is a test's py-spy, which answers --native
-            # itself. HANGWATCH_NATIVE_UNWINDER=py-spy keeps py-spy's own (a comparison, a workaround).
-            own = runner is run_dumper and os.environ.get("HANGWATCH_NATIVE_UNWINDER", "") != "py-spy"
+            # Ours with the real py-spy on this machine's /proc; an injected runner or root is a test's
+            # stand-in, whose py-spy answers --native itself. HANGWATCH_NATIVE_UNWINDER=py-spy keeps
+            # py-spy's own (a comparison, a workaround).
+            own = runner is run_dumper and root == procfs.PROC
+            own = own and os.environ.get("HANGWATCH_NATIVE_UNWINDER", "") != "py-spy"
             unwinder = NativeUnwinder(root) if own else None
         assert not isinstance(unwinder, str)
         self._unwinder = unwinder if unwinder is not None and unwinder.unavailable is None else None
