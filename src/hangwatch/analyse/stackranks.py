@@ -87,6 +87,11 @@ def compact_ranges(labels: Iterable[str]) -> str:
             numbered.setdefault(prefix, []).append(number)
         else:
             other.append(label)
+    return ranges_text(numbered, other)
+
+
+def ranges_text(numbered: dict[str, list[int]], other: list[str]) -> str:
+    """``compact_ranges``' text from its labels split: the numbers under each prefix, and the rest."""
     parts: list[str] = []
     for prefix in sorted(numbered):
         parts.extend(_runs(prefix, sorted(numbered[prefix])))
