@@ -71,6 +71,13 @@ def peer_pids(processes: Iterable[ProcessStacks]) -> set[int]:
 
 def split_label(label: str) -> tuple[str, int | None]:
     """``TP3`` -> ("TP", 3); a label without a trailing number, or a ``role[pid]``, is itself, no number."""
+    if label.isascii() and "\n" not in label:
+        # _NUMBERED's answer without the regex (a third of the cost of labelling 10,000 ranks): on one
+        # line of ASCII its digits are the trailing run of 0-9.
+        stem = label.rstrip("0123456789")
+        if stem == label or "[" in label:
+            return label, None
+        return stem, int(label[len(stem) :])
     m = _NUMBERED.match(label)
     if m and "[" not in label:
         return m.group(1), int(m.group(2))
