@@ -26,6 +26,7 @@ from hangwatch.analyse import causes
 from hangwatch.analyse.causes import Diagnosis
 from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackranks import compact_ranges
+from hangwatch.analyse.stackranks import rank_ranges
 from hangwatch.analyse.stackrules import classify
 from hangwatch.analyse.stacktree import build_tree
 from hangwatch.analyse.stackwatch import with_native_detail
@@ -239,18 +240,18 @@ def census(
     counts = Counter(r.rank for r in found)
     missing = tuple(r for r in range(world) if r not in counts) if world else ()
     duplicated = tuple(sorted(r for r, n in counts.items() if n > 1))
-    by_node: dict[str, list[str]] = {}
+    by_node: dict[str, list[int]] = {}
     for r in found:
-        by_node.setdefault(r.node, []).append(f"rank{r.rank}")
+        by_node.setdefault(r.node, []).append(r.rank)
     return RankCensus(
         world,
         tuple(found),
         missing,
         duplicated,
         tuple(silent),
-        by_node=tuple((node, compact_ranges(ranks)) for node, ranks in by_node.items()),
-        missing_label=compact_ranges(f"rank{r}" for r in missing),
-        duplicated_label=compact_ranges(f"rank{r}" for r in duplicated),
+        by_node=tuple((node, rank_ranges(ranks)) for node, ranks in by_node.items()),
+        missing_label=rank_ranges(missing),
+        duplicated_label=rank_ranges(duplicated),
     )
 
 
@@ -297,7 +298,7 @@ def relabel_stacks(
         processes.append(
             _moved(p, pid=offset + p.pid, threads=tuple(threads), rank=_label(label, p.rank), role=role)
         )
-    return replace(sample, processes=tuple(processes))
+    return _moved(sample, processes=tuple(processes))
 
 
 def relabel_tick(tick: Tick, offset: int, label: str) -> Tick:
@@ -307,7 +308,7 @@ def relabel_tick(tick: Tick, offset: int, label: str) -> Tick:
     def exit_(e: ExitRecord) -> ExitRecord:
         return replace(e, pid=offset + e.pid, name=f"{label}:{e.name}", rank=_label(label, e.rank))
 
-    return replace(
+    return _moved(
         tick,
         processes=tuple(process(p) for p in tick.processes),
         exits=tuple(exit_(e) for e in tick.exits),

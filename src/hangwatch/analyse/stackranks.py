@@ -105,6 +105,12 @@ def ranges_text(numbered: dict[str, list[int]], other: list[str]) -> str:
     return ",".join(parts + sorted(other))
 
 
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """``compact_ranges`` of ``rank<n>`` labels (n >= 0), from the numbers: no label built and split again."""
+    numbers = sorted(set(ranks))
+    return ",".join(_runs("rank", numbers)) if numbers else ""
+
+
 def rank_words(ranks: Iterable[int]) -> str:
     """Global ranks in words: ``rank 3``, ``ranks 0-2,5``."""
     numbers = tuple(dict.fromkeys(ranks))
