@@ -62,11 +62,17 @@ def timed(argv: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
 
 
 def end_to_end(
-    cluster: EmulatedNodes, job: Job, samples: int, rounds: int, native: bool = False
+    cluster: EmulatedNodes,
+    job: Job,
+    samples: int,
+    rounds: int,
+    native: bool = False,
+    remote: Path | None = None,
 ) -> list[float]:
+    """``remote``: the nodes' hangwatch command (default the cluster's own)."""
     argv = [
         sys.executable, "-m", "hangwatch", "stacks", "--hosts", "hwnode[1-3]", "--match", job.match(),
-        "--ssh-config", str(cluster.ssh_config), "--remote-hangwatch", str(cluster.hangwatch),
+        "--ssh-config", str(cluster.ssh_config), "--remote-hangwatch", str(remote or cluster.hangwatch),
         "--samples", str(samples), "--every", "1",
     ] + ([] if native else ["--no-native"])  # fmt: skip
     walls = []
@@ -253,6 +259,12 @@ def main() -> int:
             one = end_to_end(cluster, job, 1, args.rounds)
             two = end_to_end(cluster, job, 2, args.rounds)
             native = end_to_end(cluster, job, 1, args.rounds, native=True)
+            default = end_to_end(cluster, job, 3, args.rounds, native=True)
+            # The same with py-spy's own --native unwinding on the nodes (as before our unwinder).
+            py_spy = cluster.work / "hangwatch-py-spy-native"
+            py_spy.write_text(f'#!/bin/sh\nHANGWATCH_NATIVE_UNWINDER=py-spy exec {cluster.hangwatch} "$@"\n')
+            py_spy.chmod(0o755)
+            native_py_spy = end_to_end(cluster, job, 1, args.rounds, native=True, remote=py_spy)
             rows = per_node(cluster, job, args.rounds)
             results = bundles(cluster, job)
         finally:
@@ -263,6 +275,14 @@ def main() -> int:
     print(f"  stacks --hosts hwnode[1-3] --samples 2: {median(two):.2f} s ({min(two):.2f}-{max(two):.2f})")
     print(
         f"  ... --samples 1 with native frames: {median(native):.2f} s ({min(native):.2f}-{max(native):.2f})"
+    )
+    print(
+        f"  ... the same, py-spy's own --native on the nodes: {median(native_py_spy):.2f} s"
+        f" ({min(native_py_spy):.2f}-{max(native_py_spy):.2f})"
+    )
+    print(
+        f"  ... the default (3 rounds 1 s apart, native frames): {median(default):.2f} s"
+        f" ({min(default):.2f}-{max(default):.2f}), 2 s of it the rounds' spacing"
     )
     print("per node (median; --samples 1, Python frames):")
     print("  node | ssh connect | collector | rest (start, transfer) | exchange | bundle | ranks | skew ±")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import fields
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +18,9 @@ from hangwatch.analyse.nodes import KEY_STRIDE
 from hangwatch.analyse.nodes import analyse
 from hangwatch.analyse.nodes import clock_skew
 from hangwatch.analyse.nodes import merge
+from hangwatch.analyse.nodes import relabel_stacks
+from hangwatch.analyse.stackranks import compact_ranges
+from hangwatch.analyse.stackranks import rank_ranges
 from hangwatch.errors import UsageError
 from hangwatch.model.nodes import BUNDLE_SCHEMA
 from hangwatch.model.nodes import ClockReading
@@ -305,3 +309,39 @@ def test_other_collectors_and_their_clients_are_never_the_server() -> None:
     )
     assert not is_collector(["python", "train.py", "--collect-stats"])
     assert not is_collector(["python", "-m", "sglang.launch_server", "--model", "hangwatch-collect"])
+
+
+def test_relabel_copies_a_thread_equal_in_every_round_once() -> None:
+    bundle = _bundle("n1", 11, {7: "all_reduce", 8: "busy_elsewhere"}, world=2)
+    # As the codec decodes them: equal stacks are one tuple. Rank 8's thread is on CPU in the second round.
+    one, two = bundle.stacks
+    two = replace(
+        two,
+        processes=tuple(
+            replace(
+                p,
+                threads=tuple(
+                    replace(t, frames=u.frames, active=p.pid == 8)
+                    for t, u in zip(p.threads, q.threads, strict=True)
+                ),
+            )
+            for p, q in zip(two.processes, one.processes, strict=True)
+        ),
+    )
+    moved: dict = {}
+    first, second = relabel_stacks(one, KEY_STRIDE, "n1", moved), relabel_stacks(two, KEY_STRIDE, "n1", moved)
+    shared = []
+    for a, b, raw in zip(first.processes, second.processes, two.processes, strict=True):
+        assert a.pid == b.pid == KEY_STRIDE + raw.pid
+        for ta, tb, t in zip(a.threads, b.threads, raw.threads, strict=True):
+            assert tb == replace(t, tid=KEY_STRIDE + t.tid)
+            shared.append(ta is tb)
+    # Equal in every field in both rounds: one copy; a thread that changed gets its own.
+    assert shared == [True, False]
+    # The key names every field of a thread: a field added to ThreadStack must be added to it.
+    assert [f.name for f in fields(ThreadStack)] == ["tid", "name", "active", "owns_gil", "frames"]
+
+
+def test_rank_ranges_is_compact_ranges_of_rank_labels() -> None:
+    for ranks in ([], [3], [5, 1, 2, 3, 9, 2], [0, 10, 11, 12, 100]):
+        assert rank_ranges(ranks) == compact_ranges(f"rank{r}" for r in ranks)

@@ -9,8 +9,10 @@ import pytest
 from fixtures.stacks import loader
 from hangwatch.analyse.stackframes import significant_frames
 from hangwatch.analyse.stackframes import wait_point
+from hangwatch.analyse.stackranks import _NUMBERED
 from hangwatch.analyse.stackranks import compact_ranges
 from hangwatch.analyse.stackranks import rank_label
+from hangwatch.analyse.stackranks import split_label
 from hangwatch.analyse.stacktree import build_tree
 from hangwatch.analyse.stacktree import equivalence_classes
 from hangwatch.analyse.stacktree import unchanged_threads
@@ -184,3 +186,40 @@ def test_the_frame_cache_shares_one_computation_per_stack_and_resets_whole():
     assert FRAME_CACHE.memo("test", a.frames, count) == 2
     assert len(calls) == 2  # computed again after the reset
     assert intern_frames(stack()) is not a.frames  # a new tuple: the old one is no longer known
+
+
+@pytest.mark.parametrize(
+    "label",
+    [
+        "",
+        "7",
+        "rank",
+        "rank3",
+        "rank0042",
+        "TP7",
+        "hwn2:rank13",
+        "main[812]",
+        "a[1]2",
+        "x\n3",
+        "rank3\n",
+        "rank٣",
+    ],
+)
+def test_split_label_reads_the_trailing_number_as_its_regex_does(label):
+    # split_label skips its regex on one line of ASCII: the answer must be the regex's.
+    m = _NUMBERED.match(label)
+    expected = (m.group(1), int(m.group(2))) if m and "[" not in label else (label, None)
+    assert split_label(label) == expected
+
+
+def test_class_labels_are_compact_ranges_of_their_members():
+    # The classes' labels come from the prefix and number each process was split into once.
+    names = ["rank3", "rank1", "rank2", "rank10", "TP0", "TP1", "launcher", "hwn1:rank4", "hwn1:rank5"]
+    main = loader.samples("missing_collective")[-1].dumped[0].main_thread
+    assert main is not None
+    procs = [
+        replace(_proc(100 + i, "python", rank=name[4:] if name[4:].isdigit() else name), threads=(main,))
+        for i, name in enumerate(names)
+    ]
+    (cls,) = equivalence_classes(procs)
+    assert cls.label == compact_ranges(rank_label(p) for p in procs)

@@ -26,6 +26,7 @@ from hangwatch.analyse import causes
 from hangwatch.analyse.causes import Diagnosis
 from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackranks import compact_ranges
+from hangwatch.analyse.stackranks import rank_ranges
 from hangwatch.analyse.stackrules import classify
 from hangwatch.analyse.stacktree import build_tree
 from hangwatch.analyse.stackwatch import with_native_detail
@@ -42,9 +43,9 @@ from hangwatch.model.nodes import RankPlace
 from hangwatch.model.samples import ExitRecord
 from hangwatch.model.samples import ProcessSample
 from hangwatch.model.samples import Tick
-from hangwatch.model.stacks import ProcessStacks
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.stacks import StackTree
+from hangwatch.model.stacks import ThreadStack
 from hangwatch.model.stacks import paused_gc
 from hangwatch.words import human_bytes
 from hangwatch.words import plural
@@ -95,6 +96,16 @@ def clock_skew(result: NodeResult) -> ClockSkew | None:
 
 
 def merge(results: Sequence[NodeResult]) -> MergedNodes:
+    labels, summaries, samples, ticks, keys = _merge(results)
+    return MergedNodes(summaries, samples, ticks, keys, census(results, labels))
+
+
+def _merge(
+    results: Sequence[NodeResult],
+) -> tuple[
+    list[str], tuple[NodeSummary, ...], tuple[StackSample, ...], tuple[Tick, ...], dict[int, ProcessKey]
+]:
+    """``merge`` but the census: the node labels, summaries, merged samples and ticks, and the keys."""
     labels = node_labels(results)
     keys: dict[int, ProcessKey] = {}
     summaries: list[NodeSummary] = []
@@ -113,7 +124,8 @@ def merge(results: Sequence[NodeResult]) -> MergedNodes:
         offset = (index + 1) * KEY_STRIDE
         for p in bundle.processes:
             keys[offset + p.pid] = ProcessKey(label, bundle.node.pid_ns, p.pid)
-        per_node_samples.append(tuple(relabel_stacks(s, offset, label) for s in bundle.stacks))
+        moved: dict[ThreadKey, ThreadStack] = {}
+        per_node_samples.append(tuple(relabel_stacks(s, offset, label, moved) for s in bundle.stacks))
         per_node_ticks.append(tuple(relabel_tick(t, offset, label) for t in bundle.ticks))
         ranks = tuple(p.rank for p in bundle.processes if p.rank is not None)
         summaries.append(
@@ -136,7 +148,7 @@ def merge(results: Sequence[NodeResult]) -> MergedNodes:
         )
     samples = _rounds(per_node_samples, _merge_samples)
     ticks = _rounds(per_node_ticks, _merge_ticks)
-    return MergedNodes(tuple(summaries), samples, ticks, keys, census(results, labels))
+    return labels, tuple(summaries), samples, ticks, keys
 
 
 def gpu_line(bundle: NodeBundle) -> str:
@@ -169,17 +181,17 @@ def analyse(results: Sequence[NodeResult]) -> NodesAnalysis:
 
 
 def _analyse(results: Sequence[NodeResult]) -> NodesAnalysis:
-    merged = merge(results)
-    samples = list(merged.samples)
+    labels, summaries, merged_samples, ticks, keys = _merge(results)
+    samples = list(merged_samples)
     analysed = [*samples[:-1], with_native_detail(samples)] if samples else []
-    exits = tuple(e for tick in merged.ticks for e in tick.exits)
-    context = stack_context(analysed, merged.ticks, exits)
+    exits = tuple(e for tick in ticks for e in tick.exits)
+    context = stack_context(analysed, ticks, exits)
     diagnosis = classify(context)
     tree = build_tree(analysed, highlight=diagnosis.culprits or None)
-    # Where each rank waits, from the views the rules used (computing them again would double the cost).
+    # Where each rank waits, from the views the rules used (computing them again would double the cost),
+    # put in the census as it is taken (copying 10,000 places to add it was 3 % of the analysis).
     where = {v.pid: v.main.where for v in context.views if v.main is not None}
-    found = tuple(replace(r, where=where.get(r.key, "")) for r in merged.census.found)
-    merged = replace(merged, census=replace(merged.census, found=found))
+    merged = MergedNodes(summaries, merged_samples, ticks, keys, census(results, labels, where))
     return NodesAnalysis(merged, diagnosis, tree)
 
 
@@ -200,8 +212,11 @@ def report_of(results: Sequence[NodeResult], selector: str) -> NodesReport:
     )
 
 
-def census(results: Sequence[NodeResult], labels: Sequence[str]) -> RankCensus:
-    """Which global ranks were found where; the world size from the ranks' WORLD_SIZE."""
+def census(
+    results: Sequence[NodeResult], labels: Sequence[str], where: dict[int, str] | None = None
+) -> RankCensus:
+    """Which global ranks were found where; the world size from the ranks' WORLD_SIZE. ``where``: each
+    merged key's main thread's wait, where the stacks were analysed."""
     found: list[RankPlace] = []
     sizes: list[int] = []
     silent: list[str] = []
@@ -217,25 +232,26 @@ def census(results: Sequence[NodeResult], labels: Sequence[str]) -> RankCensus:
             if m is None:
                 continue
             key = offset + p.pid
-            found.append(RankPlace(int(m.group(1)), label, result.bundle.node.pid_ns, p.pid, key, ""))
+            wait = where.get(key, "") if where is not None else ""
+            found.append(RankPlace(int(m.group(1)), label, result.bundle.node.pid_ns, p.pid, key, wait))
     found.sort(key=lambda r: (r.rank, r.node))
     world = max(sizes) if sizes else None
     # Counted, not searched: 10,000 ranks must not cost 10,000 squared.
     counts = Counter(r.rank for r in found)
     missing = tuple(r for r in range(world) if r not in counts) if world else ()
     duplicated = tuple(sorted(r for r, n in counts.items() if n > 1))
-    by_node: dict[str, list[str]] = {}
+    by_node: dict[str, list[int]] = {}
     for r in found:
-        by_node.setdefault(r.node, []).append(f"rank{r.rank}")
+        by_node.setdefault(r.node, []).append(r.rank)
     return RankCensus(
         world,
         tuple(found),
         missing,
         duplicated,
         tuple(silent),
-        by_node=tuple((node, compact_ranges(ranks)) for node, ranks in by_node.items()),
-        missing_label=compact_ranges(f"rank{r}" for r in missing),
-        duplicated_label=compact_ranges(f"rank{r}" for r in duplicated),
+        by_node=tuple((node, rank_ranges(ranks)) for node, ranks in by_node.items()),
+        missing_label=rank_ranges(missing),
+        duplicated_label=rank_ranges(duplicated),
     )
 
 
@@ -256,13 +272,33 @@ def _moved(value: T, **changes: object) -> T:
     return moved
 
 
-def relabel_stacks(sample: StackSample, offset: int, label: str) -> StackSample:
-    def process(p: ProcessStacks) -> ProcessStacks:
-        threads = tuple(_moved(t, tid=offset + t.tid) for t in p.threads)
-        role = f"{label}:{p.role or p.name}" if p.rank is None else p.role
-        return _moved(p, pid=offset + p.pid, threads=threads, rank=_label(label, p.rank), role=role)
+# A thread as the merge copies it: every field of ``ThreadStack`` (its frames tuple by identity).
+ThreadKey = tuple[int, str | None, bool, bool, int]
 
-    return replace(sample, processes=tuple(process(p) for p in sample.processes))
+
+def relabel_stacks(
+    sample: StackSample, offset: int, label: str, moved: dict[ThreadKey, ThreadStack] | None = None
+) -> StackSample:
+    """The sample with its pids and tids moved by ``offset`` and its ranks named with the node's label.
+
+    ``moved``: the threads already moved for the node's earlier rounds, shared by its rounds. A thread
+    that stayed where it was (every thread of a hung rank) is equal in every round, and copied once.
+    """
+    moved = {} if moved is None else moved
+    processes = []
+    for p in sample.processes:
+        threads = []
+        for t in p.threads:
+            key = (t.tid, t.name, t.active, t.owns_gil, id(t.frames))  # the copy holds the frames: id stays
+            copy = moved.get(key)
+            if copy is None:
+                copy = moved[key] = _moved(t, tid=offset + t.tid)
+            threads.append(copy)
+        role = f"{label}:{p.role or p.name}" if p.rank is None else p.role
+        processes.append(
+            _moved(p, pid=offset + p.pid, threads=tuple(threads), rank=_label(label, p.rank), role=role)
+        )
+    return _moved(sample, processes=tuple(processes))
 
 
 def relabel_tick(tick: Tick, offset: int, label: str) -> Tick:
@@ -272,7 +308,7 @@ def relabel_tick(tick: Tick, offset: int, label: str) -> Tick:
     def exit_(e: ExitRecord) -> ExitRecord:
         return replace(e, pid=offset + e.pid, name=f"{label}:{e.name}", rank=_label(label, e.rank))
 
-    return replace(
+    return _moved(
         tick,
         processes=tuple(process(p) for p in tick.processes),
         exits=tuple(exit_(e) for e in tick.exits),

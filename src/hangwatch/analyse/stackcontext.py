@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from hangwatch.analyse.causes import ended_unseen
 from hangwatch.analyse.causes import io_waiting_processes
@@ -81,16 +82,28 @@ class StackContext:
     # (collect/lockfiles.py): markers a killed build may have left, which a poller waits to go away.
     lock_files: tuple[LockFile, ...] = ()
 
-    @property
+    # Worked out once per context, not per rule: the rules ask for them again and again, and each is a
+    # pass over every view (10,000 at 10,000 ranks).
+    @cached_property
     def peers(self) -> tuple[ProcessView, ...]:
         ranked = tuple(v for v in self.views if v.peer)
         return ranked or self.views
 
+    @cached_property
+    def _labels(self) -> dict[int, list[str]]:
+        """Each pid's view labels."""
+        labels: dict[int, list[str]] = {}
+        for v in self.views:
+            labels.setdefault(v.pid, []).append(v.label)
+        return labels
+
     def label(self, pids: Iterable[int]) -> str:
         wanted = set(pids)
-        names = [v.label for v in self.views if v.pid in wanted]
-        seen = {v.pid for v in self.views}
-        names += [f"{e.name}[{e.pid}]" for e in self.exits if e.pid in wanted and e.pid not in seen]
+        labels = self._labels
+        # Looked up by pid rather than by a pass over every view: compact_ranges' text does not depend
+        # on the order of its labels.
+        names = [name for pid in wanted for name in labels.get(pid, ())]
+        names += [f"{e.name}[{e.pid}]" for e in self.exits if e.pid in wanted and e.pid not in labels]
         return compact_ranges(names) or ",".join(str(p) for p in sorted(wanted))
 
     @property

@@ -71,6 +71,13 @@ def peer_pids(processes: Iterable[ProcessStacks]) -> set[int]:
 
 def split_label(label: str) -> tuple[str, int | None]:
     """``TP3`` -> ("TP", 3); a label without a trailing number, or a ``role[pid]``, is itself, no number."""
+    if label.isascii() and "\n" not in label:
+        # _NUMBERED's answer without the regex (a third of the cost of labelling 10,000 ranks): on one
+        # line of ASCII its digits are the trailing run of 0-9.
+        stem = label.rstrip("0123456789")
+        if stem == label or "[" in label:
+            return label, None
+        return stem, int(label[len(stem) :])
     m = _NUMBERED.match(label)
     if m and "[" not in label:
         return m.group(1), int(m.group(2))
@@ -87,10 +94,21 @@ def compact_ranges(labels: Iterable[str]) -> str:
             numbered.setdefault(prefix, []).append(number)
         else:
             other.append(label)
+    return ranges_text(numbered, other)
+
+
+def ranges_text(numbered: dict[str, list[int]], other: list[str]) -> str:
+    """``compact_ranges``' text from its labels split: the numbers under each prefix, and the rest."""
     parts: list[str] = []
     for prefix in sorted(numbered):
         parts.extend(_runs(prefix, sorted(numbered[prefix])))
     return ",".join(parts + sorted(other))
+
+
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """``compact_ranges`` of ``rank<n>`` labels (n >= 0), from the numbers: no label built and split again."""
+    numbers = sorted(set(ranks))
+    return ",".join(_runs("rank", numbers)) if numbers else ""
 
 
 def rank_words(ranks: Iterable[int]) -> str:

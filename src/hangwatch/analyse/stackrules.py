@@ -41,6 +41,7 @@ from hangwatch.model.samples import ProcState
 from hangwatch.model.samples import Tick
 from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import StackSample
+from hangwatch.model.stacks import paused_gc
 from hangwatch.model.vocabulary import Cause
 from hangwatch.model.vocabulary import Confidence
 from hangwatch.words import plural
@@ -1165,6 +1166,13 @@ RULES: tuple[Rule, ...] = (
 
 def classify(ctx: StackContext) -> Diagnosis:
     """The first rule that matches, or ``unknown`` with where everyone is and the rules that came closest."""
+    # The rules' lists of thousands of views hold no cycles; with the collector on, the first of them
+    # set off a collection that walked every view just built (model/stacks.py, paused_gc).
+    with paused_gc:
+        return _classify(ctx)
+
+
+def _classify(ctx: StackContext) -> Diagnosis:
     misses: list[NearMiss] = []
     for rule in RULES:
         found = rule(ctx)

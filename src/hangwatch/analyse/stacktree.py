@@ -25,8 +25,8 @@ from hangwatch.analyse.stackframes import signature
 from hangwatch.analyse.stackframes import significant
 from hangwatch.analyse.stackframes import significant_frames
 from hangwatch.analyse.stackframes import wait_point
-from hangwatch.analyse.stackranks import compact_ranges
 from hangwatch.analyse.stackranks import peer_pids
+from hangwatch.analyse.stackranks import ranges_text
 from hangwatch.analyse.stackranks import rank_label
 from hangwatch.analyse.stackranks import split_label
 from hangwatch.model.stacks import DumpOutcome
@@ -36,6 +36,7 @@ from hangwatch.model.stacks import StackClass
 from hangwatch.model.stacks import StackNode
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.stacks import StackTree
+from hangwatch.model.stacks import ThreadStack
 from hangwatch.model.stacks import paused_gc
 
 FrameKey = tuple[str, str, bool]
@@ -79,28 +80,33 @@ def _build_tree(samples: Sequence[StackSample], highlight: Iterable[int] | None)
         return StackTree((), (), 0, 0, 0, "no stacks were taken")
     latest = samples[-1]
     procs = _indexed(latest.dumped)
+    peers = peer_pids(p.stacks for p in procs)
     still = unchanged_threads(samples)
     # Identical stacks are one tuple object (memo): group by identity, insert each distinct stack once.
     paths: dict[int, tuple[tuple[Frame, ...], list[tuple[int, bool]]]] = {}
+    merged: dict[int, tuple[Frame, ...]] = {}  # id of a thread's frames -> its significant frames
     threads = 0
     for index, proc in enumerate(procs):
+        pid = proc.stacks.pid
+        threads += len(proc.stacks.threads)
         for thread in proc.stacks.threads:
-            threads += 1
-            frames = significant_frames(thread)
+            frames = merged.get(id(thread.frames))
+            if frames is None:
+                frames = merged[id(thread.frames)] = significant_frames(thread)
             entry = paths.get(id(frames))
             if entry is None:
                 entry = paths[id(frames)] = (frames, [])
-            entry[1].append((index, (proc.stacks.pid, thread.tid) in still))
+            entry[1].append((index, (pid, thread.tid) in still))
     root = _Node(("", "", False))
     groups: list[list[int]] = []
     for frames, members in paths.values():
         _insert(root, frames, members, len(groups))
         groups.append([i for i, _ in members])
-    classes = _classes(procs)
+    classes = _classes(procs, peers)
     marked = (
         set(highlight) if highlight is not None else {pid for c in classes if c.minority for pid in c.pids}
     )
-    candidates = peer_pids(p.stacks for p in procs) or {p.stacks.pid for p in procs}
+    candidates = peers or {p.stacks.pid for p in procs}
     if len(marked & candidates) * 2 > len(candidates):
         marked = set()  # most of them are "culprits" (everyone stuck): there is no odd one out to show
     cache: dict[tuple[int, ...], tuple[str, tuple[int, ...]]] = {}
@@ -119,7 +125,7 @@ def _build_tree(samples: Sequence[StackSample], highlight: Iterable[int] | None)
         samples=len(samples),
         processes=len(procs),
         threads=threads,
-        summary=summarise(classes, _peer_classes(classes, procs))
+        summary=summarise(classes, _peer_classes(classes, peers))
         if classes
         else "no process could be dumped",
         problems=problems,
@@ -130,44 +136,66 @@ def unchanged_threads(samples: Sequence[StackSample]) -> set[tuple[int, int]]:
     """(pid, tid) of threads with the same Python stack, lines included, in every one of >= 2 samples."""
     if len(samples) < 2:
         return set()
-    seen: dict[tuple[int, int], tuple[tuple[str, str, int], ...] | None] = {}
-    counts: dict[tuple[int, int], int] = {}
+    first: dict[tuple[int, int], ThreadStack] = {}  # each thread's first capture
+    again: set[tuple[int, int]] = set()
+    moved: set[tuple[int, int]] = set()
+    # Whether two frames tuples have the same signature, once per pair: a thread still in place has the
+    # same tuple in every capture (interned), and ranks in one wait share theirs.
+    same: dict[tuple[int, int], bool] = {}
     for sample in samples:
-        for p in sample.dumped:
+        for p in sample.processes:
+            if p.outcome is not DumpOutcome.OK:
+                continue
+            pid = p.pid
             for t in p.threads:
-                key = (p.pid, t.tid)
-                sig = signature(t)
-                if key not in seen:
-                    seen[key] = sig
-                elif seen[key] is not sig and seen[key] != sig:
-                    seen[key] = None
-                counts[key] = counts.get(key, 0) + 1
-    return {k for k, sig in seen.items() if sig is not None and counts[k] >= 2}
+                key = (pid, t.tid)
+                was = first.get(key)
+                if was is None:
+                    first[key] = t
+                    continue
+                again.add(key)
+                if was.frames is t.frames or key in moved:
+                    continue
+                pair = (id(was.frames), id(t.frames))
+                equal = same.get(pair)
+                if equal is None:
+                    equal = same[pair] = signature(was) == signature(t)
+                if not equal:
+                    moved.add(key)
+    return again - moved
 
 
 def equivalence_classes(processes: Iterable[ProcessStacks]) -> tuple[StackClass, ...]:
     """Processes grouped by their main thread's Python stack; peers' smaller classes are the minority."""
-    return _classes(_indexed(processes))
+    indexed = _indexed(processes)
+    return _classes(indexed, peer_pids(p.stacks for p in indexed))
 
 
-def _classes(indexed: Sequence[_Proc]) -> tuple[StackClass, ...]:
+def _classes(indexed: Sequence[_Proc], peer_set: set[int]) -> tuple[StackClass, ...]:
     groups: dict[tuple[tuple[str, str], ...], list[_Proc]] = {}
     wheres: dict[tuple[tuple[str, str], ...], str] = {}
+    keys: dict[int, tuple[tuple[str, str], ...]] = {}  # id of a main thread's frames -> its class
     for proc in indexed:
         main = proc.stacks.main_thread
         if main is None:
             continue
-        key = memo("class", main.frames, lambda frames: _class_key(significant(frames)))
-        groups.setdefault(key, []).append(proc)
-        wheres.setdefault(key, wait_point(main))
-    peer_set = peer_pids(p.stacks for p in indexed)
+        key = keys.get(id(main.frames))
+        if key is None:
+            key = keys[id(main.frames)] = memo(
+                "class", main.frames, lambda frames: _class_key(significant(frames))
+            )
+        members = groups.get(key)
+        if members is None:
+            members = groups[key] = []
+            wheres[key] = wait_point(main)
+        members.append(proc)
     peer_sizes = [sum(1 for p in members if p.stacks.pid in peer_set) for members in groups.values()]
     largest = max(peer_sizes, default=0)
     classes = []
     for (group, members), peers in zip(groups.items(), peer_sizes, strict=True):
         classes.append(
             StackClass(
-                label=compact_ranges(p.label for p in members),
+                label=_compact(members),
                 pids=tuple(p.stacks.pid for p in members),
                 where=wheres[group],
                 minority=0 < peers < largest,
@@ -176,6 +204,22 @@ def _classes(indexed: Sequence[_Proc]) -> tuple[StackClass, ...]:
     # Peers first, the largest class first: "rank0-6 in all_reduce; rank7 in capture".
     classes.sort(key=lambda c: (-len(c.pids), c.label))
     return tuple(classes)
+
+
+def _compact(procs: Sequence[_Proc]) -> str:
+    """``compact_ranges`` of the processes' labels, from the prefix and number each was split into once."""
+    numbered: dict[str, list[int]] = {}
+    other: list[str] = []
+    seen: set[str] = set()
+    for p in procs:
+        if p.label in seen:
+            continue
+        seen.add(p.label)
+        if p.number is None:
+            other.append(p.label)
+        else:
+            numbered.setdefault(p.prefix, []).append(p.number)
+    return ranges_text(numbered, other)
 
 
 def _class_key(frames: tuple[Frame, ...]) -> tuple[tuple[str, str], ...]:
@@ -196,8 +240,7 @@ def summarise(classes: Sequence[StackClass], peers: Sequence[StackClass] = (), l
     return "; ".join(parts)
 
 
-def _peer_classes(classes: Sequence[StackClass], procs: Sequence[_Proc]) -> list[StackClass]:
-    peers = peer_pids(p.stacks for p in procs)
+def _peer_classes(classes: Sequence[StackClass], peers: set[int]) -> list[StackClass]:
     return [c for c in classes if peers and set(c.pids) <= peers] if len(peers) >= 2 else []
 
 
@@ -205,7 +248,11 @@ def _indexed(processes: Iterable[ProcessStacks]) -> list[_Proc]:
     procs = []
     for p in processes:
         label = rank_label(p)
-        prefix, number = split_label(label)
+        number: int | None
+        if p.rank and p.rank.isascii() and p.rank.isdigit():  # "rank3": split_label's answer, no regex
+            prefix, number = "rank", int(p.rank)
+        else:
+            prefix, number = split_label(label)
         procs.append(_Proc(p, label, prefix, number))
     procs.sort(key=lambda x: (x.number is None, x.prefix, x.number if x.number is not None else x.stacks.pid))
     return procs

@@ -417,6 +417,73 @@ def thread_in_place(history: tuple[list[ThreadStack], list[ThreadStack]]) -> boo
     return not walks_helpers(every) or any(classify_thread(t)[0] in SPIN_WAITS for t in every)
 
 
+class _Histories:
+    """The distinct thread histories of one pass over the samples, and what follows from each.
+
+    A history is the sequence of a thread's captures (its frames tuple, whether it was active, whether the
+    capture had native frames); each distinct one gets an index, the step from one to the next found in a
+    dict, so a thread costs one lookup a capture. Whether a thread stayed in place, burnt CPU or ran in a
+    compute library depends on its history only, and a thread's view on its frames, activity and verdict:
+    ranks in one wait share all of them, so each is worked out once per distinct history (10,000 ranks,
+    a handful of histories), not once per thread (docs/stacks.md, "Where the time goes").
+    """
+
+    def __init__(self) -> None:
+        # Frames tuples are told apart by id: the samples hold every one of them for the whole pass.
+        self._step: dict[tuple[int, int, bool, bool], int] = {}
+        self._every: list[list[ThreadStack]] = [[]]  # index 0: no capture at all
+        self._native: list[list[ThreadStack]] = [[]]
+        self._placed: dict[int, bool] = {0: False}
+        self._facts: dict[tuple[int, int, bool], tuple[Wait, str, str | None, str, str, bool, bool]] = {}
+
+    def extend(self, own: dict[int, int], threads: Sequence[ThreadStack], native: bool) -> None:
+        """One capture of a process's threads: ``own`` (tid -> history) moves on by a step each."""
+        step = self._step
+        for t in threads:
+            key = (own.get(t.tid, 0), id(t.frames), t.active, native)
+            index = step.get(key)
+            if index is None:
+                index = step[key] = len(self._every)
+                self._every.append([*self._every[key[0]], t])
+                self._native.append([*self._native[key[0]], t] if native else self._native[key[0]])
+            own[t.tid] = index
+
+    def placed(self, index: int) -> bool:
+        """The thread stayed in place (``thread_in_place``)."""
+        found = self._placed.get(index)
+        if found is None:
+            found = self._placed[index] = thread_in_place((self._every[index], self._native[index]))
+        return found
+
+    def in_place(self, own: Sequence[int], latest: Sequence[int]) -> tuple[bool, bool]:
+        """For a process, from its threads' histories (``own``: every thread seen; ``latest``: those of the
+        latest capture): whether its burners stayed in place, and whether every thread did."""
+        return self._burners_in_place(own, latest), all(self.placed(i) for i in latest)
+
+    def _burners_in_place(self, own: Sequence[int], latest: Sequence[int]) -> bool:
+        """The threads seen on CPU stayed in place; with none seen on CPU (the CPU burns in a thread
+        py-spy does not show), every thread did. A thread inside a compute library is work."""
+        burners = [i for i in own if any(t.active for t in self._every[i])]
+        if any(in_compute(t) for i in burners for t in self._native[i] or self._every[i][-1:]):
+            return False
+        return all(self.placed(i) for i in (burners or latest))
+
+    def view(self, t: ThreadStack, index: int, waker: Waker | None) -> ThreadView:
+        """The thread's view: the facts of its frames, activity and verdict, worked out once for every
+        thread with the same, then its own id, name and waker."""
+        key = (index, id(t.frames), t.active)
+        facts = self._facts.get(key)
+        if facts is None:
+            # Kept in the frame cache too: the facts depend on the frames and activity only.
+            kind = "view-facts-active" if t.active else "view-facts-idle"
+            facts = self._facts[key] = memo(kind, t.frames, lambda _: _view_facts(t))
+        wait, where, code, location, at, receiving, op_call = facts
+        placed = self.placed(index)
+        return ThreadView(
+            t.tid, t.name, wait, t.active, where, code, location, at, receiving, op_call, placed, waker
+        )
+
+
 def process_views(
     samples: Sequence[StackSample], flowing: frozenset[int] = frozenset()
 ) -> tuple[ProcessView, ...]:
@@ -430,77 +497,102 @@ def process_views(
         return ()
     latest = samples[-1]
     peers = peer_pids(latest.processes)
-    histories = thread_histories(samples)
-    # Whether a thread stayed in place depends only on its captures' frames (and activity): ranks in one
-    # wait share those tuples, so each distinct history is judged once (it was a third of the merge's
-    # time at 10,000 ranks, judged thread by thread; docs/stacks.md, "Where the time goes").
-    judged: dict[tuple[tuple[tuple[int, bool], ...], tuple[int, ...]], bool] = {}
-    placed = {}
-    for key, (every, native) in histories.items():
-        shape = (tuple((id(t.frames), t.active) for t in every), tuple(id(t.frames) for t in native))
-        verdict = judged.get(shape)
-        if verdict is None:
-            verdict = judged[shape] = thread_in_place((every, native))
-        placed[key] = verdict
-    # Each process's thread keys, indexed once: scanning every history per process was quadratic
-    # (13 s for 10,000 ranks across 1,000 nodes, benchmarks/bench_nodes.py).
-    by_pid: dict[int, list[tuple[int, int]]] = {}
-    for key in histories:
-        by_pid.setdefault(key[0], []).append(key)
-    first_cpu: dict[int, tuple[float, float]] = {}
-    # The kernel's wait of each main thread, per capture, with how often our dumps had stopped it by then.
-    main_kernel: dict[int, list[tuple[ThreadWait | None, int | None]]] = {}
-    for sample in samples:
-        for p in sample.processes:
-            if p.cpu_s is not None and p.pid not in first_cpu:
-                first_cpu[p.pid] = (sample.t, p.cpu_s)
-            main_kernel.setdefault(p.pid, []).append(_main_wait(p))
+    histories = _Histories()
+    own_of, main_kernel, unread_kernel, first_cpu = _read(samples, histories)
+    no_threads: dict[int, int] = {}
+    # Per distinct set of thread histories: (the burners stayed in place, every thread did).
+    judged: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[bool, bool]] = {}
     views = []
     for p in latest.processes:
-        wakers = {w.tid: w.waker for w in p.kernel.threads} if p.kernel is not None else {}
-        threads = tuple(
-            _thread_view(t, placed.get((p.pid, t.tid), False), wakers.get(t.tid)) for t in p.threads
-        )
+        pid = p.pid
+        own = own_of.get(pid, no_threads)
+        wakers = {w.tid: w.waker for w in p.kernel.threads} if p.kernel is not None else None
+        shapes = []
+        thread_views = []
+        main = None  # the first thread whose tid is the pid (ProcessStacks.main_thread)
+        for t in p.threads:
+            index = own.get(t.tid, 0)
+            shapes.append(index)
+            view = histories.view(t, index, wakers.get(t.tid) if wakers is not None else None)
+            thread_views.append(view)
+            if main is None and t.tid == pid:
+                main = view
+        threads = tuple(thread_views)
+        if main is None:
+            main = _main_view(p, threads)
         cpu = None
-        if (
-            p.cpu_s is not None
-            and p.pid in first_cpu
-            and latest.t - first_cpu[p.pid][0] > CPU_RATE_SPAN_MIN_S
-        ):
-            t0, c0 = first_cpu[p.pid]
+        if p.cpu_s is not None and pid in first_cpu and latest.t - first_cpu[pid][0] > CPU_RATE_SPAN_MIN_S:
+            t0, c0 = first_cpu[pid]
             cpu = max(0.0, p.cpu_s - c0) / (latest.t - t0)
-        moving = p.pid in flowing
-        burners = not moving and _burners_in_place(p, histories, placed, by_pid.get(p.pid, []))
-        unchanged = (
-            not moving and bool(p.threads) and all(placed.get((p.pid, t.tid), False) for t in p.threads)
-        )
+        burners = unchanged = False
+        if pid not in flowing and p.threads:
+            key = (tuple(own.values()), tuple(shapes))
+            found = judged.get(key)
+            if found is None:
+                found = judged[key] = histories.in_place(*key)
+            burners, unchanged = found
+        waits = main_kernel.get(pid, ()) if pid not in unread_kernel else ()
         polls = (
-            not moving
+            pid not in flowing
             and cpu is not None
             and cpu < CPU_BUSY_CORES
-            and len(main_kernel[p.pid]) >= 2
-            and all(w is not None and w.call in RECEIVE_CALLS for w, _ in main_kernel[p.pid])
+            and len(waits) >= 2
+            and all(w is not None and w.call in RECEIVE_CALLS for w, _ in waits)
         )
+        retrying = cpu is not None and cpu < CPU_BUSY_CORES and _retries(main_kernel.get(pid, ()))
         views.append(
             ProcessView(
-                pid=p.pid,
+                pid=pid,
                 label=rank_label(p),
                 name=p.name,
-                peer=p.pid in peers,
+                peer=pid in peers,
                 outcome=p.outcome,
                 state=p.state,
                 threads=threads,
-                main=_main_view(p, threads),
+                main=main,
                 unchanged=unchanged,
                 cpu_cores=cpu,
                 world_size=p.world_size,
                 detail=p.detail,
                 burners_in_place=burners,
                 polls_for_input=polls,
-                retrying=cpu is not None and cpu < CPU_BUSY_CORES and _retries(main_kernel[p.pid]),
+                retrying=retrying,
             )
         )
     return tuple(views)
+
+
+def _read(
+    samples: Sequence[StackSample], histories: _Histories
+) -> tuple[
+    dict[int, dict[int, int]],
+    dict[int, list[tuple[ThreadWait | None, int | None]]],
+    set[int],
+    dict[int, tuple[float, float]],
+]:
+    """One pass over every capture: pid -> tid -> the thread's history (in ``histories``); the kernel's
+    wait of each main thread per capture that read the kernel's waits, and the pids of a capture that did
+    not; each process's first CPU reading (time, CPU seconds)."""
+    own_of: dict[int, dict[int, int]] = {}
+    # With each wait, how often our dumps had stopped the process by then (its wakeups net of ours).
+    main_kernel: dict[int, list[tuple[ThreadWait | None, int | None]]] = {}
+    unread_kernel: set[int] = set()
+    first_cpu: dict[int, tuple[float, float]] = {}
+    for sample in samples:
+        for p in sample.processes:
+            pid = p.pid
+            if p.cpu_s is not None and pid not in first_cpu:
+                first_cpu[pid] = (sample.t, p.cpu_s)
+            if p.kernel is None:
+                unread_kernel.add(pid)
+            else:
+                main_kernel.setdefault(pid, []).append(_main_wait(p))
+            if p.outcome is DumpOutcome.OK and p.threads:
+                own = own_of.get(pid)
+                if own is None:
+                    own = own_of[pid] = {}
+                histories.extend(own, p.threads, p.native)
+    return own_of, main_kernel, unread_kernel, first_cpu
 
 
 # A thread in a timed wait that was put on a CPU this many times more between the first and the last
@@ -538,37 +630,10 @@ def _main_wait(p: ProcessStacks) -> tuple[ThreadWait | None, int | None]:
     return next((t for t in p.kernel.threads if t.tid == p.pid), None), p.kernel.our_stops
 
 
-def _burners_in_place(
-    p: ProcessStacks,
-    histories: dict[tuple[int, int], tuple[list[ThreadStack], list[ThreadStack]]],
-    placed: dict[tuple[int, int], bool],
-    own: list[tuple[int, int]],
-) -> bool:
-    """The threads seen on CPU stayed in place; with none seen on CPU (the CPU burns in a thread
-    py-spy does not show), every thread did. A thread inside a compute library is work."""
-    if not p.threads:
-        return False
-    keys = [(p.pid, t.tid) for t in p.threads]
-    burners = [k for k in own if any(t.active for t in histories[k][0])]
-    if any(in_compute(t) for k in burners for t in histories[k][1] or histories[k][0][-1:]):
-        return False
-    return all(placed.get(k, False) for k in (burners or keys))
-
-
 _RECEIVE_NATIVE = re.compile(
     r"^(?:__GI_)?_*(?:libc_)?(?:read|readv|recv|recvfrom|recvmsg|poll|ppoll|epoll_wait|epoll_pwait2?"
     r"|select|pselect6?)(?:64)?$"
 )
-
-
-def _thread_view(t: ThreadStack, placed: bool = False, waker: Waker | None = None) -> ThreadView:
-    # One lookup a thread: at 10,000 ranks the views' facts, each looked up on its own, were a sixth of
-    # the merge (docs/stacks.md, "Where the time goes"); all of them depend on the frames and activity only.
-    kind = "view-facts-active" if t.active else "view-facts-idle"
-    wait, where, code, location, at, receiving, op_call = memo(kind, t.frames, lambda _: _view_facts(t))
-    return ThreadView(
-        t.tid, t.name, wait, t.active, where, code, location, at, receiving, op_call, placed, waker
-    )
 
 
 def _view_facts(t: ThreadStack) -> tuple[Wait, str, str | None, str, str, bool, bool]:
