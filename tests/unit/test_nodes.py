@@ -345,3 +345,42 @@ def test_relabel_copies_a_thread_equal_in_every_round_once() -> None:
 def test_rank_ranges_is_compact_ranges_of_rank_labels() -> None:
     for ranks in ([], [3], [5, 1, 2, 3, 9, 2], [0, 10, 11, 12, 100]):
         assert rank_ranges(ranks) == compact_ranges(f"rank{r}" for r in ranks)
+
+
+def test_a_ranks_kernel_waits_move_with_it_so_its_poll_is_seen_across_nodes() -> None:
+    """A rank whose main thread sleeps, wakes and looks again (its wakeups rising past what our dumps
+    cause) is a poll on its node; merged under the node's key it must still be one, its main thread's
+    wait found by the moved pid and its waker by the moved tid."""
+    from hangwatch.analyse.stackwaits import process_views
+    from hangwatch.model.kernelwaits import ProcessWaits
+    from hangwatch.model.kernelwaits import ThreadWait
+    from hangwatch.model.kernelwaits import Waker
+
+    frames = (Frame("poll_lock", "job.py", 9, False), Frame("time_sleep", "libpython3.so", 0, True))
+
+    def capture(i: int) -> StackSample:
+        wait = ThreadWait(100, "clock_nanosleep", Waker.TIMEOUT, wakeups=50 + 30 * i)
+        child = ThreadWait(101, "wait4", Waker.CHILDREN, child=200)
+        p = ProcessStacks(
+            100, "job", None, "1", DumpOutcome.OK,
+            (ThreadStack(100, "MainThread", False, False, frames), ThreadStack(101, "t", False, False, frames)),
+            "S", 1.0, kernel=ProcessWaits(100, (wait, child), our_stops=i),
+        )  # fmt: skip
+        return StackSample(3.0 + 2 * i, (p,), 0.1)
+
+    samples = [capture(i) for i in range(3)]
+    moved: dict = {}
+    merged = [relabel_stacks(s, KEY_STRIDE, "n1", moved) for s in samples]
+    [alone], [across] = process_views(samples), process_views(merged)
+    assert alone.retrying and across.retrying
+    assert (
+        [t.waker for t in across.threads]
+        == [t.waker for t in alone.threads]
+        == [Waker.TIMEOUT, Waker.CHILDREN]
+    )
+    kernel = merged[-1].processes[0].kernel
+    assert kernel is not None and kernel.pid == KEY_STRIDE + 100
+    assert [(w.tid, w.child) for w in kernel.threads] == [
+        (KEY_STRIDE + 100, None),
+        (KEY_STRIDE + 101, KEY_STRIDE + 200),
+    ]

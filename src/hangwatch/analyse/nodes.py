@@ -30,6 +30,7 @@ from hangwatch.analyse.stackranks import rank_ranges
 from hangwatch.analyse.stackrules import classify
 from hangwatch.analyse.stacktree import build_tree
 from hangwatch.analyse.stackwatch import with_native_detail
+from hangwatch.model.kernelwaits import ProcessWaits
 from hangwatch.model.nodes import NODES_REPORT_SCHEMA
 from hangwatch.model.nodes import ClockSkew
 from hangwatch.model.nodes import NodeBundle
@@ -295,10 +296,33 @@ def relabel_stacks(
                 copy = moved[key] = _moved(t, tid=offset + t.tid)
             threads.append(copy)
         role = f"{label}:{p.role or p.name}" if p.rank is None else p.role
+        kernel = _moved_waits(p.kernel, offset) if p.kernel is not None else None
         processes.append(
-            _moved(p, pid=offset + p.pid, threads=tuple(threads), rank=_label(label, p.rank), role=role)
+            _moved(
+                p,
+                pid=offset + p.pid,
+                threads=tuple(threads),
+                rank=_label(label, p.rank),
+                role=role,
+                kernel=kernel,
+            )
         )
     return _moved(sample, processes=tuple(processes))
+
+
+def _moved_waits(waits: ProcessWaits, offset: int) -> ProcessWaits:
+    """The kernel's waits with the pids and tids moved like the process's: the analysis finds a thread's
+    wait by its tid and a main thread by the pid (a poll's wakeups, a waker, a child waited for). Inodes,
+    pipes and files stay as they are: they name objects of the node, and the merge keeps no peers."""
+    threads = tuple(
+        _moved(
+            w,
+            tid=offset + w.tid,
+            child=offset + w.child if w.child is not None and w.child > 0 else w.child,
+        )
+        for w in waits.threads
+    )
+    return _moved(waits, pid=offset + waits.pid, threads=threads)
 
 
 def relabel_tick(tick: Tick, offset: int, label: str) -> Tick:
