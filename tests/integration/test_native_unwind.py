@@ -140,7 +140,8 @@ def test_a_grabber_killed_at_any_moment_leaves_the_process_running(waiting):
 
 def test_a_thread_that_ended_is_said_and_the_rest_are_read(waiting):
     pid, _ = waiting
-    gone = max(procfs.thread_ids(pid)) + 100_000  # no such thread
+    # A thread id no process has: the grabber touches only the threads of the process it is given.
+    gone = next(t for t in range(max(procfs.thread_ids(pid)) + 1, 1 << 22) if not Path(f"/proc/{t}").exists())
     stacks = NativeUnwinder().unwind(pid, [pid, gone])
     assert pid in stacks.threads and stacks.missing == {gone: "the thread ended"}
 

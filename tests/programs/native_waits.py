@@ -2,7 +2,7 @@
 
 One thread each: ``time.sleep``, a ``Lock.acquire`` nobody releases, ``Event.wait``, an ``os.read`` of a
 pipe nobody writes, ``Queue.get``, ``subprocess.run`` of ``sleep`` (a ``waitpid``), a 300-deep Python
-recursion ending in a sleep, and a C call through ctypes (libc's ``pause``); ``--torch`` adds a
+recursion ending in a sleep, and a C call through ctypes (libc's ``pause``); ``--torch-port P`` adds a
 two-rank gloo group on loopback whose rank 0 enters an ``all_reduce`` rank 1 never joins (native frames
 inside libtorch: ``c10d::Work::wait``, gloo's ``waitRecv``). The main thread writes a heartbeat counter
 to ``--heartbeat`` ten times a second: a test reads it to see the process still runs after being

@@ -361,10 +361,11 @@ def test_a_ranks_kernel_waits_move_with_it_so_its_poll_is_seen_across_nodes() ->
     def capture(i: int) -> StackSample:
         wait = ThreadWait(100, "clock_nanosleep", Waker.TIMEOUT, wakeups=50 + 30 * i)
         child = ThreadWait(101, "wait4", Waker.CHILDREN, child=200)
+        reader = ThreadWait(102, "read", Waker.OBJECTS, on=("pipe:[77]",))
         p = ProcessStacks(
             100, "job", None, "1", DumpOutcome.OK,
-            (ThreadStack(100, "MainThread", False, False, frames), ThreadStack(101, "t", False, False, frames)),
-            "S", 1.0, kernel=ProcessWaits(100, (wait, child), our_stops=i),
+            tuple(ThreadStack(tid, name, False, False, frames) for tid, name in ((100, "MainThread"), (101, "t"), (102, "r"))),
+            "S", 1.0, kernel=ProcessWaits(100, (wait, child, reader), writes=("pipe:[78]",), our_stops=i),
         )  # fmt: skip
         return StackSample(3.0 + 2 * i, (p,), 0.1)
 
@@ -373,14 +374,12 @@ def test_a_ranks_kernel_waits_move_with_it_so_its_poll_is_seen_across_nodes() ->
     merged = [relabel_stacks(s, KEY_STRIDE, "n1", moved) for s in samples]
     [alone], [across] = process_views(samples), process_views(merged)
     assert alone.retrying and across.retrying
-    assert (
-        [t.waker for t in across.threads]
-        == [t.waker for t in alone.threads]
-        == [Waker.TIMEOUT, Waker.CHILDREN]
-    )
+    wakers = [Waker.TIMEOUT, Waker.CHILDREN, Waker.OBJECTS]
+    assert [t.waker for t in across.threads] == [t.waker for t in alone.threads] == wakers
     kernel = merged[-1].processes[0].kernel
     assert kernel is not None and kernel.pid == KEY_STRIDE + 100
     assert [(w.tid, w.child) for w in kernel.threads] == [
-        (KEY_STRIDE + 100, None),
-        (KEY_STRIDE + 101, KEY_STRIDE + 200),
-    ]
+        (KEY_STRIDE + 100, None), (KEY_STRIDE + 101, KEY_STRIDE + 200), (KEY_STRIDE + 102, None),
+    ]  # fmt: skip
+    # Pipe inodes are the node's own: another node's pipe:[77] is another pipe.
+    assert kernel.threads[2].on == ("pipe:[77]@n1",) and kernel.writes == ("pipe:[78]@n1",)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import json
 import os
 import struct
 from dataclasses import dataclass
@@ -23,10 +24,12 @@ from hangwatch.collect.stacks import DumpRun
 from hangwatch.collect.stacks import StackDumper
 from hangwatch.collect.unwind import _CLONE
 from hangwatch.collect.unwind import NativeFrame
+from hangwatch.collect.unwind import NativeStacks
 from hangwatch.collect.unwind import NativeUnwinder
 from hangwatch.collect.unwind import UnwindError
 from hangwatch.collect.unwind import _parse_grabs
 from hangwatch.collect.unwind import merge
+from hangwatch.model.samples import ProcessId
 from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import ProcessStacks
 
@@ -37,7 +40,7 @@ def _libc_function(name: str) -> tuple[ElfFile, int]:
     assert address is not None
     maps = procfs.read_maps(os.getpid())
     assert maps is not None
-    start, _, _, offset, path = next(m for m in maps if m[0] <= address < m[1])
+    start, _, _, offset, _, path = next(m for m in maps if m[0] <= address < m[1])
     elf = ElfFile(Path(path))
     bias = elf.bias_for(offset, start)
     assert bias is not None
@@ -165,23 +168,140 @@ def test_another_architecture_or_no_demangler_is_said():
     assert NativeUnwinder(machine="x86_64", cxxfilt="/usr/bin/c++filt").unavailable is None
 
 
-class _Refusing(NativeUnwinder):
+class _FakeGrab:
+    def run(self, tids):
+        raise AssertionError("a fake unwinder's grab is never run")
+
+    def cancel(self) -> None:
+        pass
+
+
+class _Unwinder(NativeUnwinder):
+    """Our unwinder with its grab and unwinding replaced: ``stacks`` answers each call in turn, an
+    exception is raised."""
+
+    def __init__(self, *answers):
+        super().__init__(machine="x86_64", cxxfilt="c++filt")
+        self.answers = list(answers)
+        self.calls = 0
+
+    def start(self, pid):
+        return _FakeGrab()
+
     def unwind(self, pid, tids, grab=None):
-        if grab is not None:
-            grab.cancel()
-        raise UnwindError("not permitted")
+        self.calls += 1
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
 
-def test_a_process_our_unwinder_cannot_read_is_dumped_by_py_spy_native():
+# py-spy's JSON for a process of two threads: its main thread (tid 1) and tid 2, one frame each.
+_PY_SPY = json.dumps(
+    [
+        {"thread_id": 1, "os_thread_id": tid, "active": False, "frames": [
+            {"name": name, "filename": "/x.py", "line": 3, "is_entry": True}
+        ]}
+        for tid, name in ((1, "main"), (2, "worker"))
+    ]
+)  # fmt: skip
+_EVAL = NativeFrame(0x10, "/usr/lib/libpython3.11.so", "_PyEval_EvalFrameDefault", True)
+_WAIT = NativeFrame(0x20, "/usr/lib/libc.so.6", "pthread_cond_wait", False)
+
+
+def _stacks(*tids: int, frames=(_WAIT, _EVAL)) -> NativeStacks:
+    return NativeStacks({tid: tuple(frames) for tid in tids}, {}, 0.01)
+
+
+def _dumper(unwinder: NativeUnwinder, calls: list[list[str]], py_spy: str = _PY_SPY) -> StackDumper:
+    def runner(argv: list[str], deadline: float) -> DumpRun:
+        calls.append(argv)
+        return DumpRun(0, py_spy, "", 0.01)
+
+    return StackDumper("py-spy", runner=runner, unwinder=unwinder)
+
+
+_BASE = ProcessStacks(1, "p", None, None, DumpOutcome.OK)
+_ID = ProcessId(1, 100)
+
+
+def test_our_dump_counts_the_main_threads_stops_py_spys_and_the_copy():
     calls: list[list[str]] = []
-    frames = '[{"thread_id": 1, "os_thread_id": 1, "active": false, "frames": [{"name": "f", "filename": "/x.py", "line": 3}]}]'
+    result = _dumper(_Unwinder(_stacks(1, 2)), calls)._dump_once(_BASE, True, _ID)
+    assert result.native and result.stops == 2
+    assert [[f.name for f in t.frames] for t in result.threads] == [["main", "pthread_cond_wait"]] * 1 + [
+        ["worker", "pthread_cond_wait"]
+    ]
+    # The copy did not hold the main thread (py-spy listed no Python thread for it): py-spy's stop only.
+    # Counting a stop that did not happen would hide a real poll's wakeups.
+    workers_only = json.dumps([t for t in json.loads(_PY_SPY) if t["os_thread_id"] == 2])
+    alone = _dumper(_Unwinder(_stacks(2)), [], workers_only)._dump_once(_BASE, True, _ID)
+    assert alone.native and alone.stops == 1
+
+
+def test_a_thread_the_copy_missed_leaves_the_dump_to_py_spys_native():
+    # The main thread was listed by py-spy but not copied (it ended, or did not stop in time): no dump of
+    # ours marks a thread native without its native frames.
+    calls: list[list[str]] = []
+    result = _dumper(_Unwinder(_stacks(2), _stacks(2)), calls)._dump_once(_BASE, True, _ID)
+    assert [a[-1] for a in calls] == ["--json", "--json", "--native"] and result.stops == 1 + 1 + 1
+
+
+def test_a_thread_that_moves_twice_running_is_left_to_py_spys_native_with_every_stop_counted():
+    calls: list[list[str]] = []
+    moved = _stacks(1, 2, frames=(_WAIT,) + (_EVAL,) * 3)  # three eval calls for one Python frame
+    unwinder = _Unwinder(moved, moved)
+    result = _dumper(unwinder, calls)._dump_once(_BASE, True, _ID)
+    assert [a[-1] for a in calls] == ["--json", "--json", "--native"] and unwinder.calls == 2
+    assert result.stops == 2 + 2 + 1
+
+
+def test_a_process_our_unwinder_cannot_read_is_dumped_by_py_spy_native_from_then_on():
+    calls: list[list[str]] = []
+    dumper = _dumper(_Unwinder(UnwindError("not permitted"), ValueError("never asked")), calls)
+    first = dumper._dump_once(_BASE, True, _ID)
+    assert first.outcome is DumpOutcome.OK and first.native and first.stops == 1 + 1
+    assert [a[-1] for a in calls] == ["--json", "--native"]  # ours first, then py-spy's own
+    calls.clear()
+    again = dumper._dump_once(_BASE, True, _ID)
+    assert [a[-1] for a in calls] == ["--native"] and again.stops == 1
+    # An unwinder that raises what it never should is py-spy's turn too, never the watch's end.
+    calls.clear()
+    odd = _dumper(_Unwinder(KeyError("a race")), calls)._dump_once(_BASE, True, _ID)
+    assert odd.outcome is DumpOutcome.OK and [a[-1] for a in calls] == ["--json", "--native"]
+
+
+def test_a_py_spy_that_cannot_stop_the_process_is_a_timeout_without_a_native_wait():
+    calls: list[list[str]] = []
 
     def runner(argv: list[str], deadline: float) -> DumpRun:
         calls.append(argv)
-        return DumpRun(0, frames, "", 0.01)
+        return DumpRun(None, "", "", deadline)
 
-    dumper = StackDumper("py-spy", runner=runner, unwinder=_Refusing(machine="x86_64", cxxfilt="c++filt"))
-    result = dumper._dump_once(ProcessStacks(1, "p", None, None, DumpOutcome.OK), True)
-    assert result.outcome is DumpOutcome.OK and result.native
-    assert [a[-1] for a in calls] == ["--json", "--native"]  # ours first, then py-spy's own
-    assert [f.name for f in result.threads[0].frames] == ["f"]
+    dumper = StackDumper("py-spy", runner=runner, unwinder=_Unwinder())
+    result = dumper._dump_once(_BASE, True, _ID)
+    assert result.outcome is DumpOutcome.TIMEOUT and result.stops == 0
+    assert [a[-1] for a in calls] == ["--json"]  # not a --native run as long again
+
+
+def test_an_lld_packed_library_is_biased_by_its_code_segment():
+    """lld puts a read-only segment and the code after it in one file page, the code a page higher in
+    memory (orjson's wheel: R at 0x0/0x0, R E at 0xde90/0xee90): the code's mapping from offset 0xd000
+    is biased by the executable segment, not the first one that covers the page."""
+    import tempfile
+
+    header = bytearray(64)
+    header[:6] = b"\x7fELF\x02\x01"
+    struct.pack_into("<HH", header, 0x10, 3, 62)
+    struct.pack_into("<QQ", header, 0x20, 64, 0)  # program headers at 64, no sections
+    struct.pack_into("<HHHHH", header, 0x36, 56, 2, 64, 0, 0)
+    loads = struct.pack("<IIQQQQQQ", 1, 4, 0x0, 0x0, 0x0, 0xDE90, 0xDE90, 0x1000)
+    loads += struct.pack("<IIQQQQQQ", 1, 5, 0xDE90, 0xEE90, 0xEE90, 0x2B930, 0x2B930, 0x1000)
+    with tempfile.NamedTemporaryFile(suffix=".so") as f:
+        f.write(bytes(header) + loads)
+        f.flush()
+        elf = ElfFile(Path(f.name))
+        start = 0x7F0000000000
+        assert elf.bias_for(0xD000, start + 0xE000, executable=True) == start
+        assert elf.bias_for(0x0, start, executable=False) == start
+        assert not elf.can_unwind  # no .eh_frame_hdr: frames there are named only

@@ -296,7 +296,7 @@ def relabel_stacks(
                 copy = moved[key] = _moved(t, tid=offset + t.tid)
             threads.append(copy)
         role = f"{label}:{p.role or p.name}" if p.rank is None else p.role
-        kernel = _moved_waits(p.kernel, offset) if p.kernel is not None else None
+        kernel = _moved_waits(p.kernel, offset, label) if p.kernel is not None else None
         processes.append(
             _moved(
                 p,
@@ -310,19 +310,28 @@ def relabel_stacks(
     return _moved(sample, processes=tuple(processes))
 
 
-def _moved_waits(waits: ProcessWaits, offset: int) -> ProcessWaits:
+def _moved_waits(waits: ProcessWaits, offset: int, label: str) -> ProcessWaits:
     """The kernel's waits with the pids and tids moved like the process's: the analysis finds a thread's
-    wait by its tid and a main thread by the pid (a poll's wakeups, a waker, a child waited for). Inodes,
-    pipes and files stay as they are: they name objects of the node, and the merge keeps no peers."""
+    wait by its tid and a main thread by the pid (a poll's wakeups, a waker, a child waited for).
+
+    A pipe is named by its inode, which another node may number the same: its name gets the node's
+    label, so a reader on one node is never matched with a writer on another. Sockets and file locks
+    meet their other end through the peers and holders of the node's own sample, which the merge does
+    not carry: across nodes they stay unmatched (someone outside), as before."""
+
+    def pipe(obj: str) -> str:
+        return f"{obj}@{label}" if obj.startswith("pipe:") else obj
+
     threads = tuple(
         _moved(
             w,
             tid=offset + w.tid,
             child=offset + w.child if w.child is not None and w.child > 0 else w.child,
+            on=tuple(pipe(o) for o in w.on),
         )
         for w in waits.threads
     )
-    return _moved(waits, pid=offset + waits.pid, threads=threads)
+    return _moved(waits, pid=offset + waits.pid, threads=threads, writes=tuple(pipe(o) for o in waits.writes))
 
 
 def relabel_tick(tick: Tick, offset: int, label: str) -> Tick:

@@ -25,6 +25,8 @@ from pathlib import Path
 
 EM_X86_64 = 62
 _PT_LOAD = 1
+_PF_X = 1
+PAGE = 4096
 _PT_GNU_EH_FRAME = 0x6474E550
 _SHT_SYMTAB = 2
 _SHT_DYNSYM = 11
@@ -61,6 +63,9 @@ class Row:
     cfa_offset: int
     cfa_expr: bytes
     rules: tuple[tuple[int, Rule], ...]
+    # A signal trampoline's frame ('S'): the frame below was interrupted, not calling, so its pc is
+    # exact (looked up as is, not one byte before).
+    signal: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,7 @@ class _Cie:
     fde_encoding: int
     has_z: bool
     initial: bytes
+    signal: bool
 
 
 class _Reader:
@@ -171,13 +177,15 @@ class ElfFile:
         phoff, shoff = struct.unpack_from("<QQ", self.data, 0x20)
         phentsize, phnum, shentsize, shnum, _ = struct.unpack_from("<HHHHH", self.data, 0x36)
         self.loads: list[tuple[int, int, int]] = []  # (p_offset, p_vaddr, p_filesz)
+        self._executable: list[bool] = []  # each load segment's PF_X
         eh_hdr: tuple[int, int] | None = None
         for i in range(phnum):
-            p_type, _, p_offset, p_vaddr, _, p_filesz = struct.unpack_from(
+            p_type, p_flags, p_offset, p_vaddr, _, p_filesz = struct.unpack_from(
                 "<IIQQQQ", self.data, phoff + i * phentsize
             )
             if p_type == _PT_LOAD:
                 self.loads.append((p_offset, p_vaddr, p_filesz))
+                self._executable.append(bool(p_flags & _PF_X))
             elif p_type == _PT_GNU_EH_FRAME:
                 eh_hdr = (p_offset, p_vaddr)
         self._sections: list[tuple[int, int, int, int]] = []  # (sh_type, sh_offset, sh_size, sh_link)
@@ -201,13 +209,24 @@ class ElfFile:
 
     # --- addresses ---------------------------------------------------------------------------------
 
-    def bias_for(self, map_offset: int, map_start: int) -> int | None:
+    def bias_for(self, map_offset: int, map_start: int, executable: bool = True) -> int | None:
         """The load bias of a mapping of this file at ``map_start`` from file offset ``map_offset``: what
-        is added to the file's virtual addresses to get the process's."""
-        for p_offset, p_vaddr, p_filesz in self.loads:
-            if p_offset - (p_offset % 4096) <= map_offset < p_offset + max(p_filesz, 1):
-                return map_start - (p_vaddr + (map_offset - p_offset))
-        return None
+        is added to the file's virtual addresses to get the process's.
+
+        The loader maps each segment from its page-rounded offset to its page-rounded address. Two
+        segments can share a file page (lld packs a read-only segment and the code after it into one
+        page, the code a page higher in memory than in the file): the one with the mapping's permission
+        (``executable``) is the one mapped there."""
+        fits = [
+            (x, p_offset, p_vaddr)
+            for x, (p_offset, p_vaddr, p_filesz) in zip(self._executable, self.loads, strict=True)
+            if p_offset - (p_offset % PAGE) <= map_offset < p_offset + max(p_filesz, 1)
+        ]
+        if not fits:
+            return None
+        _, p_offset, p_vaddr = min(fits, key=lambda f: f[0] != executable)
+        page_offset, page_vaddr = p_offset - p_offset % PAGE, p_vaddr - p_vaddr % PAGE
+        return map_start - (page_vaddr + (map_offset - page_offset))
 
     def _offset_of(self, vaddr: int) -> int | None:
         for p_offset, p_vaddr, p_filesz in self.loads:
@@ -280,6 +299,7 @@ class ElfFile:
         ra_reg = r.u8() if version == 1 else r.uleb()
         fde_encoding = 0
         has_z = aug.startswith(b"z")
+        signal = b"S" in aug
         if has_z:
             aug_len = r.uleb()
             aug_end = r.pos + aug_len
@@ -295,7 +315,7 @@ class ElfFile:
                 else:
                     break
             r.pos = aug_end
-        cie = _Cie(code_align, data_align, ra_reg, fde_encoding, has_z, bytes(self.data[r.pos : end]))
+        cie = _Cie(code_align, data_align, ra_reg, fde_encoding, has_z, bytes(self.data[r.pos : end]), signal)
         self._cies[offset] = cie
         return cie
 
@@ -332,7 +352,8 @@ class ElfFile:
         rules = dict(state.rules)
         if cie.ra_reg != RA and cie.ra_reg in rules:
             rules[RA] = rules[cie.ra_reg]
-        return Row(pc_begin, state.cfa_reg, state.cfa_offset, state.cfa_expr, tuple(sorted(rules.items())))
+        rows = tuple(sorted(rules.items()))
+        return Row(pc_begin, state.cfa_reg, state.cfa_offset, state.cfa_expr, rows, cie.signal)
 
     # --- names --------------------------------------------------------------------------------------
 
@@ -415,8 +436,8 @@ class _CfaState:
             op = r.u8()
             if op & 0xC0 == 0x40:  # advance_loc
                 loc += (op & 0x3F) * align
-            elif op == 0x01:  # set_loc
-                loc = r.pointer(self.cie.fde_encoding)
+            elif op == 0x01:  # set_loc: never in .eh_frame (GCC, LLVM); its pointer's base is unknown here
+                raise ElfError("DW_CFA_set_loc in .eh_frame")
             elif op in (0x02, 0x03, 0x04):  # advance_loc1/2/4
                 loc += (r.u8() if op == 0x02 else r.unpack("<H" if op == 0x03 else "<I")) * align
             else:
@@ -501,6 +522,13 @@ _BINARY: dict[int, Callable[[int, int], int | bool]] = {
 }
 
 
+_COMPARISONS = frozenset(range(0x29, 0x2F))
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value & (1 << 63) else value
+
+
 def evaluate(
     expr: bytes, regs: dict[int, int], read: Callable[[int], int], push_cfa: int | None = None
 ) -> int:
@@ -538,6 +566,8 @@ def evaluate(
             stack.append((stack.pop() + reader.uleb()) & mask)
         elif op in _BINARY:
             b, a = stack.pop(), stack.pop()
+            if op in _COMPARISONS:  # DWARF compares as signed values
+                a, b = _signed(a), _signed(b)
             stack.append(int(_BINARY[op](a, b)) & mask)
         else:
             raise ElfError(f"DWARF operation {op:#x}")

@@ -421,20 +421,23 @@ def maps_library(pid: int, name: str, root: Path = PROC) -> bool | None:
     return f"/{name}" in text
 
 
-def parse_maps(text: str) -> list[tuple[int, int, str, int, str]]:
-    """/proc/PID/maps as (start, end, perms, file offset, path) for file-backed mappings, by address."""
+def parse_maps(text: str) -> list[tuple[int, int, str, int, int, str]]:
+    """/proc/PID/maps as (start, end, perms, file offset, inode, path) for file-backed mappings, by
+    address."""
     out = []
     for line in text.splitlines():
         fields = line.split(None, 5)
         if len(fields) == 6 and fields[5].startswith("/"):
             lo, _, hi = fields[0].partition("-")
             with contextlib.suppress(ValueError):
-                out.append((int(lo, 16), int(hi, 16), fields[1], int(fields[2], 16), fields[5]))
+                out.append(
+                    (int(lo, 16), int(hi, 16), fields[1], int(fields[2], 16), int(fields[4]), fields[5])
+                )
     out.sort()
     return out
 
 
-def read_maps(pid: int, root: Path = PROC) -> list[tuple[int, int, str, int, str]] | None:
+def read_maps(pid: int, root: Path = PROC) -> list[tuple[int, int, str, int, int, str]] | None:
     try:
         return parse_maps((root / str(pid) / "maps").read_text(errors="replace"))
     except OSError:

@@ -60,8 +60,16 @@ def _mappings(pid: int) -> list[tuple[int, int]]:
 def grab(pid: int, tids: list[int], wait_s: float) -> list[tuple[int, int, tuple[int, ...], int, bytes]]:
     libc = _libc()
     status: dict[int, int] = {}
+    # Read before any thread is held: a CUDA process maps thousands of regions.
+    try:
+        spans = _mappings(pid)
+    except OSError:
+        spans = []
     seized = []
     for tid in tids:
+        if not Path(f"/proc/{pid}/task/{tid}").exists():
+            status[tid] = GONE  # never a thread of another process: only this one's are touched
+            continue
         if libc.ptrace(PTRACE_SEIZE, tid, None, None) == 0:
             seized.append(tid)
         else:
@@ -71,7 +79,7 @@ def grab(pid: int, tids: list[int], wait_s: float) -> list[tuple[int, int, tuple
     signals = _wait_stopped(seized, wait_s, status)
     stopped = [t for t in seized if t not in status]
     try:
-        out = _read(libc, pid, stopped, status)
+        out = _read(libc, pid, stopped, status, spans)
     finally:
         for tid in stopped:
             # A signal that arrived while we held the thread is given back as we let it go.
@@ -110,11 +118,10 @@ def _wait_stopped(seized: list[int], wait_s: float, status: dict[int, int]) -> d
 
 
 def _read(
-    libc: ctypes.CDLL, pid: int, stopped: list[int], status: dict[int, int]
+    libc: ctypes.CDLL, pid: int, stopped: list[int], status: dict[int, int], spans: list[tuple[int, int]]
 ) -> list[tuple[int, int, tuple[int, ...], int, bytes]]:
     """Each stopped thread's registers and its stack from just below the stack pointer to its top."""
     try:
-        spans = _mappings(pid)
         mem = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
     except OSError:
         status.update(dict.fromkeys(stopped, UNREADABLE))

@@ -132,6 +132,17 @@ def run_dumper(argv: list[str], deadline_s: float) -> DumpRun:
         return DumpRun(None, out or "", err or "", time.monotonic() - started)
 
 
+@dataclass
+class _Tries:
+    """What our unwinder's tries at one process gave: a dump, or why not; and what they cost."""
+
+    result: ProcessStacks | None = None
+    stops: int = 0  # times the main thread was stopped: py-spy's runs, and the copies that held it
+    elapsed_s: float = 0.0
+    why: str = ""  # why no dump (py-spy's failure, the unwinder's); "" with a moved thread (try again)
+    lasting: bool = False  # the unwinder cannot read this process: py-spy's --native from now on
+
+
 class StackDumper:
     """Captures one ``StackSample`` of a set of processes. ``runner`` and ``root`` are injectable;
     ``engine_caches``: the engines' cache folders (the registry's cache_folders()), where each capture
@@ -170,6 +181,7 @@ class StackDumper:
         self._resume = resume or _sigcont
         self._python_only: set[ProcessId] = set()  # identities where --native failed once
         self._stops: dict[ProcessId, int] = {}  # how often our dumps stopped each process, so far
+        self._unwinder_failed: set[ProcessId] = set()  # identities our unwinder cannot read: py-spy's
         self._sources: dict[str, list[str] | None] = {}
 
     @property
@@ -260,7 +272,7 @@ class StackDumper:
         env = procfs.read_environ(p.pid, frozenset({"WORLD_SIZE"}), self._root)
         world = int(env["WORLD_SIZE"]) if env.get("WORLD_SIZE", "").isdigit() else None
         use_native = native and before.identity not in self._python_only
-        result = self._dump_once(base, use_native)
+        result = self._dump_once(base, use_native, before.identity)
         if use_native and result.outcome in (DumpOutcome.FAILED, DumpOutcome.TIMEOUT):
             # Native unwinding is what fails on odd builds and stripped libraries: retry without it.
             self._python_only.add(before.identity)
@@ -284,71 +296,81 @@ class StackDumper:
             result, state=before.state, cpu_s=cpu, world_size=world, resumed=resumed, kernel=kernel
         )
 
-    def _dump_once(self, base: ProcessStacks, native: bool) -> ProcessStacks:
-        if native and self._unwinder is not None:
-            ours = self._dump_unwound(base, self._unwinder)
-            if ours is not None:
-                return ours
+    def _dump_once(
+        self, base: ProcessStacks, native: bool, identity: ProcessId | None = None
+    ) -> ProcessStacks:
+        if native and self._unwinder is not None and identity not in self._unwinder_failed:
+            tries = self._dump_unwound(base, self._unwinder)
+            if tries.result is not None:
+                return tries.result
+            if tries.lasting and identity is not None:
+                self._unwinder_failed.add(identity)
+            # py-spy's own --native, with what our tries cost (their stops count: a wait's wakeups).
+            theirs = self._dump_py_spy(base, native)
+            elapsed = round(theirs.elapsed_s + tries.elapsed_s, 4)
+            return replace(theirs, stops=theirs.stops + tries.stops, elapsed_s=elapsed)
         return self._dump_py_spy(base, native)
 
-    def _dump_unwound(self, base: ProcessStacks, unwinder: NativeUnwinder) -> ProcessStacks | None:
-        """Python frames from py-spy, native ones from our unwinder, merged; None where the unwinder could
-        not read the process (py-spy's --native is tried then)."""
-        best: ProcessStacks | None = None
-        elapsed = 0.0
-        stops = 0
+    def _dump_unwound(self, base: ProcessStacks, unwinder: NativeUnwinder) -> _Tries:
+        """Python frames from py-spy, native ones from our unwinder, merged. No result where the unwinder
+        could not read the process (``lasting``: nor will it), or where a thread moved between the two
+        readings twice running: py-spy's --native reads both at once then."""
+        tries = _Tries()
         for _ in range(UNWOUND_TRIES):
-            tried = self._unwound_once(base, unwinder)
-            if tried is None:
+            try:
+                self._unwound_once(base, unwinder, tries)
+            except Exception as exc:  # the unwinder must never take the watch down: py-spy's instead
+                tries.lasting, tries.why = True, f"{type(exc).__name__}: {exc}"
+            if tries.result is not None or tries.lasting or tries.why:
                 break
-            elapsed += tried.elapsed_s
-            stops += tried.stops
-            if best is None or len(tried.detail or "") < len(best.detail or ""):
-                best = tried
-            if tried.detail is None:
-                break
-        return replace(best, elapsed_s=round(elapsed, 4), stops=stops) if best is not None else None
+        return tries
 
-    def _unwound_once(self, base: ProcessStacks, unwinder: NativeUnwinder) -> ProcessStacks | None:
+    def _unwound_once(self, base: ProcessStacks, unwinder: NativeUnwinder, tries: _Tries) -> None:
         assert self.path is not None
         grab = unwinder.start(base.pid)  # its interpreter starts while py-spy reads
-        run = self._runner([self.path, "dump", "--pid", str(base.pid), "--json"], self._python_deadline)
         try:
+            run = self._runner([self.path, "dump", "--pid", str(base.pid), "--json"], self._python_deadline)
+            tries.elapsed_s += run.elapsed_s
+            if run.rc is None:
+                # A thread py-spy cannot stop (an uninterruptible sleep): --native would wait as long.
+                detail = f"py-spy did not answer in {self._python_deadline:g} s"
+                tries.result = replace(
+                    base, outcome=DumpOutcome.TIMEOUT, detail=detail, elapsed_s=run.elapsed_s
+                )
+                return
             if run.rc != 0:
-                raise UnwindError("py-spy failed")  # its own run with --native says why, as before
+                tries.why = "py-spy failed"  # its own run with --native says why, as before
+                return
+            tries.stops += 1
             raw = decode_dump(run.stdout)
             stacks = unwinder.unwind(base.pid, [int(t.os_thread_id) for t in raw if t.os_thread_id], grab)
-        except (ValueError, UnwindError, OSError):
-            grab.cancel()
-            return None
+        except UnwindError as exc:
+            tries.lasting, tries.why = True, str(exc)
+            return
+        finally:
+            grab.cancel()  # a no-op once it answered
+        # Our stops are the main thread's: its wakeups are what a poll is told by (analyse/stackwaits).
+        tries.stops += base.pid in stacks.threads
+        tries.elapsed_s += stacks.elapsed_s
         merged = []
-        unmerged = 0
         for t in raw:
             native = stacks.threads.get(int(t.os_thread_id or 0))
             frames = merge(t.frames or (), native, _raw_native) if native is not None else None
             if frames is None:
-                unmerged += 1
-                merged.append(t)
-            else:
-                merged.append(
-                    _RawThread(
-                        t.thread_id, t.os_thread_id, t.thread_name, t.active, t.owns_gil, tuple(frames)
-                    )
-                )
-        # A thread that moved between py-spy's reading and the copy (work, not a wait) merges badly: it
-        # keeps its Python frames, and the dump is tried once more.
-        detail = f"{unmerged} of {len(raw)} threads without native frames (moving)" if unmerged else None
+                # The thread moved between py-spy's reading and the copy (or its unwinding stopped early):
+                # the whole dump is tried again, then left to py-spy's --native.
+                return
+            merged.append(
+                _RawThread(t.thread_id, t.os_thread_id, t.thread_name, t.active, t.owns_gil, tuple(frames))
+            )
         threads = convert_threads(merged, self._source_line(base.pid))
-        elapsed = run.elapsed_s + stacks.elapsed_s
-        # py-spy's run stopped the threads once, and the copy once more.
-        return replace(
+        tries.result = replace(
             base,
             outcome=DumpOutcome.OK,
             threads=threads,
             native=True,
-            elapsed_s=elapsed,
-            detail=detail,
-            stops=2 if stacks.threads else 1,
+            elapsed_s=round(tries.elapsed_s, 4),
+            stops=tries.stops,
         )
 
     def _dump_py_spy(self, base: ProcessStacks, native: bool) -> ProcessStacks:

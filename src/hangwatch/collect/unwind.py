@@ -29,10 +29,13 @@ import platform
 import re
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,6 +55,7 @@ GRAB_SCRIPT = Path(__file__).with_name("ptracegrab.py")
 # Threads are asked to stop and given this long to do so; the grabber itself gets the rest of the deadline.
 STOP_WAIT_S = 0.5
 GRAB_DEADLINE_S = 3.0
+GRABBER_NICE = -10  # as py-spy's dumpers (collect/stacks.py)
 MAX_FRAMES = 256
 MAX_FILES = 512  # ELF files kept open: a large server maps a few hundred libraries
 _NREGS = 27
@@ -132,6 +136,10 @@ class Grab:
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
+        with contextlib.suppress(OSError):
+            # It holds its target's threads while it copies them: as py-spy's dumpers, it is not left to
+            # starve on a loaded machine where we may raise its priority (collect/stacks.py).
+            os.setpriority(os.PRIO_PROCESS, self.proc.pid, GRABBER_NICE)
 
     def run(self, tids: Sequence[int]) -> tuple[int | None, bytes, str]:
         """The threads' copies: (exit code, output, error text); None as the code past the deadline, when
@@ -144,8 +152,10 @@ class Grab:
             return None, b"", f"the stack grabber did not answer in {self.deadline_s:g} s"
 
     def cancel(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        """Kill it unless it already ended (and was reaped: its pid may be another process's now)."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(ValueError, OSError):
             self.proc.communicate()
 
@@ -169,7 +179,9 @@ class NativeUnwinder:
         self._deadline = deadline_s
         self._cxxfilt = cxxfilt if cxxfilt is not None else shutil.which("c++filt")
         self._machine = machine if machine is not None else platform.machine()
-        self._files: dict[tuple[int, int, int, int], ElfFile | None] = {}
+        # Most recently used last; dropped, never closed, when full: a thread may still read one.
+        self._files: OrderedDict[tuple[int, int, int, int], ElfFile | None] = OrderedDict()
+        self._files_lock = threading.Lock()  # a capture unwinds its processes in parallel threads
         self._demangled: dict[str, str] = {}
 
     @property
@@ -219,14 +231,14 @@ class NativeUnwinder:
         }
         return NativeStacks(threads, missing, round(time.monotonic() - started, 4))
 
-    def _mappings(self, pid: int, maps: list[tuple[int, int, str, int, str]]) -> list[_Mapping]:
+    def _mappings(self, pid: int, maps: list[tuple[int, int, str, int, int, str]]) -> list[_Mapping]:
         exe = _readlink(self._root / str(pid) / "exe")
         out = []
-        for start, end, perms, offset, path in maps:
+        for start, end, perms, offset, inode, path in maps:
             if "x" not in perms:
                 continue
             clean = path.removesuffix(" (deleted)")
-            elf = self._file(pid, clean, start, end)
+            elf = self._file(pid, clean, start, end, inode)
             if elf is None:
                 continue
             bias = elf.bias_for(offset, start)
@@ -236,32 +248,33 @@ class NativeUnwinder:
             out.append(_Mapping(start, end, clean, elf, bias, interpreter))
         return out
 
-    def _file(self, pid: int, path: str, start: int, end: int) -> ElfFile | None:
-        # Through the process's root (a container sees its own /usr), else the mapping itself.
-        candidates = [self._root / str(pid) / "root" / path.lstrip("/"), self._root / str(pid) / "map_files"]
-        candidates[1] = candidates[1] / f"{start:x}-{end:x}"
-        for candidate in candidates:
+    def _file(self, pid: int, path: str, start: int, end: int, inode: int) -> ElfFile | None:
+        """The mapped file, read once. Through the process's root (a container sees its own /usr); where
+        the file at that path is not the one mapped (deleted, or replaced by an upgrade under a running
+        server: another inode), through the mapping itself (root only)."""
+        proc = self._root / str(pid)
+        for candidate in (proc / "root" / path.lstrip("/"), proc / "map_files" / f"{start:x}-{end:x}"):
             try:
                 st = candidate.stat()
             except OSError:
                 continue
+            if not stat.S_ISREG(st.st_mode) or (inode and st.st_ino != inode):
+                continue
             key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-            if key not in self._files:
-                if len(self._files) >= MAX_FILES:
-                    self._forget()
-                try:
-                    self._files[key] = ElfFile(candidate)
-                except (OSError, ElfError, ValueError, struct.error):
-                    self._files[key] = None
-            return self._files[key]
+            with self._files_lock:
+                if key in self._files:
+                    self._files.move_to_end(key)
+                    return self._files[key]
+            try:
+                elf: ElfFile | None = ElfFile(candidate)
+            except Exception:  # any file we cannot read is one without frames, never a crash
+                elf = None
+            with self._files_lock:
+                self._files[key] = elf
+                while len(self._files) > MAX_FILES:
+                    self._files.popitem(last=False)
+            return elf
         return None
-
-    def _forget(self) -> None:
-        for elf in self._files.values():
-            if elf is not None:
-                with contextlib.suppress(BufferError):
-                    elf.close()
-        self._files.clear()
 
     def _names(
         self, raw: dict[int, list[tuple[int, _Mapping | None, int | None]]]
@@ -342,9 +355,10 @@ def _unwind_one(
         value: int = struct.unpack_from("<Q", stack, at)[0]
         return value
 
-    for depth in range(MAX_FRAMES):
+    exact = True  # the leaf's pc, and a pc a signal interrupted, are exact
+    for _ in range(MAX_FRAMES):
         # A caller's pc is a return address: the call itself is the byte before it (it may end a function).
-        lookup = pc if depth == 0 else pc - 1
+        lookup = pc if exact else pc - 1
         i = bisect.bisect_right(starts, lookup) - 1
         m = mappings[i] if i >= 0 and lookup < mappings[i].end else None
         if m is None:
@@ -355,7 +369,7 @@ def _unwind_one(
         if row is None:
             break
         try:
-            nxt = _step(row, regs, read)
+            nxt = _step(row, {**regs, RA: pc}, read)  # rip is register 16 to an expression (PLT stubs)
         except (ElfError, IndexError, KeyError, struct.error):
             break
         if nxt is None:
@@ -364,6 +378,7 @@ def _unwind_one(
         if new[RSP] <= regs[RSP] or pc == 0:
             break  # no progress up the stack: a corrupt or hand-written frame
         regs = new
+        exact = row.signal
     return frames
 
 
@@ -373,7 +388,7 @@ def _step(row: Row, regs: dict[int, int], read: Callable[[int], int]) -> tuple[i
         cfa = evaluate(row.cfa_expr, regs, read)
     else:
         cfa = (regs[row.cfa_reg] + row.cfa_offset) & 0xFFFFFFFFFFFFFFFF
-    new = {r: v for r, v in regs.items() if r in _CALLEE_SAVED}
+    new = {r: v for r, v in regs.items() if r in _CALLEE_SAVED}  # RA is not: it is what we look for
     ra: int | None = None
     for reg, rule in row.rules:
         if rule.kind == "offset":
