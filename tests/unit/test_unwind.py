@@ -84,6 +84,15 @@ def test_a_plt_stubs_cfa_expression_is_evaluated():
         evaluate(bytes([0x96]), {}, lambda a: 0)
 
 
+def test_leb128_numbers_read_as_dwarf_writes_them():
+    from hangwatch.collect.elf import _Reader
+
+    cases = [(b"\x02", 2, 2), (b"\x7f", 127, -1), (b"\x80\x01", 128, 128), (b"\x80\x7f", 16256, -128)]
+    cases += [(b"\xe5\x8e\x26", 624485, 624485), (b"\xc0\xbb\x78", 1973696, -123456)]
+    for data, unsigned, signed in cases:
+        assert (_Reader(data, 0, 0).uleb(), _Reader(data, 0, 0).sleb()) == (unsigned, signed), data
+
+
 def test_the_grabbers_answer_is_read_thread_by_thread():
     regs = tuple(range(27))
     ok = struct.pack("<iiQI", 11, 0, 0x7000, 4) + struct.pack("<27Q", *regs) + b"abcd"

@@ -100,16 +100,14 @@ class _Reader:
         return v
 
     def uleb(self) -> int:
-        result = shift = 0
-        while True:
-            b = self.buf[self.pos]
-            self.pos += 1
-            result |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                return result
+        return self._leb()[0]
 
     def sleb(self) -> int:
+        value, bits = self._leb()
+        return value - (1 << bits) if value >> (bits - 1) & 1 else value
+
+    def _leb(self) -> tuple[int, int]:
+        """A LEB128 number's bits and their count (the sign is the last bit, for the signed form)."""
         result = shift = 0
         while True:
             b = self.buf[self.pos]
@@ -117,9 +115,7 @@ class _Reader:
             result |= (b & 0x7F) << shift
             shift += 7
             if b < 0x80:
-                if b & 0x40:
-                    result -= 1 << shift
-                return result
+                return result, shift
 
     def cstr(self) -> bytes:
         end = bytes(self.buf[self.pos : self.pos + 256]).index(b"\0")
