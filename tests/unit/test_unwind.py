@@ -84,6 +84,37 @@ def test_a_plt_stubs_cfa_expression_is_evaluated():
         evaluate(bytes([0x96]), {}, lambda a: 0)
 
 
+def test_cfa_rows_follow_advances_remembered_and_restored_state():
+    """A function's CFI as GCC writes it (push rbp; ...; an early return between remember and restore):
+    the row at each pc is the one in force there."""
+    from hangwatch.collect.elf import _CfaState
+    from hangwatch.collect.elf import _Cie
+
+    # CIE: CFA = rsp + 8, return address at CFA - 8 (code align 1, data align -8).
+    cie = _Cie(1, -8, RA, 0x1B, True, bytes([0x0C, RSP, 8, 0x80 | RA, 1]), False)
+    fde = bytes(
+        [
+            0x41, 0x0E, 16, 0x86, 2,  # at +1: CFA = rsp + 16, rbp at CFA - 16
+            0x43, 0x0A, 0x0E, 8,  # at +4: remember; CFA = rsp + 8 (an early return's epilogue)
+            0x41, 0x0B,  # at +5: restore (CFA = rsp + 16 again)
+            0x42, 0xC6,  # at +7: restore rbp to the CIE's rule (none)
+        ]
+    )  # fmt: skip
+
+    def row(pc: int) -> tuple[int, dict]:
+        state = _CfaState(cie)
+        state.run(cie.initial, 0x1000, None)
+        state.initial = dict(state.rules)
+        state.run(fde, 0x1000, pc)
+        return state.cfa_offset, {reg: rule.value for reg, rule in state.rules.items()}
+
+    assert row(0x1000) == (8, {RA: -8})
+    assert row(0x1001) == row(0x1003) == (16, {RA: -8, 6: -16})
+    assert row(0x1004) == (8, {RA: -8, 6: -16})
+    assert row(0x1005) == row(0x1006) == (16, {RA: -8, 6: -16})
+    assert row(0x1007) == (16, {RA: -8})
+
+
 def test_leb128_numbers_read_as_dwarf_writes_them():
     from hangwatch.collect.elf import _Reader
 
