@@ -19,7 +19,7 @@ rule of tests/integration/test_native_unwind.py (frames py-spy found in debug in
 ``hangwatch collect --pid ROOT --samples 1`` both ways (``HANGWATCH_NATIVE_UNWINDER=py-spy`` for py-spy's).
 Writes $OUT/unwind_validation.json and prints a summary.
 
-    HANGWATCH_PY_SPY=$PWD/.gl/py-spy PYTHONPATH=src python3 scripts/gpu/validate_unwind.py
+    HANGWATCH_PY_SPY=$PWD/.gl/py-spy PYTHONPATH=src python3 scripts/gpu/validate_unwind.py [CASE ...]
 """
 
 from __future__ import annotations
@@ -165,9 +165,12 @@ def collect_times(root: int) -> dict[str, Any]:
 
 def main() -> int:
     out_dir = Path(os.environ.get("OUT", "."))
+    only = set(sys.argv[1:])  # case names to run (default: all)
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, (argv, ready) in cases(Path(tmp)).items():
+            if only and name not in only:
+                continue
             proc = subprocess.Popen(
                 argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
             )
