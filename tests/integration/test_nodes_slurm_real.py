@@ -9,7 +9,9 @@ Skipped with the reason where Slurm's packages are not installed (``make slurm-d
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -177,6 +179,43 @@ def test_one_real_step_over_the_jobs_nodes_keeps_each_nodes_outcome(env: SlurmCl
     assert "exit status 3" in failed.detail and "task 2" in failed.detail, failed.detail
     assert took < 20, took
     assert steps == [f"{job}.batch"], steps  # the step ended with its collectors
+
+
+def test_a_node_whose_slurmd_hangs_costs_that_node_only(env: SlurmCluster) -> None:
+    """hwnode2's slurmd stopped (SIGSTOP: a daemon wedged in a system call looks the same to srun) while
+    one step spans the job's three nodes: slurmd's launch tree still starts the other two collectors,
+    their bundles are theirs, and hwnode2 is a timeout at the node deadline that says why it may be."""
+    names = [n.name for n in env.nodes.nodes]
+    job = env.submit("#!/bin/sh\nexec sleep 600\n", "-N3", "-w", ",".join(names))
+    hung = [
+        int(p)
+        for p in env.run(
+            ["pgrep", "-x", "-f", f"/usr/sbin/slurmd -D -N hwnode2 -f {env.conf}"]
+        ).stdout.split()
+    ]
+    assert hung, "hwnode2's slurmd"
+    try:
+        env.wait_running(job)
+        for pid in hung:
+            os.kill(pid, signal.SIGSTOP)
+        args = ["--match", "no-such-process-here", "--mode", "census", "--every", "0.1"]
+        remote = tuple(str(env.nodes.hangwatch).split())
+        started = time.monotonic()
+        one, two, three = gather_slurm(
+            names, args, SlurmOptions(job, remote=remote, fanout="step", node_timeout_s=8)
+        )
+        took = time.monotonic() - started
+    finally:
+        for pid in hung:
+            os.kill(pid, signal.SIGCONT)
+        env.cancel(job)
+    assert one.outcome is NodeOutcome.OK and one.bundle is not None and one.host == "hwnode1", one.detail
+    assert three.outcome is NodeOutcome.OK and three.bundle is not None and three.host == "hwnode3", (
+        three.detail
+    )
+    assert two.host == "hwnode2" and two.outcome is NodeOutcome.TIMEOUT, two.detail
+    assert "no answer within 8 s" in two.detail and "slurmd" in two.detail, two.detail
+    assert took < 20, took
 
 
 def test_real_sruns_failures_are_each_nodes_outcome(env: SlurmCluster) -> None:

@@ -211,11 +211,13 @@ def answer_of(node: str, ex: Exchange, options: SlurmOptions) -> NodeAnswer:
                 return failed(outcome, f"{meaning}: {said}")
         if not said:
             # Slurm 22.05's srun waits silently for a step it cannot place (no "temporarily disabled"
-            # line at the default verbosity): nothing said can be either that or a collector still busy.
+            # line at the default verbosity), and for a task a hung slurmd never launches: nothing said
+            # can be either, or a collector still busy (tests/integration/test_nodes_slurm_real.py).
             return failed(
                 NodeOutcome.TIMEOUT,
-                f"no answer within {options.node_timeout_s:g} s and srun said nothing (the step may be"
-                " waiting for the job's resources, or the collector did not finish)",
+                f"no answer within {options.node_timeout_s:g} s and srun said nothing (the node's slurmd"
+                " may not have started the collector, the step may be waiting for the job's resources, or"
+                " the collector did not finish)",
             )
         return failed(
             NodeOutcome.TIMEOUT, f"no answer within {options.node_timeout_s:g} s (step and collect): {said}"
