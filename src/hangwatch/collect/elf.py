@@ -79,6 +79,10 @@ class _Cie:
     signal: bool
 
 
+# DW_EH_PE_absptr, udata2/4/8, sdata2/4/8: the fixed-width pointer formats (uleb128 and sleb128 aside).
+_POINTER_FORMATS = {0x00: "<Q", 0x02: "<H", 0x03: "<I", 0x04: "<Q", 0x0A: "<h", 0x0B: "<i", 0x0C: "<q"}
+
+
 class _Reader:
     """A cursor over a byte buffer that decodes DWARF's variable-length numbers and pointers."""
 
@@ -130,24 +134,12 @@ class _Reader:
             return 0
         at = self.base + self.pos
         fmt = encoding & 0x0F
-        if fmt == 0x00:
-            v = self.unpack("<Q")
-        elif fmt == 0x01:
+        if fmt == 0x01:
             v = self.uleb()
-        elif fmt == 0x02:
-            v = self.unpack("<H")
-        elif fmt == 0x03:
-            v = self.unpack("<I")
-        elif fmt == 0x04:
-            v = self.unpack("<Q")
         elif fmt == 0x09:
             v = self.sleb()
-        elif fmt == 0x0A:
-            v = self.unpack("<h")
-        elif fmt == 0x0B:
-            v = self.unpack("<i")
-        elif fmt == 0x0C:
-            v = self.unpack("<q")
+        elif fmt in _POINTER_FORMATS:
+            v = self.unpack(_POINTER_FORMATS[fmt])
         else:
             raise ElfError(f"pointer encoding {encoding:#x}")
         if relative and encoding & 0x70 == 0x10:  # pc-relative: the only application .eh_frame uses

@@ -421,6 +421,14 @@ def maps_library(pid: int, name: str, root: Path = PROC) -> bool | None:
     return f"/{name}" in text
 
 
+def read_exe(pid: int, root: Path = PROC) -> str | None:
+    """The path of the process's executable (/proc/PID/exe), " (deleted)" removed."""
+    try:
+        return os.readlink(root / str(pid) / "exe").removesuffix(" (deleted)")
+    except OSError:
+        return None
+
+
 def parse_maps(text: str) -> list[tuple[int, int, str, int, int, str]]:
     """/proc/PID/maps as (start, end, perms, file offset, inode, path) for file-backed mappings, by
     address."""

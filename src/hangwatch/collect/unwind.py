@@ -232,7 +232,7 @@ class NativeUnwinder:
         return NativeStacks(threads, missing, round(time.monotonic() - started, 4))
 
     def _mappings(self, pid: int, maps: list[tuple[int, int, str, int, int, str]]) -> list[_Mapping]:
-        exe = _readlink(self._root / str(pid) / "exe")
+        exe = procfs.read_exe(pid, self._root)
         out = []
         for start, end, perms, offset, inode, path in maps:
             if "x" not in perms:
@@ -310,13 +310,6 @@ class NativeUnwinder:
         lines = done.stdout.splitlines()
         if done.returncode == 0 and len(lines) == len(todo):
             self._demangled.update(zip(todo, lines, strict=True))
-
-
-def _readlink(path: Path) -> str | None:
-    try:
-        return os.readlink(path).removesuffix(" (deleted)")
-    except OSError:
-        return None
 
 
 def _parse_grabs(out: bytes) -> tuple[list[_Grab], dict[int, str]]:
