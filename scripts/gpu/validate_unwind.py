@@ -79,11 +79,9 @@ def tree(root: int) -> list[int]:
     """The root and its descendants, by a scan of every process's parent (a thread's children too)."""
     parents: dict[int, list[int]] = {}
     for pid in procfs.list_pids():
-        try:
-            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        parents.setdefault(ppid, []).append(pid)
+        stat = procfs.read_stat(pid)
+        if stat is not None:
+            parents.setdefault(stat.ppid, []).append(pid)
     out, todo = [], [root]
     while todo:
         pid = todo.pop()

@@ -65,13 +65,21 @@ def _comparable(ours: tuple[Frame, ...], theirs: tuple[Frame, ...]) -> tuple[lis
     return a, b
 
 
+def _status(pid: int, tid: int) -> dict[str, str]:
+    """A thread's /proc status fields ({} once it ended)."""
+    try:
+        status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+    except OSError:
+        return {}
+    return {k: v.strip() for k, v in (line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)}
+
+
 def _running(pid: int) -> None:
     """Every thread runs on: none stopped, none traced."""
     for tid in procfs.thread_ids(pid):
-        status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
-        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
-        assert fields["TracerPid"].strip() == "0", f"thread {tid} is still traced"
-        assert not fields["State"].startswith(("t", "T")), f"thread {tid} is {fields['State']}"
+        fields = _status(pid, tid)
+        assert fields.get("TracerPid", "0") == "0", f"thread {tid} is still traced"
+        assert not fields.get("State", "").startswith(("t", "T")), f"thread {tid} is {fields['State']}"
 
 
 def _beats(path: Path) -> int:
@@ -132,7 +140,11 @@ def test_a_grabber_killed_at_any_moment_leaves_the_process_running(waiting):
             unwinder.unwind(pid, tids)
         except UnwindError as exc:
             assert "did not answer" in str(exc) or "exited" in str(exc)
-        wait_until(lambda: all(_tracer(pid, t) == 0 for t in procfs.thread_ids(pid)), 5, what="no tracer")
+        wait_until(
+            lambda: all(_status(pid, t).get("TracerPid", "0") == "0" for t in procfs.thread_ids(pid)),
+            5,
+            what="no tracer",
+        )
         _running(pid)
     before = _beats(beat)
     wait_until(lambda: _beats(beat) > before + 2, 5, what="the heartbeat going on")
@@ -156,12 +168,3 @@ def test_a_process_it_may_not_read_is_an_error_not_a_crash(tmp_path):
         with pytest.raises(UnwindError, match="not permitted"):
             nobody.unwind(proc.pid, [proc.pid])
         _running(proc.pid)
-
-
-def _tracer(pid: int, tid: int) -> int:
-    try:
-        status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
-    except OSError:
-        return 0
-    line = next(x for x in status.splitlines() if x.startswith("TracerPid:"))
-    return int(line.split()[1])
