@@ -42,10 +42,11 @@ sys.path.insert(0, str(REPO / "tests"))
 from builders import process_sample  # noqa: E402
 from hangwatch.collect import procfs  # noqa: E402
 from hangwatch.collect.stacks import StackDumper  # noqa: E402
-from hangwatch.model.stacks import ThreadStack  # noqa: E402
+from stack_compare import SOURCE_FILES  # noqa: E402
+from stack_compare import comparable  # noqa: E402
 
 COLLECT = ("--samples", "1", "--no-probe")
-SOURCE_FILES = (".c", ".cc", ".cpp", ".cxx", ".h", ".hpp", ".cu", ".cuh")
+SOURCES = (*SOURCE_FILES, ".cu", ".cuh")  # CUDA's sources too, on the GPU machine
 
 
 def cases(tmp: Path) -> dict[str, tuple[list[str], Path]]:
@@ -90,17 +91,6 @@ def tree(root: int) -> list[int]:
     return sorted(out)
 
 
-def comparable(ours: ThreadStack, theirs: ThreadStack) -> tuple[list[tuple], list[tuple]]:
-    names = {f.name for f in ours.frames}
-    # py-spy's frames from debug information: the inlined ones ours cannot see, and source file names.
-    inlined = [f.native and f.file.endswith(SOURCE_FILES) and f.name not in names for f in theirs.frames]
-    kept = [f for f, drop in zip(theirs.frames, inlined, strict=True) if not drop]
-    source = {i for i, f in enumerate(kept) if f.native and f.file.endswith(SOURCE_FILES)}
-    a = [(f.name, f.native, "" if i in source else f.file) for i, f in enumerate(ours.frames)]
-    b = [(f.name, f.native, "" if i in source else f.file) for i, f in enumerate(kept)]
-    return a, b
-
-
 def compare(pid: int, moving: bool) -> dict[str, Any]:
     sample = process_sample(pid, "case")
     started = time.monotonic()
@@ -131,7 +121,7 @@ def compare(pid: int, moving: bool) -> dict[str, Any]:
         if t.tid not in reference:
             row["differ"].append({"tid": t.tid, "why": "py-spy did not list it"})
             continue
-        a, b = comparable(t, reference[t.tid])
+        a, b = comparable(t.frames, reference[t.tid].frames, SOURCES)
         if a == b:
             row["same"] += 1
         elif not (moving and t.active):

@@ -23,15 +23,13 @@ from hangwatch.collect.stacks import StackDumper
 from hangwatch.collect.unwind import NativeUnwinder
 from hangwatch.collect.unwind import UnwindError
 from hangwatch.model.stacks import DumpOutcome
-from hangwatch.model.stacks import Frame
 from proc_helpers import free_port
 from proc_helpers import spawn
 from proc_helpers import wait_for_file
 from proc_helpers import wait_until
+from stack_compare import comparable
 
 PROGRAM = Path(__file__).resolve().parents[1] / "programs" / "native_waits.py"
-SOURCE_FILES = (".c", ".cc", ".cpp", ".cxx", ".h", ".hpp")
-
 pytestmark = [
     pytest.mark.timeout(120),
     pytest.mark.skipif(NativeUnwinder().unavailable is not None, reason="our unwinder does not run here"),
@@ -52,17 +50,6 @@ def waiting(tmp_path_factory):
     with spawn(argv) as proc:
         wait_for_file(tmp / "ready", 60)
         yield proc.pid, tmp / "beat"
-
-
-def _comparable(ours: tuple[Frame, ...], theirs: tuple[Frame, ...]) -> tuple[list[tuple], list[tuple]]:
-    """Both stacks as (name, native, file), py-spy's frames from debug information made comparable: its
-    inlined functions dropped, its source file names not compared."""
-    names = {f.name for f in ours}
-    kept = [f for f in theirs if not (f.native and f.file.endswith(SOURCE_FILES) and f.name not in names)]
-    source = {i for i, f in enumerate(kept) if f.native and f.file.endswith(SOURCE_FILES)}
-    a = [(f.name, f.native, "" if i in source else f.file) for i, f in enumerate(ours)]
-    b = [(f.name, f.native, "" if i in source else f.file) for i, f in enumerate(kept)]
-    return a, b
 
 
 def _status(pid: int, tid: int) -> dict[str, str]:
@@ -102,7 +89,7 @@ def test_our_native_frames_are_py_spys_thread_by_thread(waiting):
     for t in ours.threads:
         if t.name == "MainThread":
             continue
-        a, b = _comparable(t.frames, reference[t.tid].frames)
+        a, b = comparable(t.frames, reference[t.tid].frames)
         assert a == b, f"thread {t.name} ({t.tid})"
     # What the rules read is there: the interpreter's own waits, libc's, and torch's inside a collective.
     leaf = {name: [f.name for f in t.frames if f.native] for name, t in by_name.items()}
