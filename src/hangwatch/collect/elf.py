@@ -191,10 +191,6 @@ class ElfFile:
         self._rows: dict[int, Row | None] = {}
         self._names: dict[int, str | None] = {}
 
-    def close(self) -> None:
-        self.data.release()
-        self._map.close()
-
     # --- addresses ---------------------------------------------------------------------------------
 
     def bias_for(self, map_offset: int, map_start: int, executable: bool = True) -> int | None:
