@@ -28,6 +28,7 @@ from hangwatch.collect.unwind import NativeStacks
 from hangwatch.collect.unwind import NativeUnwinder
 from hangwatch.collect.unwind import UnwindError
 from hangwatch.collect.unwind import _parse_grabs
+from hangwatch.collect.unwind import cython_name
 from hangwatch.collect.unwind import merge
 from hangwatch.model.samples import ProcessId
 from hangwatch.model.stacks import DumpOutcome
@@ -200,6 +201,33 @@ def test_a_functions_clones_carry_its_name():
     ]:
         assert _CLONE.sub("", clone) == name
     assert _CLONE.sub("", "decimal.Context") == "decimal.Context"
+
+
+def test_cython_names_and_helpers_are_read_as_py_spy_reads_them():
+    # py-spy's own cases (cython.rs), and CuPy's wrapper as the GPU check met it.
+    for mangled, name in [
+        ("__pyx_pw_13cupy_backends_4cuda_3api_7runtime_27deviceSynchronize", "deviceSynchronize"),
+        ("__pyx_pf_8implicit_4_als_30_least_squares_cg", "_least_squares_cg"),
+        ("__pyx_pw_8implicit_4_als_5least_squares_cg", "least_squares_cg"),
+        ("__pyx_fuse_1_0__pyx_pw_8implicit_4_als_31_least_squares_cg", "_least_squares_cg"),
+        ("__pyx_f_6mtrand_cont0_array", "mtrand_cont0_array"),
+        ("__pyx_fuse_0__pyx_f_8implicit_4_als_axpy", "_als_axpy"),
+        ("__pyx_fuse_1__pyx_f_8implicit_3bpr_has_non_zero", "bpr_has_non_zero"),
+        ("__pyx_pw_", "_"),  # nothing past the prefix: as py-spy leaves it
+        ("__pyx_pw_99x", "x"),  # a length past the end: what is left
+        ("memcpy", "memcpy"),
+        ("__pyx_unknown_helper", "__pyx_unknown_helper"),
+    ]:
+        assert cython_name(mangled) == name, mangled
+    python = [_Py("host_wait", is_entry=True)]
+    native = [
+        _native("cudaDeviceSynchronize"),
+        _native("deviceSynchronize"),
+        _native("__Pyx_PyObject_Call"),  # Cython's call helper: dropped
+        _native("_PyEval_EvalFrameDefault", True),
+    ]
+    merged = merge(python, native, lambda f: _Py(f.name or "??"))
+    assert _names(merged) == ["cudaDeviceSynchronize", "deviceSynchronize", "host_wait"]
 
 
 def test_another_architecture_or_no_demangler_is_said():

@@ -81,6 +81,45 @@ _CLONE = re.compile(
 )
 
 
+# py-spy's Cython handling (cython.rs): the call helpers Cython generates are left out, and a function's
+# mangled name (``__pyx_pw_13cupy_backends_4cuda_3api_7runtime_27deviceSynchronize``) loses its prefix and
+# its module and class parts (``deviceSynchronize``).
+_CYTHON_HELPERS = frozenset(
+    {
+        "__Pyx_PyFunction_FastCallDict",
+        "__Pyx_PyObject_CallOneArg",
+        "__Pyx_PyObject_Call",
+        "__pyx_FusedFunction_call",
+    }
+)
+_CYTHON_PREFIXES = (
+    "__pyx_fuse_1_0__pyx_pw",
+    "__pyx_fuse_0__pyx_f",
+    "__pyx_fuse_1__pyx_f",
+    "__pyx_pf",
+    "__pyx_pw",
+    "__pyx_f",
+    "___pyx_f",
+    "___pyx_pw",
+)
+_LENGTH = re.compile(r"_(\d+)")
+
+
+def cython_name(name: str) -> str:
+    """py-spy's ``cython::demangle``: past the prefix, each ``_<n>`` names a part of ``n`` characters (the
+    module's, the class's); the last part is the function."""
+    prefix = next((p for p in _CYTHON_PREFIXES if name.startswith(p)), None)
+    if prefix is None:
+        return name
+    current = rest = name[len(prefix) :]
+    while (m := _LENGTH.match(rest)) is not None:
+        current = rest[m.end() :]
+        if int(m.group(1)) + m.end() >= len(current):
+            break
+        rest = rest[int(m.group(1)) + m.end() :]
+    return current
+
+
 class UnwindError(Exception):
     """This process cannot be unwound here; the message says why (the caller falls back to py-spy)."""
 
@@ -290,7 +329,7 @@ class NativeUnwinder:
                 if name is not None:
                     found[(key, fstart)] = name
         self._demangle({n for n in found.values() if n.startswith("_Z")})
-        return {k: _CLONE.sub("", self._demangled.get(v, v)) for k, v in found.items()}
+        return {k: cython_name(_CLONE.sub("", self._demangled.get(v, v))) for k, v in found.items()}
 
     def _demangle(self, mangled: set[str]) -> None:
         todo = sorted(n for n in mangled if n not in self._demangled and "\n" not in n)
@@ -454,8 +493,10 @@ def merge(
 
 
 def _ignored(f: NativeFrame) -> bool:
-    """The frames py-spy leaves out: the process's and threads' start in libc."""
+    """The frames py-spy leaves out: the process's and threads' start in libc, Cython's call helpers."""
     name = f.name or ""
-    return (name in ("__libc_start_main", "__clone") and "/libc" in f.module) or (
-        name == "start_thread" and "/libpthread" in f.module
+    return (
+        (name in ("__libc_start_main", "__clone") and "/libc" in f.module)
+        or (name == "start_thread" and "/libpthread" in f.module)
+        or name in _CYTHON_HELPERS
     )
