@@ -260,8 +260,8 @@ def test_equal_pids_on_two_nodes_stay_two_ranks_and_the_odd_one_is_named_with_it
     # The same rules as on one node, over both nodes' ranks: the odd one out is rank 2, pid 8 of n2.
     (culprit,) = result.diagnosis.culprits
     assert merged.keys[culprit] == ProcessKey("n2", 22, 8)
-    assert "n1:rank0,n2:rank1 waiting in all_reduce" in result.diagnosis.explanation
-    assert result.tree.summary == "n1:rank0,n2:rank1 in all_reduce; n2:rank2 in busy_elsewhere (odd one out)"
+    assert "n[1-2]:rank0-1 waiting in all_reduce" in result.diagnosis.explanation
+    assert result.tree.summary == "n[1-2]:rank0-1 in all_reduce; n2:rank2 in busy_elsewhere (odd one out)"
 
 
 def test_who_is_missing_names_the_silent_nodes() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
@@ -32,10 +33,59 @@ from hangwatch.render.stacktext import tree_lines
         (["DP0_TP1", "DP0_TP0"], "DP0_TP0-1"),
         (["TP1", "TP1"], "TP1"),
         ([], ""),
+        # Across nodes (the merge labels ranks node:rankN): global ranks run on across one host list.
+        (["hwnode1:rank0", "hwnode1:rank1", "hwnode2:rank2", "hwnode3:rank3"], "hwnode[1-3]:rank0-3"),
+        (["hwnode3:rank3"], "hwnode3:rank3"),
+        (
+            [f"node{r // 10}:rank{r}" for r in range(10_000) if r != 1042],
+            "node[0-104]:rank0-1041,node[104-999]:rank1043-9999",
+        ),
+        # Zero-padded host names keep their width; unpadded ones fold whatever their length.
+        ([f"nid{r // 4:05d}:rank{r}" for r in range(64)], "nid[00000-00015]:rank0-63"),
+        (["node9:rank0", "node10:rank1", "node11:rank2"], "node[9-11]:rank0-2"),
+        (["node1:rank0", "node3:rank1"], "node[1,3]:rank0-1"),
+        # Another host list, or a name without a number, starts a run of its own.
+        (
+            ["alpha:rank0", "alpha:rank1", "beta:rank2", "gpu-a1:rank3", "gpu-b1:rank4"],
+            "alpha:rank0-1,beta:rank2,gpu-a1:rank3,gpu-b1:rank4",
+        ),
+        # Numbers each node gives its own processes (or two jobs): per node, as they are.
+        (["n1:TP0", "n1:TP1", "n2:TP0", "n2:TP1"], "n1:TP0-1,n2:TP0-1"),
+        (["n1:rank0", "n2:rank0", "n2:rank1"], "n1:rank0,n2:rank0-1"),
+        # Whatever has no number stays as it is, after the runs.
+        (["n1:rank0", "n2:rank1", "n1:main[9]", "launcher[3]"], "n[1-2]:rank0-1,launcher[3],n1:main[9]"),
     ],
 )
 def test_compact_ranges(labels, text):
     assert compact_ranges(labels) == text
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_trees_labels_are_compact_ranges_of_their_members(seed):
+    # The tree and the classes compact their members' labels by their own scans: their text must be
+    # compact_ranges' for any mix of nodes (numbered, padded, plain), gaps, shared numbers and roles.
+    rng = random.Random(seed)
+    hosts = rng.choice(
+        [["n1", "n2", "n3"], ["nid007", "nid008", "nid010"], ["alpha", "beta"], ["g9", "g10", "x"]]
+    )
+    labels = []
+    for rank in rng.sample(range(40), rng.randint(1, 30)):
+        labels.append(f"{rng.choice(hosts)}:rank{rank}")
+        if rng.random() < 0.1:
+            labels.append(f"{rng.choice(hosts)}:rank{rank}")  # the same number on another node
+    labels += [f"{rng.choice(hosts)}:main[{i}]" for i in range(rng.randint(0, 2))]
+    rng.shuffle(labels)
+    main = loader.samples("missing_collective")[-1].dumped[0].main_thread
+    assert main is not None
+    procs = tuple(
+        replace(_proc(100 + i, "python", rank=label), threads=(replace(main, tid=100 + i),))
+        for i, label in enumerate(labels)
+    )
+    tree = build_tree([StackSample(0.0, procs, 0.0)])
+    expected = compact_ranges(labels)
+    assert tree.roots[0].label == expected
+    (cls,) = tree.classes
+    assert cls.label == expected
 
 
 def _proc(pid: int, name: str, rank: str | None = None, role: str | None = None) -> ProcessStacks:

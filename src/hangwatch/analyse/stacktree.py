@@ -25,10 +25,13 @@ from hangwatch.analyse.stackframes import signature
 from hangwatch.analyse.stackframes import significant
 from hangwatch.analyse.stackframes import significant_frames
 from hangwatch.analyse.stackframes import wait_point
+from hangwatch.analyse.stackranks import HostLists
+from hangwatch.analyse.stackranks import node_runs
 from hangwatch.analyse.stackranks import peer_pids
-from hangwatch.analyse.stackranks import ranges_text
 from hangwatch.analyse.stackranks import rank_label
 from hangwatch.analyse.stackranks import split_label
+from hangwatch.analyse.stackranks import split_node
+from hangwatch.analyse.stackranks import stems_text
 from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import Frame
 from hangwatch.model.stacks import ProcessStacks
@@ -48,8 +51,10 @@ class _Proc:
 
     stacks: ProcessStacks
     label: str
-    prefix: str
+    prefix: str  # the label's stem: ``rank`` of ``hwn2:rank3``
     number: int | None
+    node: str  # the node a merge across nodes named in the label (``hwn2``), else ""
+    member: tuple[int, str] | None  # (number, node), as node_runs reads it
 
 
 @dataclass
@@ -109,9 +114,9 @@ def _build_tree(samples: Sequence[StackSample], highlight: Iterable[int] | None)
     candidates = peers or {p.stacks.pid for p in procs}
     if len(marked & candidates) * 2 > len(candidates):
         marked = set()  # most of them are "culprits" (everyone stuck): there is no odd one out to show
-    cache: dict[tuple[int, ...], tuple[str, tuple[int, ...]]] = {}
+    member_sets = _Members(procs, groups)
     roots = tuple(
-        _freeze(child, procs, marked, groups, cache)
+        _freeze(child, marked, member_sets)
         for child in sorted(root.children.values(), key=lambda n: -n.threads)
     )
     problems = tuple(
@@ -208,7 +213,7 @@ def _classes(indexed: Sequence[_Proc], peer_set: set[int]) -> tuple[StackClass, 
 
 def _compact(procs: Sequence[_Proc]) -> str:
     """``compact_ranges`` of the processes' labels, from the prefix and number each was split into once."""
-    numbered: dict[str, list[int]] = {}
+    by_stem: dict[str, list[tuple[int, str]]] = {}
     other: list[str] = []
     seen: set[str] = set()
     for p in procs:
@@ -218,8 +223,8 @@ def _compact(procs: Sequence[_Proc]) -> str:
         if p.number is None:
             other.append(p.label)
         else:
-            numbered.setdefault(p.prefix, []).append(p.number)
-    return ranges_text(numbered, other)
+            by_stem.setdefault(p.prefix, []).append((p.number, p.node))
+    return stems_text(by_stem, other)
 
 
 def _class_key(frames: tuple[Frame, ...]) -> tuple[tuple[str, str], ...]:
@@ -249,12 +254,22 @@ def _indexed(processes: Iterable[ProcessStacks]) -> list[_Proc]:
     for p in processes:
         label = rank_label(p)
         number: int | None
+        node = ""
         if p.rank and p.rank.isascii() and p.rank.isdigit():  # "rank3": split_label's answer, no regex
             prefix, number = "rank", int(p.rank)
         else:
             prefix, number = split_label(label)
-        procs.append(_Proc(p, label, prefix, number))
-    procs.sort(key=lambda x: (x.number is None, x.prefix, x.number if x.number is not None else x.stacks.pid))
+            if number is not None:
+                node, prefix = split_node(prefix)
+        procs.append(_Proc(p, label, prefix, number, node, None if number is None else (number, node)))
+    # Each stem's numbers in order across nodes, as node_runs reads them.
+    procs.sort(
+        key=lambda x: (
+            (x.number is None, x.prefix, x.number, x.node)
+            if x.number is not None
+            else (True, x.prefix, 0, "", x.stacks.pid)
+        )
+    )
     return procs
 
 
@@ -274,24 +289,32 @@ def _insert(root: _Node, frames: tuple[Frame, ...], members: list[tuple[int, boo
     node.unchanged += sum(1 for _, still in members if still)
 
 
-def _freeze(
-    node: _Node,
-    procs: Sequence[_Proc],
-    marked: set[int],
-    groups: Sequence[list[int]],
-    cache: dict[tuple[int, ...], tuple[str, tuple[int, ...]]],
-) -> StackNode:
-    # A chain of frames that the same stacks pass shares one member set: sorted, labelled and listed
-    # once, not once per frame (each a pass over every rank; docs/stacks.md, "Where the time goes").
-    key = tuple(node.stacks)
-    found = cache.get(key)
-    if found is None:
-        unique = tuple(sorted({i for g in node.stacks for i in groups[g]}))
-        found = cache[key] = (_label(unique, procs), tuple(procs[i].stacks.pid for i in unique))
-    label, pids = found
+class _Members:
+    """The processes a tree node's stacks pass, labelled and listed once per distinct set of stacks."""
+
+    def __init__(self, procs: Sequence[_Proc], groups: Sequence[list[int]]) -> None:
+        self.procs = procs
+        self.groups = groups
+        self.hosts = HostLists(p.node for p in procs)  # read once for every label of the tree
+        self._found: dict[tuple[int, ...], tuple[str, tuple[int, ...]]] = {}
+
+    def of(self, stacks: list[int]) -> tuple[str, tuple[int, ...]]:
+        """The label and pids of the processes of ``stacks`` (groups' indices)."""
+        # A chain of frames that the same stacks pass shares one member set: sorted, labelled and listed
+        # once, not once per frame (each a pass over every rank; docs/stacks.md, "Where the time goes").
+        key = tuple(stacks)
+        found = self._found.get(key)
+        if found is None:
+            unique = tuple(sorted({i for g in stacks for i in self.groups[g]}))
+            pids = tuple(self.procs[i].stacks.pid for i in unique)
+            found = self._found[key] = (_label(unique, self.procs, self.hosts), pids)
+        return found
+
+
+def _freeze(node: _Node, marked: set[int], members: _Members) -> StackNode:
+    label, pids = members.of(node.stacks)
     children = tuple(
-        _freeze(c, procs, marked, groups, cache)
-        for c in sorted(node.children.values(), key=lambda n: -n.threads)
+        _freeze(c, marked, members) for c in sorted(node.children.values(), key=lambda n: -n.threads)
     )
     return StackNode(
         name=node.key[0],
@@ -308,31 +331,25 @@ def _freeze(
     )
 
 
-def _label(indices: tuple[int, ...], procs: Sequence[_Proc]) -> str:
-    """Compact ranges over process indices that are already in (prefix, number) order: a linear scan."""
+def _label(indices: tuple[int, ...], procs: Sequence[_Proc], hosts: HostLists) -> str:
+    """``compact_ranges`` over process indices that are already in (stem, number, node) order: each stem's
+    members are one stretch, handed to ``node_runs`` as they come."""
     parts: list[str] = []
-    run_start: _Proc | None = None
-    prev: _Proc | None = None
+    other: list[str] = []
+    stem: str | None = None
+    members: list[tuple[int, str]] = []
     for i in indices:
         p = procs[i]
-        if (
-            prev is not None
-            and p.number is not None
-            and prev.number is not None
-            and p.prefix == prev.prefix
-            and p.number == prev.number + 1
-        ):
-            prev = p
+        member = p.member
+        if member is None:
+            other.append(p.label)
             continue
-        if run_start is not None and prev is not None:
-            parts.append(_run_text(run_start, prev))
-        run_start = prev = p
-    if run_start is not None and prev is not None:
-        parts.append(_run_text(run_start, prev))
-    return ",".join(parts)
-
-
-def _run_text(start: _Proc, end: _Proc) -> str:
-    if start is end or start.number is None or end.number is None:
-        return start.label
-    return f"{start.prefix}{start.number}-{end.number}"
+        if p.prefix != stem:
+            if stem is not None:
+                parts.extend(node_runs(stem, members, hosts))
+            stem, members = p.prefix, []
+        if not members or members[-1] != member:  # one label on two processes is named once
+            members.append(member)
+    if stem is not None:
+        parts.extend(node_runs(stem, members, hosts))
+    return ",".join(parts + other)
