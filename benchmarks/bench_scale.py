@@ -8,6 +8,8 @@ Rows measured here, from synthetic data built out of the real captured fixtures 
   before the clock starts);
 * merge + classify those 10,000 ranks (``stack_context``, ``classify``, ``build_tree``);
 * decode 1,000 node bundles of 10 ranks (``codec.decode`` of each bundle's text, as the controller does);
+  each bundle's two rounds as ``stacks --hosts`` takes them by default: native frames in the first, the
+  Python frames only in the second (whose threads the analysis gives the first round's native frames);
 * merge + rules + tree over those 10,000 ranks across nodes (``analyse.nodes.analyse``);
 * the collector alone on this machine (``nodes.collector.collect``, full mode, one round) over a torch
   job's two ranks (one in a gloo ``all_reduce``; four plain Python processes without torch), with native
@@ -62,9 +64,11 @@ from hangwatch.model.samples import ProcessSample  # noqa: E402
 from hangwatch.model.samples import ProcState  # noqa: E402
 from hangwatch.model.samples import Tick  # noqa: E402
 from hangwatch.model.stacks import DumpOutcome  # noqa: E402
+from hangwatch.model.stacks import Frame  # noqa: E402
 from hangwatch.model.stacks import ProcessStacks  # noqa: E402
 from hangwatch.model.stacks import StackSample  # noqa: E402
 from hangwatch.model.stacks import ThreadStack  # noqa: E402
+from hangwatch.model.stacks import intern_frames  # noqa: E402
 from hangwatch.nodes import codec  # noqa: E402
 from hangwatch.nodes.gather import result_of  # noqa: E402
 
@@ -191,8 +195,9 @@ def node_bundle(node: int, ranks_per_node: int, samples: list[StackSample]) -> N
         for t in (0.0, 1.0)
     )
     stacks = []
-    for sample in samples:
+    for si, sample in enumerate(samples):
         by_rank = sample.processes
+        native = si == 0  # as `stacks --hosts` reads by default: native frames in the first round only
         stacks.append(
             StackSample(
                 t=sample.t,
@@ -203,8 +208,13 @@ def node_bundle(node: int, ranks_per_node: int, samples: list[StackSample]) -> N
                         name=f"python3 worker_rank{rank}",
                         rank=str(rank),
                         elapsed_s=0.05,
+                        native=native,
                         threads=tuple(
-                            dataclasses.replace(t, tid=pid if t.name == "MainThread" else pid + 50_000)
+                            dataclasses.replace(
+                                t,
+                                tid=pid if t.name == "MainThread" else pid + 50_000,
+                                frames=t.frames if native else python_frames(t),
+                            )
                             for t in by_rank[rank % len(by_rank)].threads
                         ),
                     )
@@ -224,6 +234,11 @@ def node_bundle(node: int, ranks_per_node: int, samples: list[StackSample]) -> N
         ticks=ticks,
         stacks=tuple(stacks),
     )
+
+
+def python_frames(thread: ThreadStack) -> tuple[Frame, ...]:
+    """A thread's Python frames only, one tuple for every equal stack, as a Python-only dump parses them."""
+    return intern_frames([f for f in thread.frames if not f.native])
 
 
 def _sample(pid: int, rank: int, t: float) -> ProcessSample:

@@ -264,6 +264,55 @@ def test_equal_pids_on_two_nodes_stay_two_ranks_and_the_odd_one_is_named_with_it
     assert result.tree.summary == "n[1-2]:rank0-1 in all_reduce; n2:rank2 in busy_elsewhere (odd one out)"
 
 
+def _native_first(bundle: NodeBundle, leaf: str) -> NodeBundle:
+    """The bundle's first round native (``leaf`` under each thread's frames), the second Python only, as
+    ``stacks --hosts`` reads by default."""
+    first, second = bundle.stacks
+    native = tuple(
+        replace(
+            p,
+            native=True,
+            threads=tuple(
+                replace(t, frames=(*t.frames, Frame(leaf, "libc.so.6", 0, True))) for t in p.threads
+            ),
+        )
+        for p in first.processes
+    )
+    return replace(bundle, stacks=(replace(first, processes=native), second))
+
+
+def test_the_latest_round_borrows_its_own_nodes_native_frames_as_it_is_merged() -> None:
+    # Both nodes run pid 7 in the same Python stack; their first rounds were native, in different calls.
+    a = _native_first(_bundle("n1", 11, {7: "all_reduce"}, world=2), "futex_wait")
+    b = _native_first(_bundle("n2", 22, {7: "all_reduce"}, world=2), "epoll_wait")
+    b = replace(b, processes=tuple(replace(p, rank="1") for p in b.processes))
+    b = replace(
+        b,
+        stacks=tuple(
+            replace(s, processes=tuple(replace(p, rank="1") for p in s.processes)) for s in b.stacks
+        ),
+    )
+    # n2's Python stack moved (another line) between its rounds: its latest capture keeps its own frames.
+    moved = b.stacks[1].processes[0]
+    (thread,) = moved.threads
+    other = (*thread.frames[:-1], replace(thread.frames[-1], line=99))
+    b = replace(
+        b,
+        stacks=(
+            b.stacks[0],
+            replace(b.stacks[1], processes=(replace(moved, threads=(replace(thread, frames=other),)),)),
+        ),
+    )
+    merged = merge([_ok("n1", a), _ok("n2", b)])
+    latest = {p.pid: p.threads[0] for p in merged.samples[-1].processes}
+    assert [f.name for f in latest[KEY_STRIDE + 7].frames][-2:] == ["all_reduce", "futex_wait"]  # n1's own
+    assert not any(f.native for f in latest[2 * KEY_STRIDE + 7].frames)  # never n1's, nor its own old call
+    # The thread in place is one object in both rounds: copied once under its key.
+    first = {p.pid: p.threads[0] for p in merged.samples[0].processes}
+    assert latest[KEY_STRIDE + 7] is first[KEY_STRIDE + 7]
+    assert latest[KEY_STRIDE + 7].tid == KEY_STRIDE + 7
+
+
 def test_who_is_missing_names_the_silent_nodes() -> None:
     a = _bundle("n1", 11, {7: "init_process_group", 9: "init_process_group"}, world=4)
     dead = NodeResult("n2", NodeOutcome.REFUSED, "Connection refused", None, 1000.0, 1000.1)

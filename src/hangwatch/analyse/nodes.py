@@ -14,12 +14,12 @@ did not answer may hold them, and is named); each node's clock skew, bounded by 
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import replace
+from operator import attrgetter
 from typing import TypeVar
 
 from hangwatch.analyse import causes
@@ -29,7 +29,7 @@ from hangwatch.analyse.stackranks import compact_ranges
 from hangwatch.analyse.stackranks import rank_ranges
 from hangwatch.analyse.stackrules import classify
 from hangwatch.analyse.stacktree import build_tree
-from hangwatch.analyse.stackwatch import with_native_detail
+from hangwatch.analyse.stackwatch import NativeDetail
 from hangwatch.model.kernelwaits import ProcessWaits
 from hangwatch.model.nodes import NODES_REPORT_SCHEMA
 from hangwatch.model.nodes import ClockSkew
@@ -48,12 +48,12 @@ from hangwatch.model.stacks import StackSample
 from hangwatch.model.stacks import StackTree
 from hangwatch.model.stacks import ThreadStack
 from hangwatch.model.stacks import paused_gc
+from hangwatch.model.stacks import replaced
 from hangwatch.words import human_bytes
 from hangwatch.words import plural
 
 T = TypeVar("T")
 KEY_STRIDE = 10_000_000
-_GLOBAL_RANK = re.compile(r"^(?:TP)?(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,9 @@ def _merge(
 ]:
     """``merge`` but the census: the node labels, summaries, merged samples and ticks, and the keys."""
     labels = node_labels(results)
+    # Round i of every node is merged for the rounds every node has (a node cut short by its deadline
+    # has fewer).
+    count = min((len(r.bundle.stacks) for r in results if r.bundle and r.bundle.stacks), default=0)
     keys: dict[int, ProcessKey] = {}
     summaries: list[NodeSummary] = []
     per_node_samples: list[tuple[StackSample, ...]] = []
@@ -126,7 +129,16 @@ def _merge(
         for p in bundle.processes:
             keys[offset + p.pid] = ProcessKey(label, bundle.node.pid_ns, p.pid)
         moved: dict[ThreadKey, ThreadStack] = {}
-        per_node_samples.append(tuple(relabel_stacks(s, offset, label, moved) for s in bundle.stacks))
+        # The rounds the merge keeps (every node's first ``count``); the latest of them borrows the earlier
+        # rounds' native frames as it is copied (stackwatch.with_native_detail, in the same copy).
+        rounds = bundle.stacks[:count]
+        detail = NativeDetail(rounds[:-1])
+        per_node_samples.append(
+            tuple(
+                relabel_stacks(s, offset, label, moved, detail if i == len(rounds) - 1 else None)
+                for i, s in enumerate(rounds)
+            )
+        )
         per_node_ticks.append(tuple(relabel_tick(t, offset, label) for t in bundle.ticks))
         ranks = tuple(p.rank for p in bundle.processes if p.rank is not None)
         summaries.append(
@@ -138,7 +150,7 @@ def _merge(
                 pid_ns=bundle.node.pid_ns,
                 processes=len(bundle.processes),
                 ranks=ranks,
-                rank_label=compact_ranges(f"rank{r}" if r.isdigit() else r for r in ranks),
+                rank_label=_ranks_label(ranks),
                 skew=clock_skew(result),
                 elapsed_s=elapsed,
                 collect_s=bundle.clock.duration_s,
@@ -150,6 +162,13 @@ def _merge(
     samples = _rounds(per_node_samples, _merge_samples)
     ticks = _rounds(per_node_ticks, _merge_ticks)
     return labels, tuple(summaries), samples, ticks, keys
+
+
+def _ranks_label(ranks: tuple[str, ...]) -> str:
+    """A node's ranks compacted: from the numbers where every one is a number (each node, every round)."""
+    if all(r.isascii() and r.isdigit() for r in ranks):
+        return rank_ranges(int(r) for r in ranks)
+    return compact_ranges(f"rank{r}" if r.isdigit() else r for r in ranks)
 
 
 def gpu_line(bundle: NodeBundle) -> str:
@@ -183,8 +202,7 @@ def analyse(results: Sequence[NodeResult]) -> NodesAnalysis:
 
 def _analyse(results: Sequence[NodeResult]) -> NodesAnalysis:
     labels, summaries, merged_samples, ticks, keys = _merge(results)
-    samples = list(merged_samples)
-    analysed = [*samples[:-1], with_native_detail(samples)] if samples else []
+    analysed = list(merged_samples)  # the latest round with the native detail the merge gave it
     exits = tuple(e for tick in ticks for e in tick.exits)
     context = stack_context(analysed, ticks, exits)
     diagnosis = classify(context)
@@ -229,13 +247,13 @@ def census(
         for p in result.bundle.processes:
             if p.world_size:
                 sizes.append(p.world_size)
-            m = _GLOBAL_RANK.match(p.rank or "")
-            if m is None:
+            rank = _global_rank(p.rank)
+            if rank is None:
                 continue
             key = offset + p.pid
             wait = where.get(key, "") if where is not None else ""
-            found.append(RankPlace(int(m.group(1)), label, result.bundle.node.pid_ns, p.pid, key, wait))
-    found.sort(key=lambda r: (r.rank, r.node))
+            found.append(RankPlace(rank, label, result.bundle.node.pid_ns, p.pid, key, wait))
+    found.sort(key=attrgetter("rank", "node"))
     world = max(sizes) if sizes else None
     # Counted, not searched: 10,000 ranks must not cost 10,000 squared.
     counts = Counter(r.rank for r in found)
@@ -256,21 +274,16 @@ def census(
     )
 
 
+def _global_rank(rank: str | None) -> int | None:
+    """The job-wide rank a profile's rank names: ``3`` (RANK), ``TP3`` (a TP rank across nodes)."""
+    digits = rank[2:] if rank is not None and rank.startswith("TP") else rank
+    return int(digits) if digits and digits.isascii() and digits.isdigit() else None
+
+
 def _label(label: str, rank: str | None) -> str | None:
     if rank is None:
         return None
     return f"{label}:rank{rank}" if rank.isdigit() else f"{label}:{rank}"
-
-
-def _moved(value: T, **changes: object) -> T:
-    """``dataclasses.replace`` for the merge's plain frozen samples (no ``__post_init__``, no slots, every
-    field an ``__init__`` argument): their fields copied and ``changes`` set, without ``__init__``.
-    ``replace`` looks up every field by name and sets each through ``object.__setattr__``: a third of
-    the merge of 10,000 ranks went into it (docs/stacks.md, "Where the time goes")."""
-    moved = object.__new__(type(value))
-    moved.__dict__.update(value.__dict__)
-    moved.__dict__.update(changes)
-    return moved
 
 
 # A thread as the merge copies it: every field of ``ThreadStack`` (its frames tuple by identity).
@@ -278,27 +291,37 @@ ThreadKey = tuple[int, str | None, bool, bool, int]
 
 
 def relabel_stacks(
-    sample: StackSample, offset: int, label: str, moved: dict[ThreadKey, ThreadStack] | None = None
+    sample: StackSample,
+    offset: int,
+    label: str,
+    moved: dict[ThreadKey, ThreadStack] | None = None,
+    detail: NativeDetail | None = None,
 ) -> StackSample:
     """The sample with its pids and tids moved by ``offset`` and its ranks named with the node's label.
 
     ``moved``: the threads already moved for the node's earlier rounds, shared by its rounds. A thread
     that stayed where it was (every thread of a hung rank) is equal in every round, and copied once.
+    ``detail``: the native frames the threads of a Python-only capture borrow from the node's earlier
+    rounds (``with_native_detail``): a thread in place then has its first round's frames, and its copy.
     """
     moved = {} if moved is None else moved
     processes = []
     for p in sample.processes:
+        lender = detail if detail and not p.native else None
         threads = []
         for t in p.threads:
-            key = (t.tid, t.name, t.active, t.owns_gil, id(t.frames))  # the copy holds the frames: id stays
+            frames = t.frames
+            if lender is not None:
+                frames = lender.frames(p.pid, t) or frames
+            key = (t.tid, t.name, t.active, t.owns_gil, id(frames))  # the copy holds the frames: id stays
             copy = moved.get(key)
             if copy is None:
-                copy = moved[key] = _moved(t, tid=offset + t.tid)
+                copy = moved[key] = replaced(t, tid=offset + t.tid, frames=frames)
             threads.append(copy)
         role = f"{label}:{p.role or p.name}" if p.rank is None else p.role
         kernel = _moved_waits(p.kernel, offset, label) if p.kernel is not None else None
         processes.append(
-            _moved(
+            replaced(
                 p,
                 pid=offset + p.pid,
                 threads=tuple(threads),
@@ -307,7 +330,7 @@ def relabel_stacks(
                 kernel=kernel,
             )
         )
-    return _moved(sample, processes=tuple(processes))
+    return replaced(sample, processes=tuple(processes))
 
 
 def _moved_waits(waits: ProcessWaits, offset: int, label: str) -> ProcessWaits:
@@ -323,7 +346,7 @@ def _moved_waits(waits: ProcessWaits, offset: int, label: str) -> ProcessWaits:
         return f"{obj}@{label}" if obj.startswith("pipe:") else obj
 
     threads = tuple(
-        _moved(
+        replaced(
             w,
             tid=offset + w.tid,
             child=offset + w.child if w.child is not None and w.child > 0 else w.child,
@@ -331,17 +354,18 @@ def _moved_waits(waits: ProcessWaits, offset: int, label: str) -> ProcessWaits:
         )
         for w in waits.threads
     )
-    return _moved(waits, pid=offset + waits.pid, threads=threads, writes=tuple(pipe(o) for o in waits.writes))
+    writes = tuple(pipe(o) for o in waits.writes)
+    return replaced(waits, pid=offset + waits.pid, threads=threads, writes=writes)
 
 
 def relabel_tick(tick: Tick, offset: int, label: str) -> Tick:
     def process(p: ProcessSample) -> ProcessSample:
-        return _moved(p, pid=offset + p.pid, ppid=offset + p.ppid, rank=_label(label, p.rank))
+        return replaced(p, pid=offset + p.pid, ppid=offset + p.ppid, rank=_label(label, p.rank))
 
     def exit_(e: ExitRecord) -> ExitRecord:
         return replace(e, pid=offset + e.pid, name=f"{label}:{e.name}", rank=_label(label, e.rank))
 
-    return _moved(
+    return replaced(
         tick,
         processes=tuple(process(p) for p in tick.processes),
         exits=tuple(exit_(e) for e in tick.exits),

@@ -133,15 +133,6 @@ def node_runs(stem: str, members: Sequence[tuple[int, str]], hosts: HostLists | 
     their own processes, or two jobs), the runs are per node (``n1:TP0-7,n2:TP0-7``)."""
     if not members:
         return []
-    if any(a[0] == b[0] for a, b in itertools.pairwise(members)):
-        by_node: dict[str, list[int]] = {}
-        for n, node in members:
-            by_node.setdefault(node, []).append(n)
-        return [
-            part
-            for node in sorted(by_node)
-            for part in _runs(f"{node}:{stem}" if node else stem, by_node[node])
-        ]
     if hosts is None:
         hosts = HostLists(node for _, node in members)
     out: list[str] = []
@@ -155,12 +146,27 @@ def node_runs(stem: str, members: Sequence[tuple[int, str]], hosts: HostLists | 
                 nodes.append(node)
                 last = node
             continue
+        if n == prev:
+            if node == last:
+                continue  # the same label twice: named once
+            return _per_node(stem, members)
         out.append(_node_run(stem, start, prev, hosts, nodes))
         start = prev = n
         nodes = [node]
         last = node
     out.append(_node_run(stem, start, prev, hosts, nodes))
     return out
+
+
+def _per_node(stem: str, members: Sequence[tuple[int, str]]) -> list[str]:
+    by_node: dict[str, set[int]] = {}
+    for n, node in members:
+        by_node.setdefault(node, set()).add(n)
+    return [
+        part
+        for node in sorted(by_node)
+        for part in _runs(f"{node}:{stem}" if node else stem, sorted(by_node[node]))
+    ]
 
 
 def _node_run(stem: str, start: int, end: int, hosts: HostLists, nodes: list[str]) -> str:

@@ -332,24 +332,19 @@ def _freeze(node: _Node, marked: set[int], members: _Members) -> StackNode:
 
 
 def _label(indices: tuple[int, ...], procs: Sequence[_Proc], hosts: HostLists) -> str:
-    """``compact_ranges`` over process indices that are already in (stem, number, node) order: each stem's
-    members are one stretch, handed to ``node_runs`` as they come."""
+    """``compact_ranges`` over process indices that are already in (stem, number, node) order: the numbered
+    first, each stem's members one stretch handed to ``node_runs``; then the labels without a number."""
+    end = len(indices)
+    while end and procs[indices[end - 1]].member is None:
+        end -= 1
     parts: list[str] = []
-    other: list[str] = []
-    stem: str | None = None
-    members: list[tuple[int, str]] = []
-    for i in indices:
-        p = procs[i]
-        member = p.member
-        if member is None:
-            other.append(p.label)
-            continue
-        if p.prefix != stem:
-            if stem is not None:
-                parts.extend(node_runs(stem, members, hosts))
-            stem, members = p.prefix, []
-        if not members or members[-1] != member:  # one label on two processes is named once
-            members.append(member)
-    if stem is not None:
+    start = 0
+    while start < end:
+        stem = procs[indices[start]].prefix
+        stop = end
+        if procs[indices[end - 1]].prefix != stem:  # several stems (TP and rank): this one's stretch
+            stop = next(k for k in range(start, end) if procs[indices[k]].prefix != stem)
+        members = [m for i in indices[start:stop] if (m := procs[i].member) is not None]
         parts.extend(node_runs(stem, members, hosts))
-    return ",".join(parts + other)
+        start = stop
+    return ",".join(parts + [procs[i].label for i in indices[end:]])
