@@ -19,8 +19,6 @@ from hangwatch.analyse.nodes import analyse
 from hangwatch.analyse.nodes import clock_skew
 from hangwatch.analyse.nodes import merge
 from hangwatch.analyse.nodes import relabel_stacks
-from hangwatch.analyse.stackranks import compact_ranges
-from hangwatch.analyse.stackranks import rank_ranges
 from hangwatch.errors import UsageError
 from hangwatch.model.nodes import BUNDLE_SCHEMA
 from hangwatch.model.nodes import ClockReading
@@ -44,6 +42,8 @@ from hangwatch.nodes.collector import CollectOptions
 from hangwatch.nodes.collector import collect
 from hangwatch.nodes.collector import within_size
 from hangwatch.nodes.gather import result_of
+from hangwatch.ranges import compact_ranges
+from hangwatch.ranges import rank_ranges
 from hangwatch.render.nodes_text import local_text
 from hangwatch.transports.ssh import Exchange
 from hangwatch.transports.ssh import SshOptions

@@ -10,10 +10,7 @@ import pytest
 from fixtures.stacks import loader
 from hangwatch.analyse.stackframes import significant_frames
 from hangwatch.analyse.stackframes import wait_point
-from hangwatch.analyse.stackranks import _NUMBERED
-from hangwatch.analyse.stackranks import compact_ranges
 from hangwatch.analyse.stackranks import rank_label
-from hangwatch.analyse.stackranks import split_label
 from hangwatch.analyse.stacktree import build_tree
 from hangwatch.analyse.stacktree import equivalence_classes
 from hangwatch.analyse.stacktree import unchanged_threads
@@ -21,6 +18,9 @@ from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import ProcessStacks
 from hangwatch.model.stacks import StackNode
 from hangwatch.model.stacks import StackSample
+from hangwatch.ranges import _NUMBERED
+from hangwatch.ranges import compact_ranges
+from hangwatch.ranges import split_label
 from hangwatch.render.stacktext import tree_lines
 
 

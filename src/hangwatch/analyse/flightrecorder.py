@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from dataclasses import replace
 
-from hangwatch.analyse.stackranks import rank_words as _ranks
 from hangwatch.model.flightrecorder import FlightCapture
 from hangwatch.model.flightrecorder import GroupStatus
 from hangwatch.model.report import Verdict
+from hangwatch.ranges import rank_words as _ranks
 from hangwatch.words import plural
 
 RULE = "stall:flight-recorder"

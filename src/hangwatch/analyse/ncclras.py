@@ -9,9 +9,9 @@ error or an abort says so.
 
 from __future__ import annotations
 
-from hangwatch.analyse.stackranks import rank_words as _ranks
 from hangwatch.model.ncclras import RasCommunicator
 from hangwatch.model.ncclras import RasSnapshot
+from hangwatch.ranges import rank_words as _ranks
 
 RULE = "stall:nccl-ras"
 

@@ -25,8 +25,6 @@ from typing import TypeVar
 from hangwatch.analyse import causes
 from hangwatch.analyse.causes import Diagnosis
 from hangwatch.analyse.stackcontext import stack_context
-from hangwatch.analyse.stackranks import compact_ranges
-from hangwatch.analyse.stackranks import rank_ranges
 from hangwatch.analyse.stackrules import classify
 from hangwatch.analyse.stacktree import build_tree
 from hangwatch.analyse.stackwatch import NativeDetail
@@ -49,6 +47,8 @@ from hangwatch.model.stacks import StackTree
 from hangwatch.model.stacks import ThreadStack
 from hangwatch.model.stacks import paused_gc
 from hangwatch.model.stacks import replaced
+from hangwatch.ranges import compact_ranges
+from hangwatch.ranges import rank_ranges
 from hangwatch.words import human_bytes
 from hangwatch.words import plural
 

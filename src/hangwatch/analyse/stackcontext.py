@@ -12,7 +12,6 @@ from hangwatch.analyse.causes import ended_unseen
 from hangwatch.analyse.causes import io_waiting_processes
 from hangwatch.analyse.progress import data_flowing
 from hangwatch.analyse.serving import OWN_REQUEST_SLOW_S
-from hangwatch.analyse.stackranks import compact_ranges
 from hangwatch.analyse.stackwaits import CPU_BUSY_CORES
 from hangwatch.analyse.stackwaits import ProcessView
 from hangwatch.analyse.stackwaits import process_views
@@ -31,6 +30,7 @@ from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import StackSample
 from hangwatch.model.stacks import paused_gc
 from hangwatch.model.vocabulary import Confidence
+from hangwatch.ranges import compact_ranges
 
 KERNEL_TICKS = 3  # how many of the latest ticks say whose kernels are on the GPU
 

@@ -25,13 +25,8 @@ from hangwatch.analyse.stackframes import signature
 from hangwatch.analyse.stackframes import significant
 from hangwatch.analyse.stackframes import significant_frames
 from hangwatch.analyse.stackframes import wait_point
-from hangwatch.analyse.stackranks import HostLists
-from hangwatch.analyse.stackranks import node_runs
 from hangwatch.analyse.stackranks import peer_pids
 from hangwatch.analyse.stackranks import rank_label
-from hangwatch.analyse.stackranks import split_label
-from hangwatch.analyse.stackranks import split_node
-from hangwatch.analyse.stackranks import stems_text
 from hangwatch.model.stacks import DumpOutcome
 from hangwatch.model.stacks import Frame
 from hangwatch.model.stacks import ProcessStacks
@@ -41,6 +36,11 @@ from hangwatch.model.stacks import StackSample
 from hangwatch.model.stacks import StackTree
 from hangwatch.model.stacks import ThreadStack
 from hangwatch.model.stacks import paused_gc
+from hangwatch.ranges import HostLists
+from hangwatch.ranges import node_runs
+from hangwatch.ranges import split_label
+from hangwatch.ranges import split_node
+from hangwatch.ranges import stems_text
 
 FrameKey = tuple[str, str, bool]
 

@@ -7,6 +7,7 @@ From the model alone (``NodesReport``). The analysis keys processes by merge key
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from hangwatch.model.nodes import NodeOutcome
 from hangwatch.model.nodes import NodesReport
@@ -17,10 +18,17 @@ from hangwatch.model.nodes import ProcessKey
 from hangwatch.model.nodes import RankCensus
 from hangwatch.model.report import Verdict
 from hangwatch.model.rulebook import statement_of
+from hangwatch.ranges import compact_ranges
+from hangwatch.ranges import host_list
+from hangwatch.ranges import rank_ranges
 from hangwatch.render.stacktext import tree_lines
 from hangwatch.words import plural
 
 MAX_ERRORS_PER_NODE = 5
+# Beyond this many nodes, those that answered without an error are one line (and their GPU and probe
+# readings one line per distinct reading): 1,000 nodes are not 1,000 lines. The JSON report has each.
+MAX_NODE_LINES = 12
+MAX_READINGS = 3
 _KEY = re.compile(r"\b\d{8,}\b")
 
 
@@ -31,7 +39,7 @@ def nodes_text(report: NodesReport, max_tree_lines: int = 60) -> str:
         f"hangwatch stacks across {plural(len(report.nodes), 'node')} ({report.selector}): "
         f"{ok} answered, {len(report.nodes) - ok} failed"
     ]
-    out += [f"  {line}" for n in report.nodes for line in node_lines(n)]
+    out += [f"  {line}" for line in nodes_lines(report.nodes)]
     out += [f"  note: {note}" for note in report.notes]
     out.append("")
     out += tree_lines(report.stack_tree, max_lines=max_tree_lines)
@@ -77,10 +85,74 @@ def node_lines(n: NodeSummary) -> list[str]:
     return lines
 
 
+def nodes_lines(nodes: Sequence[NodeSummary]) -> list[str]:
+    """A line per node (and its readings and errors); past ``MAX_NODE_LINES`` nodes, those that answered
+    without an error folded into one, the others each on their own, as ever."""
+    plain = [n for n in nodes if n.outcome is NodeOutcome.OK and not n.errors]
+    if len(nodes) <= MAX_NODE_LINES or len(plain) < 2:
+        return [line for n in nodes for line in node_lines(n)]
+    others = [line for n in nodes if n.outcome is not NodeOutcome.OK or n.errors for line in node_lines(n)]
+    return [*folded_lines(plain), *others]
+
+
+def folded_lines(nodes: Sequence[NodeSummary]) -> list[str]:
+    """Nodes that answered without an error, as one: their host list, processes, ranks, skew, times."""
+    counts = sorted({n.processes for n in nodes})
+    each = f"{counts[0]} each" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} each"
+    processes = f"{plural(sum(n.processes for n in nodes), 'process')} ({each})"
+    ranks = [r for n in nodes for r in n.ranks]
+    numbered = all(r.isascii() and r.isdigit() for r in ranks)
+    rank_text = (rank_ranges(int(r) for r in ranks) if numbered else compact_ranges(ranks)) or "no ranks"
+    skews = [n.skew for n in nodes if n.skew is not None]
+    skew = (
+        f"clock skew {min(k.offset_s - k.bound_s for k in skews):+.3f}.."
+        f"{max(k.offset_s + k.bound_s for k in skews):+.3f} s"
+        if skews
+        else "clock skew unknown"
+    )
+    collects = [n.collect_s for n in nodes if n.collect_s is not None]
+    elapsed = [n.elapsed_s for n in nodes]
+    collect = f"collect {_span(collects)} s of {_span(elapsed)} s" if collects else ""
+    lines = [
+        f"{host_list(n.label for n in nodes)}: {len(nodes)} nodes answered: {processes}, {rank_text}; "
+        f"{skew}; {collect}"
+    ]
+    for what in ("gpus", "probe"):
+        lines += [f"  {what}: {line}" for line in _readings(nodes, what)]
+    return lines
+
+
+def _span(values: Sequence[float]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}"
+
+
+def _readings(nodes: Sequence[NodeSummary], what: str) -> list[str]:
+    """Each distinct reading with the nodes that gave it, the most common first, ``MAX_READINGS`` at most."""
+    by_text: dict[str, list[str]] = {}
+    for n in nodes:
+        text = getattr(n, what)
+        if text:
+            by_text.setdefault(text, []).append(n.label)
+    ranked = sorted(by_text.items(), key=lambda item: -len(item[1]))
+    lines = [f"{text} ({plural(len(labels), 'node')}: {host_list(labels)})" for text, labels in ranked]
+    if len(lines) > MAX_READINGS:
+        hidden = sum(len(labels) for _, labels in ranked[MAX_READINGS:])
+        lines = [
+            *lines[:MAX_READINGS],
+            f"... {plural(hidden, 'more node')}, other readings (the JSON has each)",
+        ]
+    return lines
+
+
 def census_lines(c: RankCensus) -> list[str]:
     if not c.found and c.world_size is None:
         return []
-    placed = "; ".join(f"{ranks} on {node}" for node, ranks in c.by_node)
+    if len(c.by_node) > MAX_NODE_LINES:
+        # Folded as the tree's labels are: runs of ranks across a host list (node[0-999]:rank0-9999).
+        placed = compact_ranges(f"{r.node}:rank{r.rank}" for r in c.found)
+    else:
+        placed = "; ".join(f"{ranks} on {node}" for node, ranks in c.by_node)
     world = f"world size {c.world_size}" if c.world_size else "world size unknown"
     lines = [f"ranks: {world}; {len({r.rank for r in c.found})} checked in: {placed or 'none'}"]
     if c.missing:
