@@ -27,6 +27,7 @@ from hangwatch.collect.unwind import NativeFrame
 from hangwatch.collect.unwind import NativeStacks
 from hangwatch.collect.unwind import NativeUnwinder
 from hangwatch.collect.unwind import UnwindError
+from hangwatch.collect.unwind import _own_vdso
 from hangwatch.collect.unwind import _parse_grabs
 from hangwatch.collect.unwind import cython_name
 from hangwatch.collect.unwind import merge
@@ -373,3 +374,28 @@ def test_an_lld_packed_library_is_biased_by_its_code_segment():
         assert elf.bias_for(0xD000, start + 0xE000, executable=True) == start
         assert elf.bias_for(0x0, start, executable=False) == start
         assert not elf.can_unwind  # no .eh_frame_hdr: frames there are named only
+
+
+def test_the_maps_name_files_and_the_vdso_only():
+    text = (
+        "7f0000000000-7f0000001000 r-xp 00001000 08:01 1234 /usr/lib/libc.so.6\n"
+        "7f0000002000-7f0000003000 rw-p 00000000 00:00 0 \n"
+        "7ffd00000000-7ffd00002000 r-xp 00000000 00:00 0 [vdso]\n"
+        "7ffd00004000-7ffd00006000 r--p 00000000 00:00 0 [vvar]\n"
+        "55aa00000000-55aa00021000 rw-p 00000000 00:00 0 [heap]\n"
+        "7f0000004000-7f0000005000 r-xp 00000000 08:01 99 /tmp/a library (deleted)\n"
+    )
+    assert procfs.parse_maps(text) == [
+        (0x7F0000000000, 0x7F0000001000, "r-xp", 0x1000, 1234, "/usr/lib/libc.so.6"),
+        (0x7F0000004000, 0x7F0000005000, "r-xp", 0, 99, "/tmp/a library (deleted)"),
+        (0x7FFD00000000, 0x7FFD00002000, "r-xp", 0, 0, "[vdso]"),
+    ]
+    # The kernel's image, read from our own mapping: the same for every 64-bit process of this kernel.
+    image = _own_vdso()
+    if image:
+        elf = ElfFile(image)
+        assert elf.can_unwind
+        named = elf.names_for(set(range(len(image))))  # every address: the functions' starts answer
+        assert "clock_gettime" in named.values()
+        start = next(f for f, n in named.items() if n == "clock_gettime")
+        assert elf.row_at(start) is not None  # its unwind row: a thread in it unwinds to its caller

@@ -152,12 +152,19 @@ class _Reader:
 class ElfFile:
     """One mapped library or executable: opened once, read lazily, shared by every process mapping it."""
 
-    def __init__(self, path: Path) -> None:
-        with path.open("rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size < 64:
-                raise ElfError("too short for an ELF header")
-            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    def __init__(self, source: Path | bytes) -> None:
+        """``source``: the file's path, or its image as bytes (the vDSO, which is in memory only)."""
+        self._map: mmap.mmap | bytes
+        if isinstance(source, bytes):
+            size = len(source)
+            self._map = source
+        else:
+            with source.open("rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size >= 64:
+                    self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        if size < 64:
+            raise ElfError("too short for an ELF header")
         self.data = memoryview(self._map)
         if bytes(self.data[:4]) != b"\x7fELF" or self.data[4] != 2 or self.data[5] != 1:
             raise ElfError("not a little-endian 64-bit ELF file")

@@ -430,12 +430,12 @@ def read_exe(pid: int, root: Path = PROC) -> str | None:
 
 
 def parse_maps(text: str) -> list[tuple[int, int, str, int, int, str]]:
-    """/proc/PID/maps as (start, end, perms, file offset, inode, path) for file-backed mappings, by
-    address."""
+    """/proc/PID/maps as (start, end, perms, file offset, inode, path) for file-backed mappings and the
+    vDSO (``[vdso]``: code a thread runs, in memory only), by address."""
     out = []
     for line in text.splitlines():
         fields = line.split(None, 5)
-        if len(fields) == 6 and fields[5].startswith("/"):
+        if len(fields) == 6 and (fields[5].startswith("/") or fields[5] == "[vdso]"):
             lo, _, hi = fields[0].partition("-")
             with contextlib.suppress(ValueError):
                 out.append(

@@ -222,6 +222,8 @@ class NativeUnwinder:
         self._files: OrderedDict[tuple[int, int, int, int], ElfFile | None] = OrderedDict()
         self._files_lock = threading.Lock()  # a capture unwinds its processes in parallel threads
         self._demangled: dict[str, str] = {}
+        self._vdso_image: bytes | None = None  # ours, read at the first target that maps one
+        self._vdso_elf: ElfFile | None = None
 
     @property
     def unavailable(self) -> str | None:
@@ -277,7 +279,7 @@ class NativeUnwinder:
             if "x" not in perms:
                 continue
             clean = path.removesuffix(" (deleted)")
-            elf = self._file(pid, clean, start, end, inode)
+            elf = self._vdso(end - start) if clean == "[vdso]" else self._file(pid, clean, start, end, inode)
             if elf is None:
                 continue
             bias = elf.bias_for(offset, start)
@@ -286,6 +288,24 @@ class NativeUnwinder:
             interpreter = clean == exe or "libpython" in Path(clean).name
             out.append(_Mapping(start, end, clean, elf, bias, interpreter))
         return out
+
+    def _vdso(self, size: int) -> ElfFile | None:
+        """The kernel's vDSO (``clock_gettime``, ``gettimeofday``), which a thread polling the clock is
+        often caught in (a CUDA synchronize spins on it): in memory only, never a file. Every 64-bit
+        process of this kernel maps the same image, so it is read from our own mapping, once; a target's
+        of another size is not that image."""
+        if self._vdso_image is None:
+            self._vdso_image = _own_vdso()
+        image = self._vdso_image
+        if not image or len(image) != size:
+            return None
+        if self._vdso_elf is None:
+            try:
+                self._vdso_elf = ElfFile(image)
+            except Exception:  # an image we cannot read is one without frames, never a crash
+                self._vdso_image = b""
+                return None
+        return self._vdso_elf
 
     def _file(self, pid: int, path: str, start: int, end: int, inode: int) -> ElfFile | None:
         """The mapped file, read once. Through the process's root (a container sees its own /usr); where
@@ -349,6 +369,19 @@ class NativeUnwinder:
         lines = done.stdout.splitlines()
         if done.returncode == 0 and len(lines) == len(todo):
             self._demangled.update(zip(todo, lines, strict=True))
+
+
+def _own_vdso() -> bytes:
+    """This process's vDSO image ("" where it has none or it cannot be read)."""
+    try:
+        for start, end, _, _, _, path in procfs.parse_maps(Path("/proc/self/maps").read_text()):
+            if path == "[vdso]":
+                with Path("/proc/self/mem").open("rb", buffering=0) as mem:
+                    mem.seek(start)
+                    return mem.read(end - start)
+    except (OSError, ValueError, OverflowError):
+        pass
+    return b""
 
 
 def _parse_grabs(out: bytes) -> tuple[list[_Grab], dict[int, str]]:
