@@ -46,6 +46,7 @@ from stack_compare import SOURCE_FILES  # noqa: E402
 from stack_compare import comparable  # noqa: E402
 
 COLLECT = ("--samples", "1", "--no-probe")
+REPEAT = 20  # our unwinder's captures of each process, where its main thread was
 SOURCES = (*SOURCE_FILES, ".cu", ".cuh")  # CUDA's sources too, on the GPU machine
 
 
@@ -115,6 +116,22 @@ def compare(pid: int, moving: bool) -> dict[str, Any]:
         "differ": [],
         "leaf_frames": {},
     }
+    # Our unwinder again and again on the process as it is: where each capture's main thread was (its
+    # innermost native frame's library) and how many of them reached no native frame under Python's (the
+    # unwinding stopped at the leaf: the vDSO before it was read, 2026-12-06).
+    leaves: dict[str, int] = {}
+    bare = 0
+    for _ in range(REPEAT):
+        seen = dumper.dump(sample, native=True)
+        main = next((t for t in seen.threads if t.tid == pid), None)
+        if main is None:
+            continue
+        native = [f for f in main.frames if f.native]
+        leaf = native[-1].file.rsplit("/", 1)[-1] if native else "none"
+        leaves[leaf] = leaves.get(leaf, 0) + 1
+        last_py = max((i for i, f in enumerate(main.frames) if not f.native), default=-1)
+        bare += not any(f.native and f.name != "??" for f in main.frames[last_py + 1 :])
+    row["repeat"] = {"captures": REPEAT, "leaf_libraries": leaves, "no_native_under_python": bare}
     reference = {t.tid: t for t in theirs.threads}
     for t in ours.threads:
         row["leaf_frames"][t.name or str(t.tid)] = [f.name for f in t.frames if f.native][:6]
@@ -180,7 +197,9 @@ def main() -> int:
                         f"{name} pid {r['pid']}: threads {r['threads']} same {r['same']}"
                         f" differ {len(r['differ'])}"
                         f" | py-spy --native {r['py_spy_native_s']} s, ours {r['ours_first_s']} s then"
-                        f" {r['ours_again_s']} s | {r['outcomes']} {r['detail'] or ''}",
+                        f" {r['ours_again_s']} s | {r['outcomes']} {r['detail'] or ''}"
+                        f" | x{r['repeat']['captures']}: {r['repeat']['leaf_libraries']},"
+                        f" {r['repeat']['no_native_under_python']} with no native frame under Python",
                         flush=True,
                     )
                     for d in r["differ"]:
