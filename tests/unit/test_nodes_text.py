@@ -3,16 +3,21 @@ each, as before; a node that failed or has errors is always its own line."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hangwatch.model.nodes import BundleError
 from hangwatch.model.nodes import ClockSkew
 from hangwatch.model.nodes import NodeOutcome
 from hangwatch.model.nodes import NodeSummary
+from hangwatch.model.nodes import NodeWatchSummary
 from hangwatch.model.nodes import RankCensus
 from hangwatch.model.nodes import RankPlace
 from hangwatch.ranges import host_list
 from hangwatch.render.nodes_text import MAX_NODE_LINES
 from hangwatch.render.nodes_text import census_lines
 from hangwatch.render.nodes_text import nodes_lines
+from hangwatch.render.nodes_text import watch_node_line
+from hangwatch.render.nodes_text import watch_nodes_lines
 
 
 def _node(
@@ -96,3 +101,23 @@ def test_host_lists_fold_as_slurm_writes_them():
     assert host_list(["gpu01", "gpu02", "gpu04", "login", "gpu03"]) == "gpu[01-04],login"
     assert host_list(["a"]) == "a"
     assert host_list([]) == ""
+
+
+def test_a_watch_of_many_nodes_folds_those_that_answered_every_round():
+    nodes = [
+        NodeWatchSummary(f"gpu{i:03d}", f"gpu{i:03d}", 1, 20, 0, NodeOutcome.OK, "", None, 9)
+        for i in range(64)
+    ]
+    nodes[7] = NodeWatchSummary("gpu007", "gpu007", 1, 12, 8, NodeOutcome.REFUSED, "refused", 14.5, 0)
+    nodes[9] = replace(nodes[9], rounds_answered=19, rounds_failed=1)  # one round lost, answering again
+    lines = watch_nodes_lines(nodes)
+    assert lines[0] == (
+        "gpu[000-006,008,010-063]: 62 nodes answered every round (20); 558 processes as last seen (9 each)"
+    )
+    assert lines[1].startswith(
+        "gpu007: answered 12 of 20 rounds; 0 processes as last seen; silent since 14.5 s"
+    )
+    assert lines[2].startswith("gpu009: answered 19 of 20 rounds")
+    assert len(lines) == 3
+    few = nodes[:MAX_NODE_LINES]
+    assert watch_nodes_lines(few) == [watch_node_line(n) for n in few]

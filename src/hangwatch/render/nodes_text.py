@@ -193,7 +193,7 @@ def nodes_watch_text(report: NodesWatchReport, max_tree_lines: int = 40) -> str:
         where = [(report.processes.get(k), k) for k in v.culprits]
         out.append("  culprits: " + ", ".join(f"pid {w.pid} on {w.node}" if w else str(k) for w, k in where))
     out.append("nodes:")
-    out += [f"  {watch_node_line(n)}" for n in report.nodes]
+    out += [f"  {line}" for line in watch_nodes_lines(report.nodes)]
     out += [f"  note: {note}" for note in report.notes]
     if v.evidence:
         out.append("evidence:")
@@ -228,6 +228,23 @@ def verdict_line(v: Verdict) -> str:
     confidence = f", {v.confidence} confidence" if v.confidence and v.cause else ""
     cause = f" (cause: {v.cause.value}{confidence})" if v.cause else ""
     return f"hangwatch verdict: {v.state.value.upper()}{cause}"
+
+
+def watch_nodes_lines(nodes: Sequence[NodeWatchSummary]) -> list[str]:
+    """A line per node; past ``MAX_NODE_LINES`` nodes, those that answered every round as one line, the
+    others (a round failed, silent at the end) each on their own."""
+    steady = [n for n in nodes if not n.rounds_failed and n.silent_since_s is None]
+    if len(nodes) <= MAX_NODE_LINES or len(steady) < 2:
+        return [watch_node_line(n) for n in nodes]
+    rounds = sorted({n.rounds_answered for n in steady})
+    answered = f"{rounds[0]}" if len(rounds) == 1 else f"{rounds[0]}-{rounds[-1]}"
+    counts = sorted({n.processes for n in steady})
+    each = f"{counts[0]} each" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} each"
+    folded = (
+        f"{host_list(n.label for n in steady)}: {len(steady)} nodes answered every round ({answered}); "
+        f"{plural(sum(n.processes for n in steady), 'process')} as last seen ({each})"
+    )
+    return [folded, *(watch_node_line(n) for n in nodes if n.rounds_failed or n.silent_since_s is not None)]
 
 
 def watch_node_line(n: NodeWatchSummary) -> str:
