@@ -9,7 +9,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "hangwatch"
 
 # The shared leaves: any part may import them (``hangwatch`` itself: its __version__).
-LEAVES = {"hangwatch", "errors", "redact", "words", "pacing"}
+LEAVES = {"hangwatch", "errors", "redact", "words", "pacing", "ranges"}
 # One module or package per command; nodes/ is the ``collect`` command's and ``stacks --hosts``' (a module
 # named ``collect`` would shadow collect/).
 COMMANDS = {"run", "attach", "stacks", "cleanup", "doctor", "bench", "isolate", "demo", "nodes", "sidecar"}
@@ -21,6 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "errors": {"model"},  # the exit codes of the vocabulary
     "redact": set(),
     "words": set(),
+    "ranges": set(),  # labels compacted into ranges: the analysis's sentences and the renderers' text
     "pacing": set(),
     "collect": {"model"},
     "transports": {"model"},  # how to reach another node: a boundary, like collect/
