@@ -9,24 +9,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import sys
 from typing import NoReturn
 
 from hangwatch import __version__
-from hangwatch.cli.attach import AttachCommand
-from hangwatch.cli.bench import BenchCommand
-from hangwatch.cli.cleanup import CleanupCommand
-from hangwatch.cli.collect import CollectCommand
 from hangwatch.cli.command import Command
-from hangwatch.cli.demo import DemoCommand
-from hangwatch.cli.doctor import DoctorCommand
-from hangwatch.cli.history import HistoryCommand
-from hangwatch.cli.isolate import IsolateCommand
-from hangwatch.cli.run import RunCommand
-from hangwatch.cli.stacks import StacksCommand
-from hangwatch.cli.watch import DumpCommand
-from hangwatch.cli.watch import ProbeCommand
-from hangwatch.cli.watch import WatchCommand
 from hangwatch.errors import HangwatchError
 from hangwatch.errors import UsageError
 from hangwatch.model.vocabulary import USAGE_EXIT_CODE
@@ -34,21 +22,30 @@ from hangwatch.redact import scrub
 from hangwatch.render.files import STDOUT
 from hangwatch.render.files import report_on_stdout
 
-COMMANDS: tuple[Command, ...] = (
-    RunCommand(),
-    AttachCommand(),
-    WatchCommand(),
-    ProbeCommand(),
-    DumpCommand(),
-    StacksCommand(),
-    CollectCommand(),
-    DoctorCommand(),
-    CleanupCommand(),
-    BenchCommand(),
-    IsolateCommand(),
-    HistoryCommand(),
-    DemoCommand(),
+# Each command's module and class, in the order --help lists them. A command's module is imported when
+# it runs (or to list them all): `hangwatch collect`, which every node of a fan-out starts, then imports
+# the collector, not the watch, the analysis and the renderers (docs/multinode.md).
+COMMAND_CLASSES: tuple[tuple[str, str, str], ...] = (
+    ("run", "hangwatch.cli.run", "RunCommand"),
+    ("attach", "hangwatch.cli.attach", "AttachCommand"),
+    ("watch", "hangwatch.cli.watch", "WatchCommand"),
+    ("probe", "hangwatch.cli.watch", "ProbeCommand"),
+    ("dump", "hangwatch.cli.watch", "DumpCommand"),
+    ("stacks", "hangwatch.cli.stacks", "StacksCommand"),
+    ("collect", "hangwatch.cli.collect", "CollectCommand"),
+    ("doctor", "hangwatch.cli.doctor", "DoctorCommand"),
+    ("cleanup", "hangwatch.cli.cleanup", "CleanupCommand"),
+    ("bench", "hangwatch.cli.bench", "BenchCommand"),
+    ("isolate", "hangwatch.cli.isolate", "IsolateCommand"),
+    ("history", "hangwatch.cli.history", "HistoryCommand"),
+    ("demo", "hangwatch.cli.demo", "DemoCommand"),
 )
+
+
+def commands(only: str | None = None) -> tuple[Command, ...]:
+    """The commands (``only``: that one, where it is one of them), each imported now."""
+    chosen = [entry for entry in COMMAND_CLASSES if only is None or entry[0] == only]
+    return tuple(getattr(importlib.import_module(module), cls)() for _, module, cls in chosen)
 
 
 class Parser(argparse.ArgumentParser):
@@ -60,7 +57,9 @@ class Parser(argparse.ArgumentParser):
         )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; ``only``: with that command's section alone (the one given: the others'
+    modules are not imported), where it is a command."""
     parser = Parser(
         prog="hangwatch",
         description="Is my inference server still warming up, or is it wedged, and why?",
@@ -74,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"hangwatch {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in COMMANDS:
+    for command in commands(only if only in {name for name, _, _ in COMMAND_CLASSES} else None):
         doc = (type(command).__doc__ or "").strip()
         p = sub.add_parser(
             command.name,
@@ -115,8 +114,8 @@ def _on_stdout(args: argparse.Namespace) -> contextlib.AbstractContextManager[No
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv[0] if argv else None)
     try:
         unknown = _unknown_leading_option(argv)
         if unknown is not None:

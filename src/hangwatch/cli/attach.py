@@ -19,8 +19,8 @@ from hangwatch.cli.node_options import ray_options_of
 from hangwatch.cli.node_options import slurm_options_of
 from hangwatch.cli.node_options import ssh_options_of
 from hangwatch.cli.options import add_watch_options
-from hangwatch.cli.options import seconds
 from hangwatch.cli.options import watch_options
+from hangwatch.cli.values import seconds
 from hangwatch.errors import UsageError
 
 

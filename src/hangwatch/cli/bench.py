@@ -9,9 +9,9 @@ from pathlib import Path
 from hangwatch.bench.options import BenchOptions
 from hangwatch.bench.options import base_url_of
 from hangwatch.cli.options import add_output_file
-from hangwatch.cli.options import number
 from hangwatch.cli.options import output_folder
-from hangwatch.cli.options import seconds
+from hangwatch.cli.values import number
+from hangwatch.cli.values import seconds
 from hangwatch.collect.http_probe import validate_probe_url
 from hangwatch.errors import UsageError
 from hangwatch.model.bench import Endpoint

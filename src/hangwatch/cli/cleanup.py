@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from hangwatch.cli.options import add_grace
-from hangwatch.cli.options import seconds
+from hangwatch.cli.values import seconds
 from hangwatch.errors import UsageError
 
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hangwatch.cli.options import seconds
+from hangwatch.cli.values import seconds
 from hangwatch.engines import PROFILES
 from hangwatch.errors import UsageError
 from hangwatch.model.nodes import CollectMode

@@ -7,7 +7,7 @@ import argparse
 from hangwatch.cli.options import add_report_files
 from hangwatch.cli.options import default_run_dir_checked
 from hangwatch.cli.options import output_folder
-from hangwatch.cli.options import seconds
+from hangwatch.cli.values import seconds
 from hangwatch.errors import UsageError
 
 MIN_RANKS = 2  # the deadlock is between ranks: one rank alone has nobody to wait for

@@ -14,9 +14,9 @@ from hangwatch.cli.options import add_grace
 from hangwatch.cli.options import add_output_file
 from hangwatch.cli.options import add_supervision_options
 from hangwatch.cli.options import command_of
-from hangwatch.cli.options import number
 from hangwatch.cli.options import output_folder
-from hangwatch.cli.options import seconds
+from hangwatch.cli.values import number
+from hangwatch.cli.values import seconds
 from hangwatch.engines import PROFILES
 from hangwatch.errors import UsageError
 

@@ -7,7 +7,7 @@ import argparse
 import shlex
 from pathlib import Path
 
-from hangwatch.cli.options import seconds
+from hangwatch.cli.values import seconds
 from hangwatch.errors import UsageError
 from hangwatch.nodes import hosts as hostlist
 from hangwatch.transports.kubectl import DEFAULT_CONCURRENCY as KUBE_CONCURRENCY

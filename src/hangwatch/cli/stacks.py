@@ -15,7 +15,7 @@ from hangwatch.cli.node_options import ray_options_of
 from hangwatch.cli.node_options import slurm_options_of
 from hangwatch.cli.node_options import ssh_options_of
 from hangwatch.cli.options import add_output_file
-from hangwatch.cli.options import seconds
+from hangwatch.cli.values import seconds
 from hangwatch.engines import PROFILES
 from hangwatch.errors import UsageError
 from hangwatch.nodes.ray import WORKER_CLASSES

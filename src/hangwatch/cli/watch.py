@@ -12,8 +12,8 @@ from hangwatch.cli.options import add_grace
 from hangwatch.cli.options import add_supervision_options
 from hangwatch.cli.options import command_of
 from hangwatch.cli.options import output_folder
-from hangwatch.cli.options import seconds
 from hangwatch.cli.options import watch_options
+from hangwatch.cli.values import seconds
 from hangwatch.engines import PROFILES
 from hangwatch.errors import UsageError
 from hangwatch.model.health import ProbeKind
