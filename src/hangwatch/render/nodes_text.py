@@ -7,6 +7,7 @@ From the model alone (``NodesReport``). The analysis keys processes by merge key
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from collections.abc import Sequence
 
 from hangwatch.model.nodes import NodeOutcome
@@ -97,12 +98,12 @@ def nodes_lines(nodes: Sequence[NodeSummary]) -> list[str]:
 
 def folded_lines(nodes: Sequence[NodeSummary]) -> list[str]:
     """Nodes that answered without an error, as one: their host list, processes, ranks, skew, times."""
-    counts = sorted({n.processes for n in nodes})
-    each = f"{counts[0]} each" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} each"
-    processes = f"{plural(sum(n.processes for n in nodes), 'process')} ({each})"
+    processes = f"{plural(sum(n.processes for n in nodes), 'process')} ({_each(n.processes for n in nodes)})"
     ranks = [r for n in nodes for r in n.ranks]
-    numbered = all(r.isascii() and r.isdigit() for r in ranks)
-    rank_text = (rank_ranges(int(r) for r in ranks) if numbered else compact_ranges(ranks)) or "no ranks"
+    if all(r.isascii() and r.isdigit() for r in ranks):
+        rank_text = rank_ranges(int(r) for r in ranks) or "no ranks"
+    else:
+        rank_text = compact_ranges(f"rank{r}" if r.isdigit() else r for r in ranks)
     skews = [n.skew for n in nodes if n.skew is not None]
     skew = (
         f"clock skew {min(k.offset_s - k.bound_s for k in skews):+.3f}.."
@@ -113,13 +114,18 @@ def folded_lines(nodes: Sequence[NodeSummary]) -> list[str]:
     collects = [n.collect_s for n in nodes if n.collect_s is not None]
     elapsed = [n.elapsed_s for n in nodes]
     collect = f"collect {_span(collects)} s of {_span(elapsed)} s" if collects else ""
-    lines = [
-        f"{host_list(n.label for n in nodes)}: {len(nodes)} nodes answered: {processes}, {rank_text}; "
-        f"{skew}; {collect}"
-    ]
+    times = "; ".join(part for part in (skew, collect) if part)
+    hosts = host_list(n.label for n in nodes)
+    lines = [f"{hosts}: {len(nodes)} nodes answered: {processes}, {rank_text}; {times}"]
     for what in ("gpus", "probe"):
         lines += [f"  {what}: {line}" for line in _readings(nodes, what)]
     return lines
+
+
+def _each(values: Iterable[int]) -> str:
+    """``10 each``, or ``8-10 each`` where they differ."""
+    found = sorted(set(values))
+    return f"{found[0]} each" if len(found) == 1 else f"{found[0]}-{found[-1]} each"
 
 
 def _span(values: Sequence[float]) -> str:
@@ -238,11 +244,10 @@ def watch_nodes_lines(nodes: Sequence[NodeWatchSummary]) -> list[str]:
         return [watch_node_line(n) for n in nodes]
     rounds = sorted({n.rounds_answered for n in steady})
     answered = f"{rounds[0]}" if len(rounds) == 1 else f"{rounds[0]}-{rounds[-1]}"
-    counts = sorted({n.processes for n in steady})
-    each = f"{counts[0]} each" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} each"
     folded = (
         f"{host_list(n.label for n in steady)}: {len(steady)} nodes answered every round ({answered}); "
-        f"{plural(sum(n.processes for n in steady), 'process')} as last seen ({each})"
+        f"{plural(sum(n.processes for n in steady), 'process')} as last seen "
+        f"({_each(n.processes for n in steady)})"
     )
     return [folded, *(watch_node_line(n) for n in nodes if n.rounds_failed or n.silent_since_s is not None)]
 
