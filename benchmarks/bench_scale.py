@@ -64,7 +64,6 @@ from hangwatch.model.samples import ProcessSample  # noqa: E402
 from hangwatch.model.samples import ProcState  # noqa: E402
 from hangwatch.model.samples import Tick  # noqa: E402
 from hangwatch.model.stacks import DumpOutcome  # noqa: E402
-from hangwatch.model.stacks import Frame  # noqa: E402
 from hangwatch.model.stacks import ProcessStacks  # noqa: E402
 from hangwatch.model.stacks import StackSample  # noqa: E402
 from hangwatch.model.stacks import ThreadStack  # noqa: E402
@@ -197,7 +196,9 @@ def node_bundle(node: int, ranks_per_node: int, samples: list[StackSample]) -> N
     stacks = []
     for si, sample in enumerate(samples):
         by_rank = sample.processes
-        native = si == 0  # as `stacks --hosts` reads by default: native frames in the first round only
+        # As `stacks --hosts` reads by default: native frames in the first round only, the second as a
+        # Python-only dump parses it (one frames tuple for every equal stack).
+        native = si == 0
         stacks.append(
             StackSample(
                 t=sample.t,
@@ -213,7 +214,7 @@ def node_bundle(node: int, ranks_per_node: int, samples: list[StackSample]) -> N
                             dataclasses.replace(
                                 t,
                                 tid=pid if t.name == "MainThread" else pid + 50_000,
-                                frames=t.frames if native else python_frames(t),
+                                frames=t.frames if native else intern_frames(t.python_frames),
                             )
                             for t in by_rank[rank % len(by_rank)].threads
                         ),
@@ -234,11 +235,6 @@ def node_bundle(node: int, ranks_per_node: int, samples: list[StackSample]) -> N
         ticks=ticks,
         stacks=tuple(stacks),
     )
-
-
-def python_frames(thread: ThreadStack) -> tuple[Frame, ...]:
-    """A thread's Python frames only, one tuple for every equal stack, as a Python-only dump parses them."""
-    return intern_frames([f for f in thread.frames if not f.native])
 
 
 def _sample(pid: int, rank: int, t: float) -> ProcessSample:

@@ -165,6 +165,15 @@ class HostLists:
         return f"{stem}[{runs}]"
 
 
+def ranks_label(ranks: Iterable[str]) -> str:
+    """Ranks as the profiles give them (``3``, ``TP3``) compacted: from the numbers where every one is a
+    number (a node's ranks, every node's), else as labels (``rank3``, ``TP3``)."""
+    ranks = list(ranks)
+    if all(r.isascii() and r.isdigit() for r in ranks):
+        return rank_ranges(int(r) for r in ranks)
+    return compact_ranges(f"rank{r}" if r.isdigit() else r for r in ranks)
+
+
 def rank_ranges(ranks: Iterable[int]) -> str:
     """``compact_ranges`` of ``rank<n>`` labels (n >= 0), from the numbers: no label built and split again."""
     numbers = sorted(set(ranks))

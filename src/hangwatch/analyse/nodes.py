@@ -47,8 +47,8 @@ from hangwatch.model.stacks import StackTree
 from hangwatch.model.stacks import ThreadStack
 from hangwatch.model.stacks import paused_gc
 from hangwatch.model.stacks import replaced
-from hangwatch.ranges import compact_ranges
 from hangwatch.ranges import rank_ranges
+from hangwatch.ranges import ranks_label
 from hangwatch.words import human_bytes
 from hangwatch.words import plural
 
@@ -150,7 +150,7 @@ def _merge(
                 pid_ns=bundle.node.pid_ns,
                 processes=len(bundle.processes),
                 ranks=ranks,
-                rank_label=_ranks_label(ranks),
+                rank_label=ranks_label(ranks),
                 skew=clock_skew(result),
                 elapsed_s=elapsed,
                 collect_s=bundle.clock.duration_s,
@@ -162,13 +162,6 @@ def _merge(
     samples = _rounds(per_node_samples, _merge_samples)
     ticks = _rounds(per_node_ticks, _merge_ticks)
     return labels, tuple(summaries), samples, ticks, keys
-
-
-def _ranks_label(ranks: tuple[str, ...]) -> str:
-    """A node's ranks compacted: from the numbers where every one is a number (each node, every round)."""
-    if all(r.isascii() and r.isdigit() for r in ranks):
-        return rank_ranges(int(r) for r in ranks)
-    return compact_ranges(f"rank{r}" if r.isdigit() else r for r in ranks)
 
 
 def gpu_line(bundle: NodeBundle) -> str:

@@ -432,7 +432,7 @@ class NativeDetail:
                     for t in p.threads:
                         self._donors[(p.pid, t.tid)] = t
         # What a donor's frames and a thread's give, once per pair of frames tuples (ids: the samples hold
-        # them): 10,000 ranks in one wait are a handful of pairs (0.17 s -> 0.03 s at 10,000 ranks).
+        # them): 10,000 ranks in one wait are a handful of pairs (0.17 s -> 0.05 s at 10,000 ranks).
         self._borrowed: dict[tuple[int, int], tuple[Frame, ...] | None] = {}
 
     def __bool__(self) -> bool:

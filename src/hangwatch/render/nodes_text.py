@@ -21,7 +21,7 @@ from hangwatch.model.report import Verdict
 from hangwatch.model.rulebook import statement_of
 from hangwatch.ranges import compact_ranges
 from hangwatch.ranges import host_list
-from hangwatch.ranges import rank_ranges
+from hangwatch.ranges import ranks_label
 from hangwatch.render.stacktext import tree_lines
 from hangwatch.words import plural
 
@@ -99,11 +99,7 @@ def nodes_lines(nodes: Sequence[NodeSummary]) -> list[str]:
 def folded_lines(nodes: Sequence[NodeSummary]) -> list[str]:
     """Nodes that answered without an error, as one: their host list, processes, ranks, skew, times."""
     processes = f"{plural(sum(n.processes for n in nodes), 'process')} ({_each(n.processes for n in nodes)})"
-    ranks = [r for n in nodes for r in n.ranks]
-    if all(r.isascii() and r.isdigit() for r in ranks):
-        rank_text = rank_ranges(int(r) for r in ranks) or "no ranks"
-    else:
-        rank_text = compact_ranges(f"rank{r}" if r.isdigit() else r for r in ranks)
+    rank_text = ranks_label(r for n in nodes for r in n.ranks) or "no ranks"
     skews = [n.skew for n in nodes if n.skew is not None]
     skew = (
         f"clock skew {min(k.offset_s - k.bound_s for k in skews):+.3f}.."
