@@ -10,6 +10,8 @@ Rows measured here, from synthetic data built out of the real captured fixtures 
 * decode 1,000 node bundles of 10 ranks (``codec.decode`` of each bundle's text, as the controller does);
   each bundle's two rounds as ``stacks --hosts`` takes them by default: native frames in the first, the
   Python frames only in the second (whose threads the analysis gives the first round's native frames);
+  every process with the kernel's waits of its threads, as the collector reads them before each dump
+  (a real gloo rank's: five threads, ten sockets, four pipes; since 2026-12-06, sixth session);
 * merge + rules + tree over those 10,000 ranks across nodes (``analyse.nodes.analyse``);
 * the collector alone on this machine (``nodes.collector.collect``, full mode, one round) over a torch
   job's two ranks (one in a gloo ``all_reduce``; four plain Python processes without torch), with native
@@ -50,6 +52,9 @@ from hangwatch.analyse.stackcontext import stack_context  # noqa: E402
 from hangwatch.analyse.stackrules import classify  # noqa: E402
 from hangwatch.analyse.stacktree import build_tree  # noqa: E402
 from hangwatch.collect.stacks import parse_dump  # noqa: E402
+from hangwatch.model.kernelwaits import ProcessWaits  # noqa: E402
+from hangwatch.model.kernelwaits import ThreadWait  # noqa: E402
+from hangwatch.model.kernelwaits import Waker  # noqa: E402
 from hangwatch.model.nodes import BUNDLE_SCHEMA  # noqa: E402
 from hangwatch.model.nodes import ClockReading  # noqa: E402
 from hangwatch.model.nodes import CollectMode  # noqa: E402
@@ -210,6 +215,7 @@ def node_bundle(node: int, ranks_per_node: int, samples: list[StackSample]) -> N
                         rank=str(rank),
                         elapsed_s=0.05,
                         native=native,
+                        kernel=_kernel_waits(pid, rank, si),
                         threads=tuple(
                             dataclasses.replace(
                                 t,
@@ -234,6 +240,36 @@ def node_bundle(node: int, ranks_per_node: int, samples: list[StackSample]) -> N
         processes=processes,
         ticks=ticks,
         stacks=tuple(stacks),
+    )
+
+
+def _kernel_waits(pid: int, rank: int, capture: int) -> ProcessWaits:
+    """The kernel's waits of a gloo rank in an ``all_reduce`` as the collector reads them (captured from
+    tests/programs/gloo_missing_collective.py, 2026-12-06): the main thread on a private futex, gloo's
+    loop in ``epoll_pwait`` on its sockets, a pipe and an eventfd, three more threads parked; the pipes it
+    may write, its sockets, its log file. Every process of a real bundle carries these, every round."""
+    inode = 3_000_000 + rank * 16
+    sockets = tuple(inode + i for i in range(10))
+    pipes = tuple(f"pipe:[{inode + 10 + i}]" for i in range(4))
+    return ProcessWaits(
+        pid=pid,
+        threads=(
+            ThreadWait(pid, "futex", Waker.ITSELF, wakeups=480 + capture * 2),
+            ThreadWait(
+                pid + 50_000,
+                "epoll_pwait",
+                Waker.ANYONE,
+                (*(f"socket:[{s}]" for s in sockets[:5]), pipes[0], "anon_inode:[eventfd]"),
+                wakeups=190 + capture * 2,
+            ),
+            ThreadWait(pid + 50_001, "epoll_wait", Waker.TIMEOUT, wakeups=82 + capture * 2),
+            ThreadWait(pid + 50_002, "futex", Waker.TIMEOUT, wakeups=6 + capture * 2),
+            ThreadWait(pid + 50_003, "futex", Waker.ITSELF, wakeups=1 + capture * 2),
+        ),
+        writes=pipes,
+        sockets=sockets,
+        files=("fe:00:2151306 /tmp/train.log",),
+        our_stops=capture,
     )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from hangwatch.analyse.nodes import KEY_STRIDE
+from hangwatch.analyse.nodes import NodeCopies
 from hangwatch.analyse.nodes import analyse
 from hangwatch.analyse.nodes import clock_skew
 from hangwatch.analyse.nodes import merge
@@ -377,8 +378,11 @@ def test_relabel_copies_a_thread_equal_in_every_round_once() -> None:
             for p, q in zip(two.processes, one.processes, strict=True)
         ),
     )
-    moved: dict = {}
-    first, second = relabel_stacks(one, KEY_STRIDE, "n1", moved), relabel_stacks(two, KEY_STRIDE, "n1", moved)
+    copies = NodeCopies()
+    first, second = (
+        relabel_stacks(one, KEY_STRIDE, "n1", copies),
+        relabel_stacks(two, KEY_STRIDE, "n1", copies),
+    )
     shared = []
     for a, b, raw in zip(first.processes, second.processes, two.processes, strict=True):
         assert a.pid == b.pid == KEY_STRIDE + raw.pid
@@ -399,7 +403,8 @@ def test_rank_ranges_is_compact_ranges_of_rank_labels() -> None:
 def test_a_ranks_kernel_waits_move_with_it_so_its_poll_is_seen_across_nodes() -> None:
     """A rank whose main thread sleeps, wakes and looks again (its wakeups rising past what our dumps
     cause) is a poll on its node; merged under the node's key it must still be one, its main thread's
-    wait found by the moved pid and its waker by the moved tid."""
+    wait found by the moved pid and its waker by the moved tid, while its waits keep the node's own
+    numbering (the merge copies none of them)."""
     from hangwatch.analyse.stackwaits import process_views
     from hangwatch.model.kernelwaits import ProcessWaits
     from hangwatch.model.kernelwaits import ThreadWait
@@ -419,16 +424,74 @@ def test_a_ranks_kernel_waits_move_with_it_so_its_poll_is_seen_across_nodes() ->
         return StackSample(3.0 + 2 * i, (p,), 0.1)
 
     samples = [capture(i) for i in range(3)]
-    moved: dict = {}
-    merged = [relabel_stacks(s, KEY_STRIDE, "n1", moved) for s in samples]
+    copies = NodeCopies()
+    merged = [relabel_stacks(s, KEY_STRIDE, "n1", copies) for s in samples]
     [alone], [across] = process_views(samples), process_views(merged)
     assert alone.retrying and across.retrying
     wakers = [Waker.TIMEOUT, Waker.CHILDREN, Waker.OBJECTS]
     assert [t.waker for t in across.threads] == [t.waker for t in alone.threads] == wakers
-    kernel = merged[-1].processes[0].kernel
-    assert kernel is not None and kernel.pid == KEY_STRIDE + 100
-    assert [(w.tid, w.child) for w in kernel.threads] == [
-        (KEY_STRIDE + 100, None), (KEY_STRIDE + 101, KEY_STRIDE + 200), (KEY_STRIDE + 102, None),
-    ]  # fmt: skip
-    # Pipe inodes are the node's own: another node's pipe:[77] is another pipe.
-    assert kernel.threads[2].on == ("pipe:[77]@n1",) and kernel.writes == ("pipe:[78]@n1",)
+    assert (
+        across.main is not None and across.main.tid == KEY_STRIDE + 100 and across.main.waker is Waker.TIMEOUT
+    )
+    assert merged[-1].processes[0].kernel is samples[-1].processes[0].kernel
+
+
+def test_the_wait_graph_across_nodes_keeps_each_nodes_pipes_and_children_its_own() -> None:
+    """Two nodes number their pids and pipes alike. Merged, a reader of pipe:[77] on one node waits for
+    the writer of pipe:[77] on its own node, never for the other node's; a parent's wait4 waits for its
+    child on its own node; a thread that reads a pipe only its own process writes is a self-wait, named
+    by the moved tid."""
+    from hangwatch.analyse.waitgraph import OUTSIDE
+    from hangwatch.analyse.waitgraph import wait_graph
+    from hangwatch.model.kernelwaits import ProcessWaits
+    from hangwatch.model.kernelwaits import ThreadWait
+    from hangwatch.model.kernelwaits import Waker
+
+    frames = (Frame("wait", "job.py", 3, False),)
+
+    def proc(pid: int, waits: tuple[ThreadWait, ...], writes: tuple[str, ...] = ()) -> ProcessStacks:
+        threads = tuple(ThreadStack(w.tid, None, False, False, frames) for w in waits)
+        return ProcessStacks(
+            pid,
+            "job",
+            None,
+            None,
+            DumpOutcome.OK,
+            threads,
+            "S",
+            1.0,
+            kernel=ProcessWaits(pid, waits, writes=writes),
+        )
+
+    # n1: 100 reads pipe:[77], which 101 writes; 101 reads pipe:[90], which only 101 writes (thread 102).
+    n1 = (
+        proc(100, (ThreadWait(100, "read", Waker.OBJECTS, on=("pipe:[77]",)),)),
+        proc(
+            101,
+            (
+                ThreadWait(101, "futex", Waker.ITSELF),
+                ThreadWait(102, "read", Waker.OBJECTS, on=("pipe:[90]",)),
+            ),
+            writes=("pipe:[77]", "pipe:[90]"),
+        ),
+    )
+    # n2: 100 reads pipe:[77], which nobody on n2 writes; 50 waits for its child 100.
+    n2 = (
+        proc(50, (ThreadWait(50, "wait4", Waker.CHILDREN, child=100),)),
+        proc(100, (ThreadWait(100, "read", Waker.OBJECTS, on=("pipe:[77]",)),)),
+    )
+    merged = []
+    for t in (1.0, 2.0):
+        parts = [
+            relabel_stacks(StackSample(t, procs, 0.1), (i + 1) * KEY_STRIDE, f"n{i + 1}")
+            for i, procs in enumerate((n1, n2))
+        ]
+        merged.append(StackSample(t, tuple(p for s in parts for p in s.processes), 0.1))
+    one, two = KEY_STRIDE, 2 * KEY_STRIDE
+    graph = wait_graph(merged, {two + 100: two + 50})
+    assert graph is not None
+    assert graph.wakers(one + 100) == {one + 101}
+    assert graph.wakers(two + 100) == {OUTSIDE}  # n1's writer of its pipe:[77] is another pipe's
+    assert graph.wakers(two + 50) == {two + 100}
+    assert (one + 101, one + 102) in graph.self_waits
+    assert graph.describe(two + 50) == f"wait4 for child {two + 100}"

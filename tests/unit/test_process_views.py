@@ -20,4 +20,4 @@ def test_a_view_computed_among_all_is_the_view_alone(name, mode):
     for v in views:
         alone = [replace(s, processes=tuple(p for p in s.processes if p.pid == v.pid)) for s in samples]
         (own,) = process_views(alone)
-        assert replace(own, peer=v.peer) == v  # whether it is a peer depends on the others
+        assert own._replace(peer=v.peer) == v  # whether it is a peer depends on the others

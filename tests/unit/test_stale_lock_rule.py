@@ -20,7 +20,7 @@ MARKER = LockFile("/home/u/.cache/torch_extensions/py311_cu121/fused/lock", 1800
 
 def _context(retrying: bool, lock_files: tuple[LockFile, ...]):
     ctx = stack_context(loader.samples("progress_then_hang", "python"), loader.ticks("progress_then_hang"))
-    views = tuple(replace(v, retrying=retrying, cpu_cores=0.0) for v in ctx.views)
+    views = tuple(v._replace(retrying=retrying, cpu_cores=0.0) for v in ctx.views)
     return replace(ctx, views=views, lock_files=lock_files)
 
 

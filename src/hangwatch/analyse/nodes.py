@@ -6,7 +6,10 @@ table back to (node, pid namespace, pid) kept beside the samples. Ranks are rela
 (``hwn2:rank3``), so the stack tree's ranges and the rules' texts say where each rank is; round i of
 every node becomes round i of the merged samples. The cause rules then run unchanged over all ranks
 together: a rank on node 3 that never entered the all_reduce the others wait in is the odd one out of
-the whole job, not of its node.
+the whole job, not of its node. A process's kernel waits keep its node's numbering (tids, children,
+pipe and socket inodes, which another node may number the same): the analysis shifts them by the
+process's key less their pid (``ProcessStacks.kernel``), and keeps each node's pipes and sockets apart.
+Copying every thread's wait of 10,000 ranks was 0.2 s of a 0.5 s goal (docs/stacks.md).
 
 Beside the stacks: which ranks of the world checked in, on which node, and who is missing (a node that
 did not answer may hold them, and is named); each node's clock skew, bounded by the exchange's times.
@@ -28,7 +31,6 @@ from hangwatch.analyse.stackcontext import stack_context
 from hangwatch.analyse.stackrules import classify
 from hangwatch.analyse.stacktree import build_tree
 from hangwatch.analyse.stackwatch import NativeDetail
-from hangwatch.model.kernelwaits import ProcessWaits
 from hangwatch.model.nodes import NODES_REPORT_SCHEMA
 from hangwatch.model.nodes import ClockSkew
 from hangwatch.model.nodes import NodeBundle
@@ -128,14 +130,14 @@ def _merge(
         offset = (index + 1) * KEY_STRIDE
         for p in bundle.processes:
             keys[offset + p.pid] = ProcessKey(label, bundle.node.pid_ns, p.pid)
-        moved: dict[ThreadKey, ThreadStack] = {}
+        copies = NodeCopies()
         # The rounds the merge keeps (every node's first ``count``); the latest of them borrows the earlier
         # rounds' native frames as it is copied (stackwatch.with_native_detail, in the same copy).
         rounds = bundle.stacks[:count]
         detail = NativeDetail(rounds[:-1])
         per_node_samples.append(
             tuple(
-                relabel_stacks(s, offset, label, moved, detail if i == len(rounds) - 1 else None)
+                relabel_stacks(s, offset, label, copies, detail if i == len(rounds) - 1 else None)
                 for i, s in enumerate(rounds)
             )
         )
@@ -283,21 +285,33 @@ def _label(label: str, rank: str | None) -> str | None:
 ThreadKey = tuple[int, str | None, bool, bool, int]
 
 
+class NodeCopies:
+    """What the merge has made of one node's samples so far, shared by its rounds.
+
+    ``threads``: the threads already moved. A thread that stayed where it was (every thread of a hung
+    rank) is equal in every round, and copied once.
+    """
+
+    def __init__(self) -> None:
+        self.threads: dict[ThreadKey, ThreadStack] = {}
+
+
 def relabel_stacks(
     sample: StackSample,
     offset: int,
     label: str,
-    moved: dict[ThreadKey, ThreadStack] | None = None,
+    copies: NodeCopies | None = None,
     detail: NativeDetail | None = None,
 ) -> StackSample:
-    """The sample with its pids and tids moved by ``offset`` and its ranks named with the node's label.
+    """The sample with its pids and tids moved by ``offset`` and its ranks named with the node's label;
+    its kernel waits as they were, in the node's numbering (``ProcessStacks.kernel``).
 
-    ``moved``: the threads already moved for the node's earlier rounds, shared by its rounds. A thread
-    that stayed where it was (every thread of a hung rank) is equal in every round, and copied once.
+    ``copies``: the node's copies from its earlier rounds (``NodeCopies``).
     ``detail``: the native frames the threads of a Python-only capture borrow from the node's earlier
     rounds (``with_native_detail``): a thread in place then has its first round's frames, and its copy.
     """
-    moved = {} if moved is None else moved
+    copies = NodeCopies() if copies is None else copies
+    moved = copies.threads
     processes = []
     for p in sample.processes:
         lender = detail if detail and not p.native else None
@@ -312,7 +326,6 @@ def relabel_stacks(
                 copy = moved[key] = replaced(t, tid=offset + t.tid, frames=frames)
             threads.append(copy)
         role = f"{label}:{p.role or p.name}" if p.rank is None else p.role
-        kernel = _moved_waits(p.kernel, offset, label) if p.kernel is not None else None
         processes.append(
             replaced(
                 p,
@@ -320,35 +333,9 @@ def relabel_stacks(
                 threads=tuple(threads),
                 rank=_label(label, p.rank),
                 role=role,
-                kernel=kernel,
             )
         )
     return replaced(sample, processes=tuple(processes))
-
-
-def _moved_waits(waits: ProcessWaits, offset: int, label: str) -> ProcessWaits:
-    """The kernel's waits with the pids and tids moved like the process's: the analysis finds a thread's
-    wait by its tid and a main thread by the pid (a poll's wakeups, a waker, a child waited for).
-
-    A pipe is named by its inode, which another node may number the same: its name gets the node's
-    label, so a reader on one node is never matched with a writer on another. Sockets and file locks
-    meet their other end through the peers and holders of the node's own sample, which the merge does
-    not carry: across nodes they stay unmatched (someone outside), as before."""
-
-    def pipe(obj: str) -> str:
-        return f"{obj}@{label}" if obj.startswith("pipe:") else obj
-
-    threads = tuple(
-        replaced(
-            w,
-            tid=offset + w.tid,
-            child=offset + w.child if w.child is not None and w.child > 0 else w.child,
-            on=tuple(pipe(o) for o in w.on),
-        )
-        for w in waits.threads
-    )
-    writes = tuple(pipe(o) for o in waits.writes)
-    return replaced(waits, pid=offset + waits.pid, threads=threads, writes=writes)
 
 
 def relabel_tick(tick: Tick, offset: int, label: str) -> Tick:

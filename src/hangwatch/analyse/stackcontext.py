@@ -216,11 +216,14 @@ def _accepting(sample: StackSample) -> frozenset[int]:
     return frozenset(
         p.pid
         for p in sample.processes
-        if p.kernel is not None and any(t.tid == p.pid and t.call in _ACCEPT_CALLS for t in p.kernel.threads)
+        if p.kernel is not None
+        and any(t.call in _ACCEPT_CALLS and t.tid == p.kernel.pid for t in p.kernel.threads)
     )
 
 
 def _tcp_linked(sample: StackSample) -> frozenset[tuple[int, int]]:
+    if not sample.tcp_peers:
+        return frozenset()  # across nodes: the merge carries no node's peers
     owner = {inode: p.pid for p in sample.processes if p.kernel is not None for inode in p.kernel.sockets}
     pairs = set()
     for inode, peer in sample.tcp_peers:
@@ -231,6 +234,8 @@ def _tcp_linked(sample: StackSample) -> frozenset[tuple[int, int]]:
 
 
 def _locks_held_by_others(sample: StackSample) -> tuple[tuple[int, str, int, str | None], ...]:
+    if not sample.lock_holders:
+        return ()
     holders: dict[str, set[int]] = {}
     for key, pid in sample.lock_holders:
         holders.setdefault(key, set()).add(pid)

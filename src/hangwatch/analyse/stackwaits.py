@@ -11,8 +11,8 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 from hangwatch.analyse.progress import CPU_CORES_MIN
 from hangwatch.analyse.stackframes import memo
@@ -284,8 +284,11 @@ def _is_lock_wait(leaf_py: Frame | None, below: Sequence[Frame]) -> bool:
     return not below and leaf_py.code is not None and _LOCK_CODE.search(leaf_py.code) is not None
 
 
-@dataclass(frozen=True)
-class ThreadView:
+# The views are built for every thread and process of every analysis (30,000 at 10,000 ranks): typed
+# named tuples, as immutable as a frozen dataclass and built in a sixth of its time (0.3 against 1.6 us
+# for 12 fields, measured 2026-12-06; a frozen dataclass sets each field through object.__setattr__).
+# Copies: ``view._replace(...)``.
+class ThreadView(NamedTuple):
     tid: int
     name: str | None
     wait: Wait
@@ -306,8 +309,7 @@ class ThreadView:
     waker: Waker | None = None
 
 
-@dataclass(frozen=True)
-class ProcessView:
+class ProcessView(NamedTuple):
     """One process over the samples: its threads' waits and whether its code moved."""
 
     pid: int
@@ -506,7 +508,9 @@ def process_views(
     for p in latest.processes:
         pid = p.pid
         own = own_of.get(pid, no_threads)
-        wakers = {w.tid: w.waker for w in p.kernel.threads} if p.kernel is not None else None
+        kernel = p.kernel
+        # The kernel's tids are the node's own (ProcessStacks.kernel): shifted like the pid.
+        wakers = {w.tid + pid - kernel.pid: w.waker for w in kernel.threads} if kernel is not None else None
         shapes = []
         thread_views = []
         main = None  # the first thread whose tid is the pid (ProcessStacks.main_thread)
@@ -627,7 +631,12 @@ def _retries(waits: Sequence[tuple[ThreadWait | None, int | None]]) -> bool:
 def _main_wait(p: ProcessStacks) -> tuple[ThreadWait | None, int | None]:
     if p.kernel is None:
         return None, None
-    return next((t for t in p.kernel.threads if t.tid == p.pid), None), p.kernel.our_stops
+    kernel = p.kernel
+    threads = kernel.threads
+    # /proc lists a process's threads in tid order, the main thread first: looked for only if not.
+    if threads and threads[0].tid == kernel.pid:
+        return threads[0], kernel.our_stops
+    return next((t for t in threads if t.tid == kernel.pid), None), kernel.our_stops
 
 
 _RECEIVE_NATIVE = re.compile(

@@ -82,17 +82,7 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
     peers = dict(last.unix_peers)
     tcp = dict(last.tcp_peers)
     peers.update(tcp)
-    # Who holds the end a reader of a pipe or a taker of a file lock waits on: the pipe's writers, the
-    # lock's holders (Unix and TCP sockets go through their peers: socket_holders).
-    end_holders: dict[str, set[int]] = {}
-    for key, holder in last.lock_holders:
-        end_holders.setdefault(f"lock:{key}", set()).add(holder)
-    socket_holders: dict[int, set[int]] = {}
-    for pid, w in waits.items():
-        for pipe in w.writes:
-            end_holders.setdefault(pipe, set()).add(pid)
-        for inode in w.sockets:
-            socket_holders.setdefault(inode, set()).add(pid)
+    end_holders, socket_holders = _holders(last, waits, peers)
     children: dict[int, set[int]] = {}
     for child, parent in parents.items():
         if child in waits:
@@ -107,23 +97,32 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
     self_waits: set[tuple[int, int]] = set()
     for p in live:
         w = waits[p.pid]
+        scope = p.pid - w.pid
         old = earlier.get(p.pid)
-        same = (
-            old is not None
+        # Untimed first: a rank with a thread in a timed wait (gloo's epoll loop) is never stuck, and its
+        # two keys need not be built.
+        if (
+            w.untimed()
+            and old is not None
             and old.kernel is not None
-            and old.kernel.key() == w.key()
             and p.cpu_s is not None
             and old.cpu_s is not None
             and p.cpu_s - old.cpu_s <= STILL_CPU_S
-        )
-        if same and w.untimed():
+            and old.kernel.key() == w.key()
+        ):
             stuck.add(p.pid)
-        wakers, words = _wakers(w, end_holders, socket_holders, peers, children, tcp=tcp)
+        wakers, words = _wakers(
+            p.pid, w, end_holders, socket_holders, peers, children=children, scope=scope, tcp=tcp
+        )
         waits_for[p.pid] = frozenset(wakers)
         detail[p.pid] = words
-        own = {t.tid for t in w.threads if _reads_only_itself(p.pid, t, end_holders, socket_holders, peers)}
-        self_waits |= {(p.pid, tid) for tid in own}
-        main = next((t for t in w.threads if t.tid == p.pid), None)
+        own = {
+            t.tid
+            for t in w.threads
+            if _reads_only_itself(p.pid, t, end_holders, socket_holders, peers, scope=scope)
+        }
+        self_waits |= {(p.pid, tid + scope) for tid in own}
+        main = next((t for t in w.threads if t.tid == w.pid), None)
         if main is not None and main.tid not in own and main.call in RECEIVE_CALLS:
             receivers.add(p.pid)
         objects = [obj for t in w.threads if t.waker is Waker.OBJECTS for obj in t.on]
@@ -149,52 +148,89 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
     )
 
 
+def _holders(
+    last: StackSample, waits: Mapping[int, ProcessWaits], peers: Mapping[int, int]
+) -> tuple[dict[tuple[int, str], set[int]], dict[tuple[int, int], set[int]]]:
+    """Who holds the end a reader of a pipe or a taker of a file lock waits on: the pipe's writers, the
+    lock's holders (Unix and TCP sockets go through their peers: socket_holders)."""
+    # Each member's waits
+    # are in its node's numbering (ProcessStacks.kernel), and another node may number a pipe or socket
+    # the same: the objects are keyed with the member's shift from that numbering (its scope, 0 on one
+    # node). The sample's own peers and lock holders are one node's (the merge across nodes carries none).
+    end_holders: dict[tuple[int, str], set[int]] = {}
+    for key, holder in last.lock_holders:
+        end_holders.setdefault((0, f"lock:{key}"), set()).add(holder)
+    socket_holders: dict[tuple[int, int], set[int]] = {}
+    # Only a socket that is some socket's peer is ever looked up (a gloo rank holds one per peer rank).
+    ends = set(peers.values())
+    for pid, w in waits.items():
+        scope = pid - w.pid
+        for pipe in w.writes:
+            holders = end_holders.get((scope, pipe))
+            if holders is None:
+                end_holders[(scope, pipe)] = {pid}
+            else:
+                holders.add(pid)
+        if ends:
+            for inode in w.sockets:
+                if inode in ends:
+                    socket_holders.setdefault((scope, inode), set()).add(pid)
+    return end_holders, socket_holders
+
+
 def _reads_only_itself(
     pid: int,
     t: ThreadWait,
-    end_holders: Mapping[str, set[int]],
-    socket_holders: Mapping[int, set[int]],
+    end_holders: Mapping[tuple[int, str], set[int]],
+    socket_holders: Mapping[tuple[int, int], set[int]],
     peers: Mapping[int, int],
+    *,
+    scope: int,
 ) -> bool:
     """The thread waits on pipes and Unix sockets whose other end only its own process holds."""
     if t.waker is not Waker.OBJECTS or not t.on:
         return False
-    return all(_other_end(obj, end_holders, socket_holders, peers) == {pid} for obj in t.on)
+    return all(_other_end(obj, scope, end_holders, socket_holders, peers) == {pid} for obj in t.on)
 
 
 def _other_end(
     obj: str,
-    end_holders: Mapping[str, set[int]],
-    socket_holders: Mapping[int, set[int]],
+    scope: int,
+    end_holders: Mapping[tuple[int, str], set[int]],
+    socket_holders: Mapping[tuple[int, int], set[int]],
     peers: Mapping[int, int],
 ) -> set[int]:
-    """The members that hold the end a reader of ``obj`` waits on: a pipe's writers, the holders of a
-    Unix socket's peer. Empty where the kernel names no member (outside the tree, or unknown)."""
+    """The members that hold the end a reader of ``obj`` (named in the numbering of ``scope``'s node)
+    waits on: a pipe's writers, the holders of a Unix socket's peer. Empty where the kernel names no
+    member (outside the tree, or unknown)."""
     if obj.startswith("lock:"):
-        return end_holders.get(obj.split(" ", 1)[0], set())  # "lock:KEY PATH"
+        return end_holders.get((scope, obj.split(" ", 1)[0]), set())  # "lock:KEY PATH"
     if obj.startswith("pipe:"):
-        return end_holders.get(obj, set())
+        return end_holders.get((scope, obj), set())
     peer = peers.get(int(obj[8:-1]))
-    return socket_holders.get(peer, set()) if peer is not None else set()
+    return socket_holders.get((scope, peer), set()) if peer is not None else set()
 
 
 def _wakers(
+    pid: int,
     w: ProcessWaits,
-    end_holders: Mapping[str, set[int]],
-    socket_holders: Mapping[int, set[int]],
+    end_holders: Mapping[tuple[int, str], set[int]],
+    socket_holders: Mapping[tuple[int, int], set[int]],
     peers: Mapping[int, int],
-    children: Mapping[int, set[int]],
     *,
+    children: Mapping[int, set[int]],
+    scope: int,
     tcp: Mapping[int, int],
 ) -> tuple[set[int], str]:
-    """Who could end any of its threads' waits (OUTSIDE for anyone we cannot name), and in words."""
+    """Who could end any of its threads' waits (OUTSIDE for anyone we cannot name), and in words.
+    ``pid``: the process in the sample; ``scope``: the shift of its waits' numbering to the sample's."""
     wakers: set[int] = set()
     words: list[str] = []
     for t in w.threads:
         if t.waker is Waker.OBJECTS:
             for obj in t.on:
-                ends = _other_end(obj, end_holders, socket_holders, peers)
-                if ends == {w.pid}:
+                ends = _other_end(obj, scope, end_holders, socket_holders, peers)
+                if ends == {pid}:
                     continue  # a pipe only it writes, its own socketpair: one of its threads would have to
                 if obj.startswith("lock:"):
                     words.append(f"{t.call} for the file lock of {obj.split(' ', 1)[-1]}")
@@ -202,11 +238,12 @@ def _wakers(
                     words.append(f"{t.call} of {obj}")
                 else:
                     words.append(f"{t.call} of a {'TCP' if int(obj[8:-1]) in tcp else 'Unix'} socket")
-                wakers |= (ends - {w.pid}) or {OUTSIDE}
+                wakers |= (ends - {pid}) or {OUTSIDE}
         elif t.waker is Waker.CHILDREN:
-            mine = children.get(w.pid, set()) if t.child in (None, -1) else {t.child}
+            child = t.child + scope if t.child is not None and t.child > 0 else t.child
+            mine = children.get(pid, set()) if child in (None, -1) else {child}
             wakers |= mine or {OUTSIDE}
-            words.append("wait4 for its children" if t.child in (None, -1) else f"wait4 for child {t.child}")
+            words.append("wait4 for its children" if child in (None, -1) else f"wait4 for child {child}")
         elif t.waker is Waker.ANYONE:
             wakers.add(OUTSIDE)
             words.append(t.call)

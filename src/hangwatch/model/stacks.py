@@ -221,7 +221,10 @@ class ProcessStacks:
     elapsed_s: float = 0.0  # how long the dumper ran for this process
     detail: str | None = None  # why it failed, and how to fix it
     resumed: bool = False  # the dump left it stopped, and hangwatch sent SIGCONT
-    kernel: ProcessWaits | None = None  # where each thread waits in the kernel, read just before the dump
+    # Where each thread waits in the kernel, read just before the dump, in the node's own numbering
+    # (pid, tids, children, inodes): the merge across nodes moves the process's pid, never its waits, so
+    # ``pid - kernel.pid`` is the shift from the node's numbering to the sample's (0 on one node).
+    kernel: ProcessWaits | None = None
     stops: int = 0  # times this dump stopped the process's threads (py-spy's run, our unwinder's copy)
 
     @property
