@@ -116,22 +116,16 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
         )
         waits_for[p.pid] = frozenset(wakers)
         detail[p.pid] = words
-        own = {
-            t.tid
-            for t in w.threads
-            if _reads_only_itself(p.pid, t, end_holders, socket_holders, peers, scope=scope)
-        }
+        own, main, takes_locks, joins = _own_threads(
+            p.pid, w, end_holders, socket_holders, peers, scope=scope
+        )
         self_waits |= {(p.pid, tid + scope) for tid in own}
-        main = next((t for t in w.threads if t.tid == w.pid), None)
         if main is not None and main.tid not in own and main.call in RECEIVE_CALLS:
             receivers.add(p.pid)
-        objects = [obj for t in w.threads if t.waker is Waker.OBJECTS for obj in t.on]
-        if objects and all(obj.startswith("lock:") for obj in objects):
+        if takes_locks:
             lock_takers.add(p.pid)
-        calls = {t.waker for t in w.threads}
-        if Waker.CHILDREN in calls and calls <= {Waker.CHILDREN, Waker.ITSELF}:
+        if joins:
             joiners.add(p.pid)
-
     members = {p.pid for p in live}
     closed = stuck == members and all(waits_for[pid] <= members for pid in members)
     culprits = _culprits(waits_for, members - joiners) if closed else ()
@@ -178,19 +172,35 @@ def _holders(
     return end_holders, socket_holders
 
 
-def _reads_only_itself(
+def _own_threads(
     pid: int,
-    t: ThreadWait,
+    w: ProcessWaits,
     end_holders: Mapping[tuple[int, str], set[int]],
     socket_holders: Mapping[tuple[int, int], set[int]],
     peers: Mapping[int, int],
     *,
     scope: int,
-) -> bool:
-    """The thread waits on pipes and Unix sockets whose other end only its own process holds."""
-    if t.waker is not Waker.OBJECTS or not t.on:
-        return False
-    return all(_other_end(obj, scope, end_holders, socket_holders, peers) == {pid} for obj in t.on)
+) -> tuple[set[int], ThreadWait | None, bool, bool]:
+    """One pass over a process's threads: the tids of those that read pipes and Unix sockets whose other
+    end only its own process holds (waits its own threads must end, like a private futex's), its main
+    thread's wait, whether every object it waits on is a file lock, and whether it only waits for its
+    children (and its own threads)."""
+    own: set[int] = set()
+    main = None
+    objects = locks = 0
+    calls: set[Waker] = set()
+    for t in w.threads:
+        calls.add(t.waker)
+        if main is None and t.tid == w.pid:
+            main = t
+        if t.waker is not Waker.OBJECTS or not t.on:
+            continue
+        objects += len(t.on)
+        locks += sum(1 for obj in t.on if obj.startswith("lock:"))
+        if all(_other_end(obj, scope, end_holders, socket_holders, peers) == {pid} for obj in t.on):
+            own.add(t.tid)
+    joins = Waker.CHILDREN in calls and calls <= {Waker.CHILDREN, Waker.ITSELF}
+    return own, main, bool(objects) and locks == objects, joins
 
 
 def _other_end(

@@ -15,6 +15,7 @@ from pathlib import Path
 from hangwatch.analyse.nodes import report_of
 from hangwatch.errors import NoTargets
 from hangwatch.errors import UsageError
+from hangwatch.model.stacks import paused_gc
 from hangwatch.nodes.gather import gather_kubectl
 from hangwatch.nodes.gather import gather_slurm
 from hangwatch.nodes.gather import gather_ssh
@@ -78,6 +79,16 @@ def remote_args(o: NodesStacksOptions) -> list[str]:
 
 
 def stacks_across_nodes(o: NodesStacksOptions) -> int:
+    # One pass that reads every node's answer, analyses it and prints it, then ends: the cyclic collector
+    # stays off for all of it (model/stacks.py, ``PausedGc``), not only for the decoding and the analysis.
+    # Between those two, the first allocation set off a collection that walked every bundle decoded
+    # (0.27 s after 1,000 bundles of 10 ranks, 2026-12-06), and after the analysis again every view and
+    # copy it made; none of them is in a cycle, and all are freed by their reference counts.
+    with paused_gc:
+        return _stacks_across_nodes(o)
+
+
+def _stacks_across_nodes(o: NodesStacksOptions) -> int:
     notes: tuple[str, ...] = ()
     selector = f"--match {o.match!r}"
     if o.ray is not None:
