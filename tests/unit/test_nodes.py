@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import fields
 from dataclasses import replace
 from pathlib import Path
@@ -495,3 +496,36 @@ def test_the_wait_graph_across_nodes_keeps_each_nodes_pipes_and_children_its_own
     assert graph.wakers(two + 50) == {two + 100}
     assert (one + 101, one + 102) in graph.self_waits
     assert graph.describe(two + 50) == f"wait4 for child {two + 100}"
+
+
+def test_stacks_across_nodes_keeps_the_collector_off_until_its_output(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """From the first answer to the printed report the cyclic collector is off (a collection between the
+    decoding and the analysis walked every bundle), and it is on again afterwards."""
+    import gc
+
+    from hangwatch.nodes import session
+
+    seen: list[tuple[str, bool]] = []
+    results = [
+        NodeResult(host, NodeOutcome.OK, "", _bundle(host, ns, {100: "all_reduce", 101: "all_reduce"}, 4), 999.0, 1001.0)
+        for host, ns in (("n1", 1), ("n2", 2))
+    ]  # fmt: skip
+
+    def gather(hosts: Sequence[str], args: object, options: object) -> list[NodeResult]:
+        seen.append(("gather", gc.isenabled()))
+        return [r for r in results if r.host in hosts]
+
+    def text(report: object) -> str:
+        seen.append(("render", gc.isenabled()))
+        return "report"
+
+    monkeypatch.setattr(session, "gather_ssh", gather)
+    monkeypatch.setattr(session, "nodes_text", text)
+    options = session.NodesStacksOptions(("n1", "n2"), "x", None, 2, 0.1, False, SshOptions(), None)
+    assert gc.isenabled()
+    assert session.stacks_across_nodes(options) == 0
+    assert seen == [("gather", False), ("render", False)]
+    assert gc.isenabled()
+    assert capsys.readouterr().out == "report\n"
