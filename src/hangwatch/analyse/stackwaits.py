@@ -633,7 +633,7 @@ def _main_wait(p: ProcessStacks) -> tuple[ThreadWait | None, int | None]:
         return None, None
     kernel = p.kernel
     threads = kernel.threads
-    # /proc lists a process's threads in tid order, the main thread first: looked for only if not.
+    # /proc/PID/task lists the thread group's leader, the main thread, first: searched for only if not.
     if threads and threads[0].tid == kernel.pid:
         return threads[0], kernel.our_stops
     return next((t for t in threads if t.tid == kernel.pid), None), kernel.our_stops

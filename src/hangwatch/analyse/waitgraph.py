@@ -147,10 +147,10 @@ def _holders(
 ) -> tuple[dict[tuple[int, str], set[int]], dict[tuple[int, int], set[int]]]:
     """Who holds the end a reader of a pipe or a taker of a file lock waits on: the pipe's writers, the
     lock's holders (Unix and TCP sockets go through their peers: socket_holders)."""
-    # Each member's waits
-    # are in its node's numbering (ProcessStacks.kernel), and another node may number a pipe or socket
-    # the same: the objects are keyed with the member's shift from that numbering (its scope, 0 on one
-    # node). The sample's own peers and lock holders are one node's (the merge across nodes carries none).
+    # Each member's waits are in its node's numbering (ProcessStacks.kernel), and another node may number
+    # a pipe or socket the same: the objects are keyed with the member's shift from that numbering (its
+    # scope, 0 on one node). The sample's own peers and lock holders are one node's (the merge across
+    # nodes carries none).
     end_holders: dict[tuple[int, str], set[int]] = {}
     for key, holder in last.lock_holders:
         end_holders.setdefault((0, f"lock:{key}"), set()).add(holder)
