@@ -106,10 +106,7 @@ def timed(fn: Callable[[], Any], rounds: int, *, collector_off: bool = False) ->
         result = None
         gc.collect()  # the previous run's garbage is not this run's cost
         started = time.perf_counter()
-        if collector_off:
-            with paused_gc:
-                result = fn()
-        else:
+        with paused_gc if collector_off else contextlib.nullcontext():
             result = fn()
         values.append(time.perf_counter() - started)
     return Figure(values), result

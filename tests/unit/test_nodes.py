@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from hangwatch.analyse.nodes import KEY_STRIDE
-from hangwatch.analyse.nodes import NodeCopies
 from hangwatch.analyse.nodes import analyse
 from hangwatch.analyse.nodes import clock_skew
 from hangwatch.analyse.nodes import merge
@@ -379,11 +378,8 @@ def test_relabel_copies_a_thread_equal_in_every_round_once() -> None:
             for p, q in zip(two.processes, one.processes, strict=True)
         ),
     )
-    copies = NodeCopies()
-    first, second = (
-        relabel_stacks(one, KEY_STRIDE, "n1", copies),
-        relabel_stacks(two, KEY_STRIDE, "n1", copies),
-    )
+    moved: dict = {}
+    first, second = relabel_stacks(one, KEY_STRIDE, "n1", moved), relabel_stacks(two, KEY_STRIDE, "n1", moved)
     shared = []
     for a, b, raw in zip(first.processes, second.processes, two.processes, strict=True):
         assert a.pid == b.pid == KEY_STRIDE + raw.pid
@@ -425,8 +421,8 @@ def test_a_ranks_kernel_waits_move_with_it_so_its_poll_is_seen_across_nodes() ->
         return StackSample(3.0 + 2 * i, (p,), 0.1)
 
     samples = [capture(i) for i in range(3)]
-    copies = NodeCopies()
-    merged = [relabel_stacks(s, KEY_STRIDE, "n1", copies) for s in samples]
+    moved: dict = {}
+    merged = [relabel_stacks(s, KEY_STRIDE, "n1", moved) for s in samples]
     [alone], [across] = process_views(samples), process_views(merged)
     assert alone.retrying and across.retrying
     wakers = [Waker.TIMEOUT, Waker.CHILDREN, Waker.OBJECTS]

@@ -130,14 +130,14 @@ def _merge(
         offset = (index + 1) * KEY_STRIDE
         for p in bundle.processes:
             keys[offset + p.pid] = ProcessKey(label, bundle.node.pid_ns, p.pid)
-        copies = NodeCopies()
+        moved: dict[ThreadKey, ThreadStack] = {}
         # The rounds the merge keeps (every node's first ``count``); the latest of them borrows the earlier
         # rounds' native frames as it is copied (stackwatch.with_native_detail, in the same copy).
         rounds = bundle.stacks[:count]
         detail = NativeDetail(rounds[:-1])
         per_node_samples.append(
             tuple(
-                relabel_stacks(s, offset, label, copies, detail if i == len(rounds) - 1 else None)
+                relabel_stacks(s, offset, label, moved, detail if i == len(rounds) - 1 else None)
                 for i, s in enumerate(rounds)
             )
         )
@@ -285,33 +285,22 @@ def _label(label: str, rank: str | None) -> str | None:
 ThreadKey = tuple[int, str | None, bool, bool, int]
 
 
-class NodeCopies:
-    """What the merge has made of one node's samples so far, shared by its rounds.
-
-    ``threads``: the threads already moved. A thread that stayed where it was (every thread of a hung
-    rank) is equal in every round, and copied once.
-    """
-
-    def __init__(self) -> None:
-        self.threads: dict[ThreadKey, ThreadStack] = {}
-
-
 def relabel_stacks(
     sample: StackSample,
     offset: int,
     label: str,
-    copies: NodeCopies | None = None,
+    moved: dict[ThreadKey, ThreadStack] | None = None,
     detail: NativeDetail | None = None,
 ) -> StackSample:
     """The sample with its pids and tids moved by ``offset`` and its ranks named with the node's label;
     its kernel waits as they were, in the node's numbering (``ProcessStacks.kernel``).
 
-    ``copies``: the node's copies from its earlier rounds (``NodeCopies``).
+    ``moved``: the threads already moved for the node's earlier rounds, shared by its rounds. A thread
+    that stayed where it was (every thread of a hung rank) is equal in every round, and copied once.
     ``detail``: the native frames the threads of a Python-only capture borrow from the node's earlier
     rounds (``with_native_detail``): a thread in place then has its first round's frames, and its copy.
     """
-    copies = NodeCopies() if copies is None else copies
-    moved = copies.threads
+    moved = {} if moved is None else moved
     processes = []
     for p in sample.processes:
         lender = detail if detail and not p.native else None
