@@ -139,8 +139,12 @@ def test_a_grabber_killed_at_any_moment_leaves_the_process_running(waiting):
 
 def test_a_thread_that_ended_is_said_and_the_rest_are_read(waiting):
     pid, _ = waiting
-    # A thread id no process has: the grabber touches only the threads of the process it is given.
-    gone = next(t for t in range(max(procfs.thread_ids(pid)) + 1, 1 << 22) if not Path(f"/proc/{t}").exists())
+    # A thread id no process has: the grabber touches only the threads of the process it is given. Taken
+    # below the last id the kernel gave out, which it hands out upwards from: the first free id above the
+    # process's threads was often the very next one, and a process that another test started meanwhile
+    # took it (a fresh clone's `make test`, 2026-12-06).
+    last = int(Path("/proc/sys/kernel/ns_last_pid").read_text())
+    gone = next(t for t in range(last - 1, 1, -1) if not Path(f"/proc/{t}").exists())
     stacks = NativeUnwinder().unwind(pid, [pid, gone])
     assert pid in stacks.threads and stacks.missing == {gone: "the thread ended"}
 
