@@ -12,6 +12,7 @@ and names the source file instead of the library: those frames are the only diff
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import pytest
 from builders import process_sample
 from hangwatch.collect import procfs
 from hangwatch.collect.stacks import StackDumper
+from hangwatch.collect.unwind import GRAB_SCRIPT
 from hangwatch.collect.unwind import NativeUnwinder
 from hangwatch.collect.unwind import UnwindError
 from hangwatch.model.stacks import DumpOutcome
@@ -155,7 +157,17 @@ def test_a_process_it_may_not_read_is_an_error_not_a_crash(tmp_path):
         wait_until(lambda: procfs.read_stat(proc.pid) is not None, 5, what="the child")
 
         # The real grabber, as a user who may not trace root's processes (nobody).
-        nobody = NativeUnwinder(prefix=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        # A checkout nobody may read (a clone under a 0700 `mktemp -d`) cannot run the grabber at all,
+        # as test_stacks_cli's unprivileged case finds for the interpreter: nothing to learn here then.
+        readable = subprocess.run(
+            [*prefix, sys.executable, "-c", f"open({str(GRAB_SCRIPT)!r}).close()"],
+            capture_output=True,
+            check=False,
+        )
+        if readable.returncode != 0:
+            pytest.skip(f"uid 65534 cannot read {GRAB_SCRIPT}: {readable.stderr.decode()[-200:]}")
+        nobody = NativeUnwinder(prefix=prefix)
         with pytest.raises(UnwindError, match="not permitted"):
             nobody.unwind(proc.pid, [proc.pid])
         _running(proc.pid)
