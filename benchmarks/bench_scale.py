@@ -12,7 +12,10 @@ Rows measured here, from synthetic data built out of the real captured fixtures 
   Python frames only in the second (whose threads the analysis gives the first round's native frames);
   every process with the kernel's waits of its threads, as the collector reads them before each dump
   (a real gloo rank's: five threads, ten sockets, four pipes; since 2026-12-06, sixth session);
-* merge + rules + tree over those 10,000 ranks across nodes (``analyse.nodes.analyse``);
+* each node's part of the merge as its answer arrives (``analyse.nodes.NodeParts.add``, the fan-out's last
+  step for a node: its copies under merge keys, its views and kernel waits);
+* merge + rules + tree over those 10,000 ranks across nodes (``analyse.nodes.analyse``) after the last
+  answer, with the parts made on arrival, and with every part made at the end (as before 2026-12-07);
 * the collector alone on this machine (``nodes.collector.collect``, full mode, one round) over a torch
   job's two ranks (one in a gloo ``all_reduce``; four plain Python processes without torch), with native
   frames from our unwinder, from py-spy's own, and without: the part of ``stacks --hosts`` on each node.
@@ -76,6 +79,10 @@ from hangwatch.model.stacks import intern_frames  # noqa: E402
 from hangwatch.nodes import codec  # noqa: E402
 from hangwatch.nodes.gather import result_of  # noqa: E402
 
+try:
+    from hangwatch.analyse.nodes import NodeParts
+except ImportError:  # a tree from before the parts were made on arrival: its rows say so
+    NodeParts = None  # type: ignore[assignment,misc]
 try:
     from hangwatch.model.stacks import paused_gc
 except ImportError:  # a tree from before the collector was paused: the same script measures it as it was
@@ -333,8 +340,18 @@ def decode_all(outputs: list[bytes]) -> list[NodeResult]:
     return results
 
 
-def analyse_nodes(results: list[NodeResult]) -> int:
-    analysis = analyse(results)
+def node_parts(results: list[NodeResult]) -> Any:
+    """Each node's part of the merge, made from its decoded answer as the fan-out's finish makes it
+    (``NodeParts.add``, in the transport's worker thread, as the answer arrives)."""
+    parts = NodeParts([r.host for r in results])
+    with paused_gc:
+        for r in results:
+            parts.add(r)
+    return parts
+
+
+def analyse_nodes(results: list[NodeResult], parts: Any = None) -> int:
+    analysis = analyse(results, parts) if parts is not None else analyse(results)
     assert analysis.diagnosis.cause.value == "collective-wait", analysis.diagnosis
     return len(analysis.merged.keys)
 
@@ -426,6 +443,12 @@ def main() -> int:
     decode, results = timed(lambda: decode_all(outputs), args.rounds, collector_off=True)
     across, keys = timed(lambda: analyse_nodes(results), args.rounds, collector_off=True)
     assert keys == nodes * per_node
+    after_last: Figure | None = None
+    arrival: Figure | None = None
+    if NodeParts is not None:
+        arrival, parts = timed(lambda: node_parts(results), args.rounds, collector_off=True)
+        after_last, _ = timed(lambda: analyse_nodes(results, parts), args.rounds, collector_off=True)
+        del parts
     per_rank_ms = parse.median / args.ranks * 1000
     row(f"parse {args.ranks:,} ranks' py-spy JSON (2 rounds)", parse.text(), "< 1 s")
     row("  a rank (both rounds)", f"{per_rank_ms:.3f} ms", "")
@@ -433,7 +456,15 @@ def main() -> int:
     row("  the same, every process with the kernel's waits", merge_waits.text(), "< 0.3 s")
     size = sum(len(t) for t in outputs) // nodes
     row(f"decode {nodes:,} node bundles of {per_node} ranks ({size:,} bytes each)", decode.text(), "< 0.5 s")
-    row(f"merge + rules + tree, {keys:,} ranks across {nodes:,} nodes", across.text(), "< 0.5 s")
+    what = f"merge + rules + tree, {keys:,} ranks across {nodes:,} nodes"
+    if after_last is not None and arrival is not None:
+        each = arrival.median / nodes * 1000
+        row("  each node's part of the merge, as its answer arrives", arrival.text(), "(in the fan-out)")
+        row("    a node", f"{each:.3f} ms", "")
+        row(f"{what}, after the last answer", after_last.text(), "< 0.5 s")
+        row("  the same with every node's part made after the last answer", across.text(), "(before)")
+    else:
+        row(what, across.text(), "< 0.5 s")
     collector = None if args.no_collector else collector_figures(args.rounds)
     for native, goal_e2e, key in ((True, "< 3 s", "native"), (False, "< 1.5 s", "python")):
         flag = "" if native else " --no-native"
@@ -445,12 +476,21 @@ def main() -> int:
                 row("  the same with py-spy's own --native unwinding", collector["py-spy"].text(), "(before)")
         elif collector is not None:
             row("  its collector here", f"not measured: {collector}", "(part of the above)")
-    controller = decode.median + across.median
-    row(
-        f"{nodes:,} nodes end to end: controller decode + analyse",
-        f"{controller:.3f} s (measured: the sum of the medians)",
-        "< 10 s in all",
-    )
+    if after_last is not None and arrival is not None:
+        streamed = decode.median + arrival.median
+        row(
+            f"{nodes:,} nodes end to end: controller decode + part per answer",
+            f"{streamed:.3f} s (overlapping the fan-out)",
+            "< 10 s in all",
+        )
+        row("  + the analysis after the last answer", f"{after_last.median:.3f} s", "")
+    else:
+        controller = decode.median + across.median
+        row(
+            f"{nodes:,} nodes end to end: controller decode + analyse",
+            f"{controller:.3f} s (measured: the sum of the medians)",
+            "< 10 s in all",
+        )
     waves = -(-nodes // FANOUT_CONCURRENCY)
     row(
         f"  + the flat fan-out: {waves} waves of {FANOUT_CONCURRENCY} x one node's exchange",
@@ -476,6 +516,8 @@ def main() -> int:
             "decode": decode.values,
             "across_nodes": across.values,
         }
+        if after_last is not None and arrival is not None:
+            figures |= {"node_parts_on_arrival": arrival.values, "across_nodes_after_last": after_last.values}
         if isinstance(collector, dict):
             figures |= {f"collector_{k}": v.values for k, v in collector.items()}
         out = {"machine": machine, "seconds": figures, "merge_classify_by_ranks": scaling}

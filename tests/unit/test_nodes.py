@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from hangwatch.analyse.nodes import KEY_STRIDE
+from hangwatch.analyse.nodes import NodeParts
 from hangwatch.analyse.nodes import analyse
 from hangwatch.analyse.nodes import clock_skew
 from hangwatch.analyse.nodes import merge
@@ -494,6 +495,220 @@ def test_the_wait_graph_across_nodes_keeps_each_nodes_pipes_and_children_its_own
     assert graph.describe(two + 50) == f"wait4 for child {two + 100}"
 
 
+def _ranked(bundle: NodeBundle, first: int) -> NodeBundle:
+    """The bundle's ranks numbered from ``first`` in the job (RANK), in the census and every round."""
+
+    def renumber(p: NodeProcess | ProcessStacks, i: int) -> NodeProcess | ProcessStacks:
+        return replace(p, rank=str(first + i)) if p.rank is not None else p
+
+    return replace(
+        bundle,
+        processes=tuple(renumber(p, i) for i, p in enumerate(bundle.processes)),  # type: ignore[misc]
+        stacks=tuple(
+            replace(s, processes=tuple(renumber(p, i) for i, p in enumerate(s.processes)))  # type: ignore[misc]
+            for s in bundle.stacks
+        ),
+    )
+
+
+def _same_analysis(results: Sequence[NodeResult], parts: NodeParts | None) -> None:
+    """The analysis with ``parts`` is the one every node's part made at the end gives, and its context
+    (views, wait graph) the one the merged samples give as one sample, as on one node."""
+    from hangwatch.analyse.nodes import report_of
+    from hangwatch.analyse.stackcontext import stack_context
+    from hangwatch.analyse.stackrules import classify
+    from hangwatch.render.nodes_text import nodes_text
+
+    streamed, at_end = analyse(results, parts), analyse(results)
+    assert streamed.diagnosis == at_end.diagnosis
+    assert streamed.tree == at_end.tree
+    assert streamed.merged == at_end.merged
+    assert nodes_text(report_of(results, "x", parts)) == nodes_text(report_of(results, "x"))
+    merged = at_end.merged
+    whole = stack_context(list(merged.samples), merged.ticks, tuple(e for t in merged.ticks for e in t.exits))
+    assert classify(whole) == at_end.diagnosis
+
+
+def test_each_nodes_part_made_as_its_answer_arrives_is_what_the_merge_takes() -> None:
+    """The fan-out makes a node's part of the merge as its answer arrives (``NodeParts.add``): its copies
+    under merge keys, its views and waits. The merge takes them as they are, and the analysis is the
+    one of every part made at the end, and of the merged samples analysed as one."""
+    from hangwatch.analyse.nodes import node_part
+
+    bundles = [
+        _ranked(_bundle("n1", 11, {7: "all_reduce", 8: "all_reduce"}, world=4), 0),
+        _ranked(_bundle("n2", 22, {7: "all_reduce"}, world=4), 2),
+        _ranked(_bundle("n3", 33, {7: "busy_elsewhere"}, world=4), 3),
+    ]
+    parts = NodeParts(["n1", "n2", "n3"])
+    results = [parts.add(_ok(b.node.hostname, b)) for b in bundles]
+    analysis = analyse(results, parts)
+    part = parts.part(0, "n1", results[0], 2)
+    assert part is not None
+    # The merge took the part made on arrival: the very copies, not copies made again.
+    assert analysis.merged.samples[-1].processes[0] is part.samples[-1].processes[0]
+    assert analyse(results).merged.samples[-1].processes[0] is not part.samples[-1].processes[0]
+    assert part == node_part(0, "n1", results[0], 2)  # and made as the merge would have made it
+    (culprit,) = analysis.diagnosis.culprits
+    assert analysis.merged.keys[culprit] == ProcessKey("n3", 33, 7)
+    assert [(r.rank, r.node) for r in analysis.merged.census.found] == [
+        (0, "n1"),
+        (1, "n1"),
+        (2, "n2"),
+        (3, "n3"),
+    ]
+    assert analysis.merged.census.found[0].where == "all_reduce"
+    _same_analysis(results, parts)
+
+
+def test_a_part_made_on_arrival_is_made_again_where_the_merge_decides_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A part is made under the node's hostname, its place among the hosts and every round it sent; the
+    merge makes it again where those are not what it decides: two nodes of one hostname (labelled by
+    the host as given), a node with fewer rounds (each node's first rounds are merged), a host named
+    twice. A part that fails to be made costs nothing but the head start."""
+    import hangwatch.analyse.nodes as nodes_module
+
+    twins = [
+        _ranked(_bundle("node", 11, {7: "all_reduce"}, world=3), 0),  # containers: one hostname
+        _ranked(_bundle("node", 22, {7: "all_reduce"}, world=3), 1),
+        _ranked(_bundle("n3", 33, {7: "busy_elsewhere"}, world=3), 2),
+    ]
+    parts = NodeParts(["h1", "h2", "h3"])
+    results = [parts.add(_ok(host, b)) for host, b in zip(["h1", "h2", "h3"], twins, strict=True)]
+    assert parts.part(0, "h1", results[0], 2) is None  # made as "node": made again as "h1"
+    analysis = analyse(results, parts)
+    assert [n.label for n in analysis.merged.nodes] == ["h1", "h2", "n3"]
+    assert "h[1-2]:rank0-1 waiting in all_reduce" in analysis.diagnosis.explanation
+    _same_analysis(results, parts)
+
+    # n2 was cut short by its deadline: one round. The merge keeps every node's first round only.
+    short = replace(twins[1], node=replace(twins[1].node, hostname="n2"), stacks=twins[1].stacks[:1])
+    parts = NodeParts(["n1", "n2", "n3", "n1"])  # n1 named twice: the second is made at the merge
+    nodes = [replace(twins[0], node=replace(twins[0].node, hostname="n1")), short, twins[2], twins[0]]
+    results = [parts.add(_ok(host, b)) for host, b in zip(["n1", "n2", "n3", "n1"], nodes, strict=True)]
+    assert parts.part(0, "n1", results[0], 2) is not None and parts.part(0, "n1", results[0], 1) is None
+    analysis = analyse(results, parts)
+    assert len(analysis.merged.samples) == 1
+    _same_analysis(results, parts)
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("a part that cannot be made")
+
+    parts = NodeParts(["n1", "n2"])
+    with monkeypatch.context() as patch:
+        patch.setattr(nodes_module, "node_part", broken)
+        results = [parts.add(_ok("n1", nodes[0])), parts.add(_ok("n2", twins[2]))]
+    assert results[0].bundle is nodes[0]  # the answer handed on unchanged
+    assert parts.part(0, "n1", results[0], 2) is None
+    assert len(analyse(results, parts).merged.keys) == 2  # the merge made the parts itself
+    _same_analysis(results, parts)
+
+
+def test_the_fan_out_makes_each_nodes_part_in_its_worker_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gather_ssh`` with parts: each node's answer is decoded and its part made in the transport's
+    worker threads, as the answers are finished (several at once), and every part is the merge's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hangwatch.model.nodes import NodeAnswer
+    from hangwatch.nodes import gather
+    from hangwatch.transports import ssh
+
+    hosts = [f"n{i}" for i in range(8)]
+    sent = {
+        h: codec.encode(_ranked(_bundle(h, i, {7: "all_reduce"}, world=8), i)).encode()
+        for i, h in enumerate(hosts)
+    }
+
+    def collect_nodes(
+        targets: Sequence[str], args: object, options: object, finish: object
+    ) -> list[NodeResult]:
+        with ThreadPoolExecutor(4) as pool:
+            return list(
+                pool.map(
+                    lambda h: finish(NodeAnswer(h, NodeOutcome.OK, "", sent[h], 1000.0, 1001.0)), targets
+                )
+            )  # type: ignore[operator]
+
+    monkeypatch.setattr(ssh, "collect_nodes", collect_nodes)
+    parts = NodeParts(hosts)
+    results = gather.gather_ssh(hosts, [], SshOptions(), parts)
+    assert [
+        parts.part(i, h, r, 2) is not None for i, (h, r) in enumerate(zip(hosts, results, strict=True))
+    ] == [True] * 8
+    analysis = analyse(results, parts)
+    assert analysis.merged.census.missing == () and len(analysis.merged.keys) == 8
+    _same_analysis(results, parts)
+
+
+def test_which_processes_are_the_ranks_is_the_jobs_to_say_not_each_nodes() -> None:
+    """On its own, a node with one rank and two helpers of one title would take the helpers for its
+    peer group (``peer_pids``: the largest group sharing a title, where fewer than two name a rank). The
+    job names two ranks: they are the peers, in the views the merge joins as in one sample's."""
+    a = _ranked(_bundle("n1", 11, {7: "all_reduce"}, world=2), 0)
+    helpers = {
+        pid: ProcessStacks(pid, "helper", None, None, DumpOutcome.OK, (ThreadStack(pid, "MainThread", False, False, _frames("loop", "sleep")),), "S", 1.0)
+        for pid in (30, 31)
+    }  # fmt: skip
+    a = replace(a, stacks=tuple(replace(s, processes=(*s.processes, *helpers.values())) for s in a.stacks))
+    b = _ranked(_bundle("n2", 22, {7: "all_reduce"}, world=2), 1)
+    parts = NodeParts(["n1", "n2"])
+    results = [parts.add(_ok("n1", a)), parts.add(_ok("n2", b))]
+    part = parts.part(0, "n1", results[0], 2)
+    assert part is not None
+    assert {v.pid - KEY_STRIDE: v.peer for v in part.views} == {7: False, 30: True, 31: True}  # n1 alone
+    _same_analysis(results, parts)
+
+
+def test_the_wait_graph_of_the_nodes_parts_is_the_graph_of_their_merged_samples() -> None:
+    """Each node's wait facts joined (``graph_of``) are the graph of the merged samples: two nodes each
+    closed (a pipe cycle) make a closed job with all four to blame; one node whose processes wait for
+    anyone leaves it open; one node whose waits were not read leaves no graph at all."""
+    from hangwatch.analyse.waitgraph import graph_of
+    from hangwatch.analyse.waitgraph import wait_facts
+    from hangwatch.analyse.waitgraph import wait_graph
+    from hangwatch.model.kernelwaits import ProcessWaits
+    from hangwatch.model.kernelwaits import ThreadWait
+    from hangwatch.model.kernelwaits import Waker
+
+    frames = (Frame("wait", "job.py", 3, False),)
+
+    def proc(pid: int, reads: str, writes: str, waker: Waker = Waker.OBJECTS) -> ProcessStacks:
+        wait = ThreadWait(pid, "read", waker, on=(reads,) if waker is Waker.OBJECTS else ())
+        return ProcessStacks(
+            pid, "job", None, None, DumpOutcome.OK, (ThreadStack(pid, None, False, False, frames),), "S", 1.0,
+            kernel=ProcessWaits(pid, (wait,), writes=(writes,)),
+        )  # fmt: skip
+
+    cycle = (proc(100, "pipe:[77]", "pipe:[78]"), proc(101, "pipe:[78]", "pipe:[77]"))
+    open_ = (proc(100, "pipe:[77]", "pipe:[78]"), proc(101, "", "pipe:[77]", Waker.ANYONE))
+    unread = (replace(cycle[0], kernel=None), cycle[1])
+
+    def by_node(*nodes: tuple[ProcessStacks, ...]) -> list[list[StackSample]]:
+        return [
+            [
+                relabel_stacks(StackSample(t, procs, 0.1), (i + 1) * KEY_STRIDE, f"n{i + 1}")
+                for t in (1.0, 2.0)
+            ]
+            for i, procs in enumerate(nodes)
+        ]
+
+    for nodes in ((cycle, cycle), (cycle, open_), (cycle, unread)):
+        rounds = by_node(*nodes)
+        merged = [
+            StackSample(t, tuple(p for r in rounds for p in r[k].processes), 0.1)
+            for k, t in enumerate((1.0, 2.0))
+        ]
+        joined = graph_of([wait_facts(r, {}) for r in rounds])
+        assert joined == wait_graph(merged, {})
+    closed = graph_of([wait_facts(r, {}) for r in by_node(cycle, cycle)])
+    assert closed is not None and closed.closed and len(closed.culprits) == 4
+    still_open = graph_of([wait_facts(r, {}) for r in by_node(cycle, open_)])
+    assert still_open is not None and not still_open.closed
+    assert graph_of([wait_facts(r, {}) for r in by_node(cycle, unread)]) is None
+
+
 def test_stacks_across_nodes_keeps_the_collector_off_until_its_output(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -509,9 +724,11 @@ def test_stacks_across_nodes_keeps_the_collector_off_until_its_output(
         for host, ns in (("n1", 1), ("n2", 2))
     ]  # fmt: skip
 
-    def gather(hosts: Sequence[str], args: object, options: object) -> list[NodeResult]:
+    def gather(
+        hosts: Sequence[str], args: object, options: object, parts: NodeParts | None = None
+    ) -> list[NodeResult]:
         seen.append(("gather", gc.isenabled()))
-        return [r for r in results if r.host in hosts]
+        return [parts.add(r) if parts is not None else r for r in results if r.host in hosts]
 
     def text(report: object) -> str:
         seen.append(("render", gc.isenabled()))

@@ -11,26 +11,48 @@ pipe and socket inodes, which another node may number the same): the analysis sh
 process's key less their pid (``ProcessStacks.kernel``), and keeps each node's pipes and sockets apart.
 Copying every thread's wait of 10,000 ranks was 0.2 s of a 0.5 s goal (docs/stacks.md).
 
+All of that is one node's business: its copies under merge keys, its processes' views (a view reads its
+own process's captures) and kernel waits (no wait crosses nodes), its ranks for the census. Each node's
+part (``NodePart``) is made as its answer arrives, in the fan-out's worker threads while the other nodes
+are still collecting (``NodeParts``, nodes/gather.py), and what is left after the last answer is what
+needs every rank at once: the rules, the tree, the census's order. A part made on arrival under what the
+merge then decides otherwise (a label, how many rounds) is made again at the merge.
+
 Beside the stacks: which ranks of the world checked in, on which node, and who is missing (a node that
 did not answer may hold them, and is named); each node's clock skew, bounded by the exchange's times.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections import Counter
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import field
 from dataclasses import replace
 from operator import attrgetter
 from typing import TypeVar
 
 from hangwatch.analyse import causes
 from hangwatch.analyse.causes import Diagnosis
+from hangwatch.analyse.progress import data_flowing
+from hangwatch.analyse.stackcontext import Prepared
 from hangwatch.analyse.stackcontext import stack_context
+from hangwatch.analyse.stackranks import peer_pids
 from hangwatch.analyse.stackrules import classify
 from hangwatch.analyse.stacktree import build_tree
+from hangwatch.analyse.stacktree import unchanged_threads
+from hangwatch.analyse.stackwaits import Histories
+from hangwatch.analyse.stackwaits import ProcessView
+from hangwatch.analyse.stackwaits import process_views
+from hangwatch.analyse.stackwaits import with_peers
+from hangwatch.analyse.stackwatch import Borrowed
 from hangwatch.analyse.stackwatch import NativeDetail
+from hangwatch.analyse.waitgraph import WaitFacts
+from hangwatch.analyse.waitgraph import graph_of
+from hangwatch.analyse.waitgraph import wait_facts
 from hangwatch.model.nodes import NODES_REPORT_SCHEMA
 from hangwatch.model.nodes import ClockSkew
 from hangwatch.model.nodes import NodeBundle
@@ -98,72 +120,203 @@ def clock_skew(result: NodeResult) -> ClockSkew | None:
     return ClockSkew(offset_s=round(clock.wall_s - middle, 4), bound_s=round((latest - earliest) / 2, 4))
 
 
-def merge(results: Sequence[NodeResult]) -> MergedNodes:
-    labels, summaries, samples, ticks, keys = _merge(results)
-    return MergedNodes(summaries, samples, ticks, keys, census(results, labels))
+def merge(results: Sequence[NodeResult], parts: NodeParts | None = None) -> MergedNodes:
+    summaries, samples, ticks, keys, made = _merge(results, parts)
+    return MergedNodes(summaries, samples, ticks, keys, census(made))
+
+
+@dataclass(frozen=True)
+class PartMemos:
+    """What every node's part shares (``node_part``): the distinct thread histories of the views, and the
+    native frames a Python-only capture's thread borrows, per pair of stacks (``NativeDetail``)."""
+
+    histories: Histories = field(default_factory=Histories)
+    borrowed: Borrowed = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodePart:
+    """One node's share of the merge: its summary, its processes' keys, its rounds and ticks copied under
+    those keys, and the views and kernel waits of its processes (``node_part``).
+
+    Each depends on the node's own answer, its index and label, and how many rounds are merged, never on
+    another node's processes: the nodes' waits do not cross (each node's pipes, sockets and children are
+    its own; the merge carries no socket peers), and a process's view reads its own captures. So a part is
+    made as the node's answer arrives (``NodeParts``), while the others are still collecting, and what is
+    left after the last answer is what needs every rank at once (the rules, the tree, the census)."""
+
+    index: int
+    label: str
+    result: NodeResult
+    rounds: int  # the stack rounds merged (every node's first ``rounds``)
+    summary: NodeSummary
+    keys: dict[int, ProcessKey]
+    samples: tuple[StackSample, ...]  # the latest with the native detail of the earlier ones
+    ticks: tuple[Tick, ...]
+    views: tuple[ProcessView, ...]  # of the latest round's processes, in its order
+    waits: WaitFacts | None  # None: some live process's waits were not read, or fewer than two rounds
+    # The node's global ranks (each with its main thread's wait, where its stacks were read), and the
+    # largest world size its ranks name: the census's share of the node.
+    places: tuple[RankPlace, ...] = ()
+    world: int | None = None
+    # Its threads with the same Python stack in every round (stacktree.unchanged_threads), for the tree.
+    still: frozenset[tuple[int, int]] = frozenset()
+
+
+def _rounds_of(result: NodeResult) -> int:
+    return len(result.bundle.stacks) if result.bundle is not None else 0
+
+
+def node_part(
+    index: int, label: str, result: NodeResult, rounds: int, memos: PartMemos | None = None
+) -> NodePart:
+    """The node's part of the merge at ``index`` under ``label``, of its first ``rounds`` stack rounds.
+    ``memos``: what the parts share, worked out once for all nodes (their ranks in one wait share their
+    stacks and thread histories)."""
+    memos = PartMemos() if memos is None else memos
+    bundle = result.bundle
+    elapsed = round(result.received_wall_s - result.sent_wall_s, 4)
+    if bundle is None:
+        summary = NodeSummary(
+            label, result.host, result.outcome, result.detail, None, 0, (), "", None, elapsed, None
+        )
+        return NodePart(index, label, result, 0, summary, {}, (), (), (), None)
+    offset = (index + 1) * KEY_STRIDE
+    keys = {offset + p.pid: ProcessKey(label, bundle.node.pid_ns, p.pid) for p in bundle.processes}
+    moved: dict[ThreadKey, ThreadStack] = {}
+    # The rounds the merge keeps (every node's first ``rounds``); the latest of them borrows the earlier
+    # rounds' native frames as it is copied (stackwatch.with_native_detail, in the same copy).
+    kept = bundle.stacks[:rounds]
+    detail = NativeDetail(kept[:-1], memos.borrowed)
+    samples = tuple(
+        relabel_stacks(s, offset, label, moved, detail if i == len(kept) - 1 else None)
+        for i, s in enumerate(kept)
+    )
+    ticks = tuple(relabel_tick(t, offset, label) for t in bundle.ticks)
+    views: tuple[ProcessView, ...] = ()
+    waits = None
+    if samples:
+        # The node's own ticks and rounds, on its own clock: which of its processes moved data all through
+        # its rounds, and who each of them waits for in the kernel.
+        flowing = data_flowing(ticks, samples[0].t, samples[-1].t)
+        views = process_views(samples, flowing, histories=memos.histories)
+        waits = wait_facts(samples, {p.pid: p.ppid for t in ticks for p in t.processes})
+    # Where each rank waits, from the views the rules use (computing them again would double the cost).
+    where = {v.pid: v.main.where for v in views if v.main is not None}
+    places = []
+    for p in bundle.processes:
+        rank = _global_rank(p.rank)
+        if rank is not None:
+            key = offset + p.pid
+            places.append(RankPlace(rank, label, bundle.node.pid_ns, p.pid, key, where.get(key, "")))
+    sizes = [p.world_size for p in bundle.processes if p.world_size]
+    ranks = tuple(p.rank for p in bundle.processes if p.rank is not None)
+    summary = NodeSummary(
+        label=label,
+        host=result.host,
+        outcome=result.outcome,
+        detail=result.detail,
+        pid_ns=bundle.node.pid_ns,
+        processes=len(bundle.processes),
+        ranks=ranks,
+        rank_label=ranks_label(ranks),
+        skew=clock_skew(result),
+        elapsed_s=elapsed,
+        collect_s=bundle.clock.duration_s,
+        errors=bundle.errors,
+        gpus=gpu_line(bundle),
+        probe=probe_line(bundle),
+    )
+    world = max(sizes) if sizes else None
+    return NodePart(
+        index=index,
+        label=label,
+        result=result,
+        rounds=len(samples),
+        summary=summary,
+        keys=keys,
+        samples=samples,
+        ticks=ticks,
+        views=views,
+        waits=waits,
+        places=tuple(places),
+        world=world,
+        still=frozenset(unchanged_threads(samples)),
+    )
+
+
+class NodeParts:
+    """Each node's part of the merge, made as its answer arrives: ``add`` is the fan-out's last step for
+    a node, after the decoding, in the transport's worker thread (nodes/gather.py).
+
+    A part is made under the node's own hostname and its position among ``hosts``, with every round it
+    sent; the merge takes it where those are what the merge decides (the usual case), and makes the part
+    again where they are not: two nodes of one hostname (labelled by host instead), a node with fewer
+    rounds than this one (cut short by its deadline), a host named twice, a result the caller replaced."""
+
+    def __init__(self, hosts: Sequence[str]) -> None:
+        self._index: dict[str, list[int]] = {}
+        for index, host in enumerate(hosts):
+            self._index.setdefault(host, []).append(index)
+        self._parts: dict[int, NodePart] = {}
+        self.memos = PartMemos()
+        # Answers are finished in several worker threads at once; a part is made under the lock, which
+        # also guards what the parts share (the interpreter runs one of them at a time anyway).
+        self._lock = threading.Lock()
+
+    def add(self, result: NodeResult) -> NodeResult:
+        """Make the node's part, and hand its result on unchanged."""
+        if result.bundle is None:
+            return result
+        with self._lock, paused_gc:
+            # A host named twice: its answers take its places in turn (the merge checks whose it is).
+            index = next((i for i in self._index.get(result.host, ()) if i not in self._parts), None)
+            if index is None:
+                return result
+            # An early part is only a head start: one that fails is made again by the merge, where its
+            # error is the analysis's own, and the answer goes on unchanged whatever happened here.
+            with contextlib.suppress(Exception):
+                self._parts[index] = node_part(
+                    index, result.bundle.node.hostname, result, _rounds_of(result), self.memos
+                )
+        return result
+
+    def part(self, index: int, label: str, result: NodeResult, rounds: int) -> NodePart | None:
+        """The part made on arrival, where it is the one the merge needs."""
+        found = self._parts.get(index)
+        if found is None or found.result is not result or found.label != label or found.rounds != rounds:
+            return None
+        return found
 
 
 def _merge(
-    results: Sequence[NodeResult],
+    results: Sequence[NodeResult], parts: NodeParts | None
 ) -> tuple[
-    list[str], tuple[NodeSummary, ...], tuple[StackSample, ...], tuple[Tick, ...], dict[int, ProcessKey]
+    tuple[NodeSummary, ...],
+    tuple[StackSample, ...],
+    tuple[Tick, ...],
+    dict[int, ProcessKey],
+    list[NodePart],
 ]:
-    """``merge`` but the census: the node labels, summaries, merged samples and ticks, and the keys."""
+    """``merge`` but the census: the summaries, merged samples and ticks, the keys, and each node's part
+    (made now where ``parts`` has none that fits)."""
     labels = node_labels(results)
     # Round i of every node is merged for the rounds every node has (a node cut short by its deadline
     # has fewer).
-    count = min((len(r.bundle.stacks) for r in results if r.bundle and r.bundle.stacks), default=0)
+    count = min((_rounds_of(r) for r in results if r.bundle and r.bundle.stacks), default=0)
+    memos = parts.memos if parts is not None else PartMemos()
+    made: list[NodePart] = []
     keys: dict[int, ProcessKey] = {}
-    summaries: list[NodeSummary] = []
-    per_node_samples: list[tuple[StackSample, ...]] = []
-    per_node_ticks: list[tuple[Tick, ...]] = []
     for index, (label, result) in enumerate(zip(labels, results, strict=True)):
-        bundle = result.bundle
-        elapsed = round(result.received_wall_s - result.sent_wall_s, 4)
-        if bundle is None:
-            summaries.append(
-                NodeSummary(
-                    label, result.host, result.outcome, result.detail, None, 0, (), "", None, elapsed, None
-                )
-            )
-            continue
-        offset = (index + 1) * KEY_STRIDE
-        for p in bundle.processes:
-            keys[offset + p.pid] = ProcessKey(label, bundle.node.pid_ns, p.pid)
-        moved: dict[ThreadKey, ThreadStack] = {}
-        # The rounds the merge keeps (every node's first ``count``); the latest of them borrows the earlier
-        # rounds' native frames as it is copied (stackwatch.with_native_detail, in the same copy).
-        rounds = bundle.stacks[:count]
-        detail = NativeDetail(rounds[:-1])
-        per_node_samples.append(
-            tuple(
-                relabel_stacks(s, offset, label, moved, detail if i == len(rounds) - 1 else None)
-                for i, s in enumerate(rounds)
-            )
-        )
-        per_node_ticks.append(tuple(relabel_tick(t, offset, label) for t in bundle.ticks))
-        ranks = tuple(p.rank for p in bundle.processes if p.rank is not None)
-        summaries.append(
-            NodeSummary(
-                label=label,
-                host=result.host,
-                outcome=result.outcome,
-                detail=result.detail,
-                pid_ns=bundle.node.pid_ns,
-                processes=len(bundle.processes),
-                ranks=ranks,
-                rank_label=ranks_label(ranks),
-                skew=clock_skew(result),
-                elapsed_s=elapsed,
-                collect_s=bundle.clock.duration_s,
-                errors=bundle.errors,
-                gpus=gpu_line(bundle),
-                probe=probe_line(bundle),
-            )
-        )
-    samples = _rounds(per_node_samples, _merge_samples)
-    ticks = _rounds(per_node_ticks, _merge_ticks)
-    return labels, tuple(summaries), samples, ticks, keys
+        rounds = min(count, _rounds_of(result))
+        part = parts.part(index, label, result, rounds) if parts is not None else None
+        if part is None:
+            part = node_part(index, label, result, rounds, memos)
+        made.append(part)
+        keys.update(part.keys)
+    samples = _rounds([part.samples for part in made if part.result.bundle is not None], _merge_samples)
+    ticks = _rounds([part.ticks for part in made if part.result.bundle is not None], _merge_ticks)
+    return tuple(part.summary for part in made), samples, ticks, keys, made
 
 
 def gpu_line(bundle: NodeBundle) -> str:
@@ -189,29 +342,34 @@ def probe_line(bundle: NodeBundle) -> str:
     return line + (f" ({probe.dummy})" if probe.dummy else "")
 
 
-def analyse(results: Sequence[NodeResult]) -> NodesAnalysis:
-    """The one-node analysis over every node's ranks at once."""
+def analyse(results: Sequence[NodeResult], parts: NodeParts | None = None) -> NodesAnalysis:
+    """The one-node analysis over every node's ranks at once. ``parts``: the nodes' parts made as their
+    answers arrived (``NodeParts``); whatever it lacks is made here."""
     with paused_gc:  # every rank's samples copied under its merge key: no cycles (model/stacks.py)
-        return _analyse(results)
+        return _analyse(results, parts)
 
 
-def _analyse(results: Sequence[NodeResult]) -> NodesAnalysis:
-    labels, summaries, merged_samples, ticks, keys = _merge(results)
+def _analyse(results: Sequence[NodeResult], parts: NodeParts | None) -> NodesAnalysis:
+    summaries, merged_samples, ticks, keys, made = _merge(results, parts)
     analysed = list(merged_samples)  # the latest round with the native detail the merge gave it
     exits = tuple(e for tick in ticks for e in tick.exits)
-    context = stack_context(analysed, ticks, exits)
+    stacked = [part for part in made if part.samples]
+    views = tuple(v for part in stacked for v in part.views)
+    if analysed:
+        # Which processes are the ranks is the whole job's to say, not each node's.
+        views = with_peers(views, peer_pids(analysed[-1].processes))
+    waits = graph_of([part.waits for part in stacked]) if len(analysed) >= 2 else None
+    context = stack_context(analysed, ticks, exits, Prepared(views, waits))
     diagnosis = classify(context)
-    tree = build_tree(analysed, highlight=diagnosis.culprits or None)
-    # Where each rank waits, from the views the rules used (computing them again would double the cost),
-    # put in the census as it is taken (copying 10,000 places to add it was 3 % of the analysis).
-    where = {v.pid: v.main.where for v in context.views if v.main is not None}
-    merged = MergedNodes(summaries, merged_samples, ticks, keys, census(results, labels, where))
+    still = set().union(*(part.still for part in stacked))
+    tree = build_tree(analysed, highlight=diagnosis.culprits or None, still=still)
+    merged = MergedNodes(summaries, merged_samples, ticks, keys, census(made))
     return NodesAnalysis(merged, diagnosis, tree)
 
 
-def report_of(results: Sequence[NodeResult], selector: str) -> NodesReport:
+def report_of(results: Sequence[NodeResult], selector: str, parts: NodeParts | None = None) -> NodesReport:
     """The analysis across nodes as the model the renderers take."""
-    analysis = analyse(results)
+    analysis = analyse(results, parts)
     d = analysis.diagnosis
     return NodesReport(
         schema=NODES_REPORT_SCHEMA,
@@ -226,29 +384,13 @@ def report_of(results: Sequence[NodeResult], selector: str) -> NodesReport:
     )
 
 
-def census(
-    results: Sequence[NodeResult], labels: Sequence[str], where: dict[int, str] | None = None
-) -> RankCensus:
-    """Which global ranks were found where; the world size from the ranks' WORLD_SIZE. ``where``: each
-    merged key's main thread's wait, where the stacks were analysed."""
-    found: list[RankPlace] = []
-    sizes: list[int] = []
-    silent: list[str] = []
-    for index, (label, result) in enumerate(zip(labels, results, strict=True)):
-        if result.bundle is None:
-            silent.append(label)
-            continue
-        offset = (index + 1) * KEY_STRIDE
-        for p in result.bundle.processes:
-            if p.world_size:
-                sizes.append(p.world_size)
-            rank = _global_rank(p.rank)
-            if rank is None:
-                continue
-            key = offset + p.pid
-            wait = where.get(key, "") if where is not None else ""
-            found.append(RankPlace(rank, label, result.bundle.node.pid_ns, p.pid, key, wait))
+def census(parts: Sequence[NodePart]) -> RankCensus:
+    """Which global ranks were found where (each node's ``places``); the world size from the ranks'
+    WORLD_SIZE."""
+    found = [place for part in parts for place in part.places]
     found.sort(key=attrgetter("rank", "node"))
+    silent = [part.label for part in parts if part.result.bundle is None]
+    sizes = [part.world for part in parts if part.world is not None]
     world = max(sizes) if sizes else None
     # Counted, not searched: 10,000 ranks must not cost 10,000 squared.
     counts = Counter(r.rank for r in found)

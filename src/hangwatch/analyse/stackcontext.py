@@ -19,6 +19,7 @@ from hangwatch.analyse.waitgraph import WaitGraph
 from hangwatch.analyse.waitgraph import wait_graph
 from hangwatch.analyse.world import ExpectedWorld
 from hangwatch.analyse.world import expected_world
+from hangwatch.model.kernelwaits import ProcessWaits
 from hangwatch.model.lockfiles import LockFile
 from hangwatch.model.samples import ENDED_STATES
 from hangwatch.model.samples import ExitRecord
@@ -90,6 +91,11 @@ class StackContext:
         return ranked or self.views
 
     @cached_property
+    def cpu_of(self) -> dict[int, float]:
+        """``window_cpu`` as a mapping, for the rules that ask it per view."""
+        return dict(self.window_cpu)
+
+    @cached_property
     def _labels(self) -> dict[int, list[str]]:
         """Each pid's view labels."""
         labels: dict[int, list[str]] = {}
@@ -129,7 +135,7 @@ class StackContext:
         """
         if not self.over_time:
             return False
-        cpu = dict(self.window_cpu)
+        cpu = self.cpu_of
         for v in self.views:
             if v.outcome is DumpOutcome.OK:
                 if not v.blocked or v.starved:
@@ -145,18 +151,36 @@ class StackContext:
         return True
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """The views of every process and the kernel's wait graph, made elsewhere from the same samples and
+    window: the merge across nodes makes them node by node as the answers arrive (analyse/nodes.py), so
+    what is left after the last answer is the passes over every rank that need them all."""
+
+    views: tuple[ProcessView, ...]
+    waits: WaitGraph | None
+
+
 def stack_context(
-    samples: Sequence[StackSample], window: Sequence[Tick] = (), exits: Sequence[ExitRecord] = ()
+    samples: Sequence[StackSample],
+    window: Sequence[Tick] = (),
+    exits: Sequence[ExitRecord] = (),
+    prepared: Prepared | None = None,
 ) -> StackContext:
     with paused_gc:  # thousands of views per call at 10,000 ranks, none in a cycle (model/stacks.py)
-        return _stack_context(samples, window, exits)
+        return _stack_context(samples, window, exits, prepared)
 
 
 def _stack_context(
-    samples: Sequence[StackSample], window: Sequence[Tick], exits: Sequence[ExitRecord]
+    samples: Sequence[StackSample],
+    window: Sequence[Tick],
+    exits: Sequence[ExitRecord],
+    prepared: Prepared | None,
 ) -> StackContext:
-    flowing = data_flowing(window, samples[0].t, samples[-1].t) if samples else frozenset()
-    views = process_views(samples, flowing)
+    parents = tuple(sorted({p.pid: p.ppid for t in window for p in t.processes}.items()))
+    if prepared is None:
+        flowing = data_flowing(window, samples[0].t, samples[-1].t) if samples else frozenset()
+        prepared = Prepared(process_views(samples, flowing), wait_graph(samples, dict(parents)))
     span = samples[-1].t - samples[0].t if samples else 0.0
     states: dict[int, str] = {}
     cpu: dict[int, float] = {}
@@ -173,10 +197,9 @@ def _stack_context(
     recent = [p for t in window[-KERNEL_TICKS:] if t.gpu is not None for p in t.gpu.processes]
     known = [p for p in recent if p.sm_util_pct is not None]
     kernels = frozenset(p.pid for p in known if p.sm_util_pct) if known else None
-    parents = tuple(sorted({p.pid: p.ppid for t in window for p in t.processes}.items()))
     waiting, read = _requests_waiting(window)
     return StackContext(
-        views=views,
+        views=prepared.views,
         samples=len(samples),
         span_s=span,
         exits=tuple(e for e in exits if e.failed or ended_unseen(e)),
@@ -189,7 +212,7 @@ def _stack_context(
         parents=parents,
         requests_waiting=waiting,
         connections_read=read,
-        waits=wait_graph(samples, dict(parents)),
+        waits=prepared.waits,
         unread=_unread(window),
         # Each distinct command line once: 10,000 ranks run a handful.
         world=expected_world(list(dict.fromkeys(p.cmdline for p in window[-1].processes)))
@@ -213,12 +236,16 @@ _ACCEPT_CALLS = frozenset({"accept", "accept4"})
 
 
 def _accepting(sample: StackSample) -> frozenset[int]:
-    return frozenset(
-        p.pid
-        for p in sample.processes
-        if p.kernel is not None
-        and any(t.call in _ACCEPT_CALLS and t.tid == p.kernel.pid for t in p.kernel.threads)
-    )
+    return frozenset(p.pid for p in sample.processes if p.kernel is not None and _accepts(p.kernel))
+
+
+def _accepts(kernel: ProcessWaits) -> bool:
+    """Its main thread is in accept(). /proc/PID/task lists the main thread first: looked up only if not
+    (a pass over every thread of 10,000 ranks was 0.02 s)."""
+    threads = kernel.threads
+    if threads and threads[0].tid == kernel.pid:
+        return threads[0].call in _ACCEPT_CALLS
+    return any(t.call in _ACCEPT_CALLS and t.tid == kernel.pid for t in threads)
 
 
 def _tcp_linked(sample: StackSample) -> frozenset[tuple[int, int]]:

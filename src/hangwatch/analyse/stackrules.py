@@ -208,7 +208,7 @@ def rule_wait_cycle(ctx: StackContext) -> Diagnosis | Miss | None:
         + (f", which only {ctx.label(graph.wakers(pid))} can end" if graph.wakers(pid) else "")
         for pid in culprits
     ]
-    others = sorted(set(dict(graph.waits_for)) - set(culprits))
+    others = sorted(set(graph.by_pid) - set(culprits))
     # Said once: who waits for whom, then that nothing else can end it (no timeout, no waker elsewhere).
     if len(culprits) > 1:
         text = (
@@ -856,7 +856,7 @@ def _waits_for_input(ctx: StackContext, v: ProcessView) -> bool:
         return v.blocked and v.main is not None and (_receiving(ctx, v) or v.pid in ctx.accepting)
     if v.outcome is not DumpOutcome.NOT_PYTHON or ctx.waits is None:
         return False
-    busy = dict(ctx.window_cpu).get(v.pid, 0.0) >= CPU_BUSY_CORES or v.state in (
+    busy = ctx.cpu_of.get(v.pid, 0.0) >= CPU_BUSY_CORES or v.state in (
         ProcState.RUNNING,
         ProcState.DISK_SLEEP,
     )
@@ -871,7 +871,7 @@ def _open_to_outside(ctx: StackContext, v: ProcessView) -> bool:
     alone are taken."""
     if ctx.waits is None:
         return True
-    wakers = dict(ctx.waits.waits_for).get(v.pid)
+    wakers = ctx.waits.by_pid.get(v.pid)
     return wakers is None or not wakers or OUTSIDE in wakers
 
 

@@ -15,6 +15,7 @@ stacks are grouped first and inserted once).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from collections.abc import Iterable
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -71,22 +72,33 @@ class _Node:
     children: dict[FrameKey, _Node] = field(default_factory=dict)
 
 
-def build_tree(samples: Sequence[StackSample], highlight: Iterable[int] | None = None) -> StackTree:
+def build_tree(
+    samples: Sequence[StackSample],
+    highlight: Iterable[int] | None = None,
+    still: Collection[tuple[int, int]] | None = None,
+) -> StackTree:
     """Merge the latest sample; earlier samples say which threads did not move.
 
     ``highlight``: pids to mark as the odd ones out (a rule's culprits); by default the minority class.
+    ``still``: ``unchanged_threads(samples)``, where it was worked out already (the merge across nodes
+    does, node by node, as the answers arrive: a thread's captures are all on its node).
     """
     with paused_gc:  # a node per frame and a label per member set, none in a cycle (model/stacks.py)
-        return _build_tree(samples, highlight)
+        return _build_tree(samples, highlight, still)
 
 
-def _build_tree(samples: Sequence[StackSample], highlight: Iterable[int] | None) -> StackTree:
+def _build_tree(
+    samples: Sequence[StackSample],
+    highlight: Iterable[int] | None,
+    still: Collection[tuple[int, int]] | None,
+) -> StackTree:
     if not samples:
         return StackTree((), (), 0, 0, 0, "no stacks were taken")
     latest = samples[-1]
     procs = _indexed(latest.dumped)
     peers = peer_pids(p.stacks for p in procs)
-    still = unchanged_threads(samples)
+    if still is None:
+        still = unchanged_threads(samples)
     # Identical stacks are one tuple object (memo): group by identity, insert each distinct stack once.
     paths: dict[int, tuple[tuple[Frame, ...], list[tuple[int, bool]]]] = {}
     merged: dict[int, tuple[Frame, ...]] = {}  # id of a thread's frames -> its significant frames

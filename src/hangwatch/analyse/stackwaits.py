@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Collection
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import NamedTuple
@@ -419,7 +420,7 @@ def thread_in_place(history: tuple[list[ThreadStack], list[ThreadStack]]) -> boo
     return not walks_helpers(every) or any(classify_thread(t)[0] in SPIN_WAITS for t in every)
 
 
-class _Histories:
+class Histories:
     """The distinct thread histories of one pass over the samples, and what follows from each.
 
     A history is the sequence of a thread's captures (its frames tuple, whether it was active, whether the
@@ -487,19 +488,26 @@ class _Histories:
 
 
 def process_views(
-    samples: Sequence[StackSample], flowing: frozenset[int] = frozenset()
+    samples: Sequence[StackSample],
+    flowing: frozenset[int] = frozenset(),
+    *,
+    histories: Histories | None = None,
 ) -> tuple[ProcessView, ...]:
     """A view per process of the latest sample (dumped or not).
 
     ``flowing``: processes that moved data all through the samples' span (progress.data_flowing). Their
     code moves whatever the captures found: a loop of short steps caught three times in its sleep, or
-    in its few lines, is not in place, and its CPU is not a spin.
+    in its few lines, is not in place, and its CPU is not a spin. ``histories``: the distinct thread
+    histories of other samples' views, shared (the merge across nodes makes each node's views as its
+    answer arrives, and the nodes' ranks share their histories). A process's view depends on its own
+    captures only, but for ``peer``: which processes are the ranks is the whole sample's to say
+    (``with_peers``, where the sample is one part of a larger one).
     """
     if not samples:
         return ()
     latest = samples[-1]
     peers = peer_pids(latest.processes)
-    histories = _Histories()
+    histories = Histories() if histories is None else histories
     own_of, main_kernel, unread_kernel, first_cpu = _read(samples, histories)
     no_threads: dict[int, int] = {}
     # Per distinct set of thread histories: (the burners stayed in place, every thread did).
@@ -566,8 +574,14 @@ def process_views(
     return tuple(views)
 
 
+def with_peers(views: Sequence[ProcessView], peers: Collection[int]) -> tuple[ProcessView, ...]:
+    """The views with ``peer`` said by ``peers`` (``peer_pids`` of the whole sample), where a part of it
+    said otherwise: one rank on a node beside two helpers of one title is no peer group of its own."""
+    return tuple(v if v.peer == (v.pid in peers) else v._replace(peer=not v.peer) for v in views)
+
+
 def _read(
-    samples: Sequence[StackSample], histories: _Histories
+    samples: Sequence[StackSample], histories: Histories
 ) -> tuple[
     dict[int, dict[int, int]],
     dict[int, list[tuple[ThreadWait | None, int | None]]],

@@ -420,20 +420,25 @@ def with_native_detail(samples: Sequence[StackSample]) -> StackSample:
     return replaced(latest, processes=tuple(processes))
 
 
+# (id of a donor's frames, id of a thread's frames) -> (the donor's frames, the thread's, what it borrows).
+Borrowed = dict[tuple[int, int], tuple[tuple[Frame, ...], tuple[Frame, ...], tuple[Frame, ...] | None]]
+
+
 class NativeDetail:
     """The native frames a Python-only capture's threads borrow from earlier native dumps of the same
     threads (``with_native_detail``; the merge across nodes gives them as it copies each rank)."""
 
-    def __init__(self, earlier: Sequence[StackSample]) -> None:
+    def __init__(self, earlier: Sequence[StackSample], borrowed: Borrowed | None = None) -> None:
         self._donors: dict[tuple[int, int], ThreadStack] = {}  # the latest native capture of each thread
         for sample in earlier:
             for p in sample.dumped:
                 if p.native:
                     for t in p.threads:
                         self._donors[(p.pid, t.tid)] = t
-        # What a donor's frames and a thread's give, once per pair of frames tuples (ids: the samples hold
-        # them): 10,000 ranks in one wait are a handful of pairs (0.17 s -> 0.05 s at 10,000 ranks).
-        self._borrowed: dict[tuple[int, int], tuple[Frame, ...] | None] = {}
+        # What a donor's frames and a thread's give, once per pair of frames tuples: 10,000 ranks in one
+        # wait are a handful of pairs (0.17 s -> 0.05 s at 10,000 ranks). ``borrowed``: shared with other
+        # samples' (the merge across nodes gives one to every node: their ranks share their stacks).
+        self._borrowed: Borrowed = {} if borrowed is None else borrowed
 
     def __bool__(self) -> bool:
         return bool(self._donors)
@@ -445,10 +450,13 @@ class NativeDetail:
         if donor is None:
             return None
         pair = (id(donor.frames), id(thread.frames))
-        if pair in self._borrowed:
-            return self._borrowed[pair]
+        known = self._borrowed.get(pair)
+        if known is not None:
+            return known[2]
         same = donor.signature() == thread.signature()
-        found = self._borrowed[pair] = intern_frames(_merge_code(donor.frames, thread)) if same else None
+        found = intern_frames(_merge_code(donor.frames, thread)) if same else None
+        # Keyed by ids, holding the two tuples: neither is freed, nor its id reused, while the entry lives.
+        self._borrowed[pair] = (donor.frames, thread.frames, found)
         return found
 
 

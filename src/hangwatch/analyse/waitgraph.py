@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from hangwatch.model.kernelwaits import RECEIVE_CALLS
 from hangwatch.model.kernelwaits import ProcessWaits
@@ -55,27 +56,92 @@ class WaitGraph:
     # lock-order deadlock between processes, to be broken by lock order, not by sending a message.
     lock_takers: frozenset[int] = frozenset()
 
-    @property
+    # Looked up per view by the rules: built once per graph, not once per question (a dict of 10,000
+    # members built for each of 10,000 views is 10^8 steps).
+    @cached_property
     def self_readers(self) -> frozenset[int]:
         """Processes whose main thread reads a pipe or socket only the process itself can write: no message
         will come from anyone else, whatever its frames (a read looks like a receive), so it waits for its
         own threads, not for input."""
         return frozenset(pid for pid, tid in self.self_waits if tid == pid)
 
+    @cached_property
+    def by_pid(self) -> dict[int, frozenset[int]]:
+        """``waits_for`` as a mapping: a member's wakers (absent: not a member)."""
+        return dict(self.waits_for)
+
+    @cached_property
+    def _words(self) -> dict[int, str]:
+        return dict(self.detail)
+
     def wakers(self, pid: int) -> frozenset[int]:
-        return dict(self.waits_for).get(pid, frozenset({OUTSIDE}))
+        return self.by_pid.get(pid, frozenset({OUTSIDE}))
 
     def describe(self, pid: int) -> str:
-        return dict(self.detail).get(pid, "")
+        return self._words.get(pid, "")
+
+
+@dataclass(frozen=True)
+class WaitFacts:
+    """What the graph knows of each member of one part of the tree, before the whole tree's closure: the
+    graph of a tree whose parts wait for no member of another part is the union of theirs (``graph_of``).
+    The merge across nodes makes one part a node as its answer arrives (analyse/nodes.py): no wait
+    crosses nodes there, since each node's pipes, sockets and children are its own."""
+
+    members: frozenset[int]  # the live members: blocked or not, every one of them read
+    waits_for: dict[int, frozenset[int]]
+    stuck: frozenset[int]
+    detail: dict[int, str]
+    receivers: frozenset[int]
+    self_waits: frozenset[tuple[int, int]]
+    lock_takers: frozenset[int]
+    joiners: frozenset[int]
 
 
 def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> WaitGraph | None:
     """The graph from the last two captures; None unless every process in them has readable waits."""
+    return graph_of([wait_facts(samples, parents)])
+
+
+def graph_of(parts: Sequence[WaitFacts | None]) -> WaitGraph | None:
+    """The graph of the parts together; None where any part's waits could not be read, or no part has a
+    live member."""
+    if any(part is None for part in parts):
+        return None
+    read = [part for part in parts if part is not None and part.members]
+    if not read:
+        return None
+    if len(read) == 1:
+        one = read[0]
+        members, waits_for, stuck, joiners = one.members, one.waits_for, one.stuck, one.joiners
+    else:
+        members = frozenset().union(*(part.members for part in read))
+        waits_for = {pid: w for part in read for pid, w in part.waits_for.items()}
+        stuck = frozenset().union(*(part.stuck for part in read))
+        joiners = frozenset().union(*(part.joiners for part in read))
+    closed = stuck == members and all(waits_for[pid] <= members for pid in members)
+    culprits = _culprits(waits_for, set(members - joiners)) if closed else ()
+    return WaitGraph(
+        tuple(sorted(waits_for.items())),
+        stuck,
+        closed,
+        culprits,
+        joiners & stuck,
+        tuple(sorted((pid, words) for part in read for pid, words in part.detail.items())),
+        frozenset().union(*(part.receivers for part in read)),
+        frozenset().union(*(part.self_waits for part in read)),
+        frozenset().union(*(part.lock_takers for part in read)),
+    )
+
+
+def wait_facts(samples: Sequence[StackSample], parents: Mapping[int, int]) -> WaitFacts | None:
+    """Each member's waits from the last two captures (``WaitFacts``); None unless every live process in
+    them has readable waits, or with fewer than two captures."""
     if len(samples) < 2:
         return None
     before, last = samples[-2], samples[-1]
     live = [p for p in last.processes if p.state and p.state != "gone" and p.state not in ENDED_STATES]
-    if not live or any(p.kernel is None for p in live):
+    if any(p.kernel is None for p in live):
         return None
     waits = {p.pid: p.kernel for p in live if p.kernel is not None}
     earlier = {p.pid: p for p in before.processes}
@@ -126,19 +192,15 @@ def wait_graph(samples: Sequence[StackSample], parents: Mapping[int, int]) -> Wa
             lock_takers.add(p.pid)
         if joins:
             joiners.add(p.pid)
-    members = {p.pid for p in live}
-    closed = stuck == members and all(waits_for[pid] <= members for pid in members)
-    culprits = _culprits(waits_for, members - joiners) if closed else ()
-    return WaitGraph(
-        tuple(sorted(waits_for.items())),
+    return WaitFacts(
+        frozenset(waits),
+        waits_for,
         frozenset(stuck),
-        closed,
-        culprits,
-        frozenset(joiners & stuck),
-        tuple(sorted(detail.items())),
+        detail,
         frozenset(receivers),
         frozenset(self_waits),
         frozenset(lock_takers),
+        frozenset(joiners),
     )
 
 

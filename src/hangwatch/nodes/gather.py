@@ -6,9 +6,11 @@ A node whose answer is not a bundle (not JSON, another schema, a field missing) 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import replace
 
+from hangwatch.analyse.nodes import NodeParts
 from hangwatch.errors import NoTargets
 from hangwatch.model.nodes import BundleError
 from hangwatch.model.nodes import NodeAnswer
@@ -51,20 +53,40 @@ def result_of(answer: NodeAnswer) -> NodeResult:
     )
 
 
+def finishing(parts: NodeParts | None) -> Callable[[NodeResult], NodeResult]:
+    """A node's last step in the fan-out, after its decoding: its part of the merge made as it arrives
+    (``analyse.nodes.NodeParts``), while the other nodes are still collecting; none without ``parts``."""
+    return parts.add if parts is not None else _as_is
+
+
+def _as_is(result: NodeResult) -> NodeResult:
+    return result
+
+
 # Each fan-out runs with the cyclic garbage collector paused (model/stacks.py, ``PausedGc``): the answers
 # are decoded as they come, thousands of frozen samples a node, and a collection set off by each node's
 # would walk every node's decoded before it (two thirds of decoding 1,000 bundles; docs/multinode.md).
-def gather_ssh(hosts: Sequence[str], remote_args: Sequence[str], options: ssh.SshOptions) -> list[NodeResult]:
+def gather_ssh(
+    hosts: Sequence[str],
+    remote_args: Sequence[str],
+    options: ssh.SshOptions,
+    parts: NodeParts | None = None,
+) -> list[NodeResult]:
+    last = finishing(parts)
     with paused_gc:
-        return ssh.collect_nodes(hosts, remote_args, options, finish=result_of)
+        return ssh.collect_nodes(hosts, remote_args, options, finish=lambda a: last(result_of(a)))
 
 
 def gather_kubectl(
-    pods: Sequence[PodTarget], remote_args: Sequence[str], options: kubectl.KubectlOptions
+    pods: Sequence[PodTarget],
+    remote_args: Sequence[str],
+    options: kubectl.KubectlOptions,
+    parts: NodeParts | None = None,
 ) -> list[NodeResult]:
+    last = finishing(parts)
     with paused_gc:
         return kubectl.collect_pods(
-            pods, remote_args, options, finish=lambda pod, a: in_pod(pod, result_of(a))
+            pods, remote_args, options, finish=lambda pod, a: last(in_pod(pod, result_of(a)))
         )
 
 
@@ -138,10 +160,18 @@ def selected_pods(selector: str, options: kubectl.KubectlOptions) -> list[PodTar
 
 
 def gather_slurm(
-    nodes: Sequence[str], remote_args: Sequence[str], options: slurm.SlurmOptions
+    nodes: Sequence[str],
+    remote_args: Sequence[str],
+    options: slurm.SlurmOptions,
+    parts: NodeParts | None = None,
 ) -> list[NodeResult]:
     """One step over all the job's nodes (slurmd's launch tree fans it out), or one srun per node."""
+    last = finishing(parts)
+
+    def finish(answer: NodeAnswer) -> NodeResult:
+        return last(result_of(answer))
+
     with paused_gc:
         if slurm.one_step(options, len(nodes)):
-            return slurm.collect_step(nodes, remote_args, options, finish=result_of)
-        return slurm.collect_nodes(nodes, remote_args, options, finish=result_of)
+            return slurm.collect_step(nodes, remote_args, options, finish=finish)
+        return slurm.collect_nodes(nodes, remote_args, options, finish=finish)

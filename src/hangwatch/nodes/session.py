@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+from hangwatch.analyse.nodes import NodeParts
 from hangwatch.analyse.nodes import report_of
 from hangwatch.errors import NoTargets
 from hangwatch.errors import UsageError
@@ -91,6 +92,7 @@ def stacks_across_nodes(o: NodesStacksOptions) -> int:
 def _stacks_across_nodes(o: NodesStacksOptions) -> int:
     notes: tuple[str, ...] = ()
     selector = f"--match {o.match!r}"
+    parts: NodeParts | None = None  # each node's part of the merge, made as its answer arrives
     if o.ray is not None:
         try:
             gathered = gather_ray(
@@ -115,20 +117,25 @@ def _stacks_across_nodes(o: NodesStacksOptions) -> int:
         )
         selector = f"--ray {o.ray.url}, actors {'|'.join(o.ray_classes)}"
     elif o.kube is not None and o.kube_selector is not None:
-        results = gather_kubectl(selected_pods(o.kube_selector, o.kube), remote_args(o), o.kube)
+        pods = selected_pods(o.kube_selector, o.kube)
+        parts = NodeParts([pod.name for pod in pods])
+        results = gather_kubectl(pods, remote_args(o), o.kube, parts)
     elif o.slurm is not None:
-        results = gather_slurm(job_nodes(o.slurm), remote_args(o), o.slurm)
+        nodes = job_nodes(o.slurm)
+        parts = NodeParts(nodes)
+        results = gather_slurm(nodes, remote_args(o), o.slurm, parts)
     elif not o.hosts:
         raise UsageError("--hosts/--hostfile named no node")
     else:
         # Names the user gave, two of which may be one machine (localhost and 127.0.0.1); pods and a
         # job's nodes are discovered, each its own.
         hosts, args = o.hosts, remote_args(o)
+        parts = NodeParts(hosts)  # where one machine answers under two names, the merge makes its part
         once = once_per_machine(
-            gather_ssh(hosts, args, o.ssh), lambda ix: gather_ssh([hosts[i] for i in ix], args, o.ssh)
+            gather_ssh(hosts, args, o.ssh, parts), lambda ix: gather_ssh([hosts[i] for i in ix], args, o.ssh)
         )
         results, notes = list(once.results), once.notes
-    report = dataclasses.replace(report_of(results, selector), notes=notes)
+    report = dataclasses.replace(report_of(results, selector, parts), notes=notes)
     print(scrub(nodes_text(report)), flush=True)
     if o.report_json is not None:
         data = plain(dataclasses.asdict(report))
