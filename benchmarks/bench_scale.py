@@ -16,6 +16,10 @@ Rows measured here, from synthetic data built out of the real captured fixtures 
   step for a node: its copies under merge keys, its views and kernel waits);
 * merge + rules + tree over those 10,000 ranks across nodes (``analyse.nodes.analyse``) after the last
   answer, with the parts made on arrival, and with every part made at the end (as before 2026-12-07);
+* 1,000 nodes through one Slurm step end to end at the controller: ``gather_slurm`` and ``report_of`` over a
+  stand-in srun (``srun_replay.py``) that replays the bundles as srun delivers a step's output (labelled
+  messages of 1,024 bytes), all at once or one node a millisecond: from its last line to the report, with
+  each node's part made as its answer arrives and without;
 * the collector alone on this machine (``nodes.collector.collect``, full mode, one round) over a torch
   job's two ranks (one in a gloo ``all_reduce``; four plain Python processes without torch), with native
   frames from our unwinder, from py-spy's own, and without: the part of ``stacks --hosts`` on each node.
@@ -356,6 +360,57 @@ def analyse_nodes(results: list[NodeResult], parts: Any = None) -> int:
     return len(analysis.merged.keys)
 
 
+# -- 1,000 nodes through one srun step ------------------------------------------------------------------
+REPLAY = Path(__file__).resolve().with_name("srun_replay.py")
+
+
+def through_step(outputs: list[bytes], pace_s: float, streamed: bool) -> tuple[float, float]:
+    """``stacks --slurm-job``'s controller over a stand-in srun replaying ``outputs`` (``srun_replay.py``),
+    one node every ``pace_s``: seconds from the stand-in's last line to the report, and in all. The
+    transport's decoder thread decodes each bundle as its line completes, and, ``streamed``, makes the
+    node's part of the merge (``NodeParts``); the report is the command's (``report_of``)."""
+    from hangwatch.analyse.nodes import report_of
+    from hangwatch.nodes.gather import gather_slurm
+    from hangwatch.transports.slurm import SlurmOptions
+
+    nodes = [f"node{i}" for i in range(len(outputs))]
+    with tempfile.TemporaryDirectory(prefix="hangwatch-bench-") as tmp:
+        replay, done = Path(tmp) / "bundles.bin", Path(tmp) / "done"
+        replay.write_bytes(b"".join(len(o).to_bytes(4, "big") + o for o in outputs))
+        env = {"HANGWATCH_REPLAY": str(replay), "HANGWATCH_REPLAY_DONE": str(done)}
+        os.environ.update(env, HANGWATCH_REPLAY_PACE_S=repr(pace_s))
+        options = SlurmOptions(job="1", srun=str(REPLAY), fanout="step", node_timeout_s=600.0)
+        try:
+            started = time.time()
+            parts = NodeParts(nodes) if streamed else None
+            with paused_gc:  # as stacks_across_nodes keeps it, from the first answer to the output
+                results = gather_slurm(nodes, [], options, parts)
+                report = report_of(results, "match 'worker_rank'", parts)
+            finished = time.time()
+            last = float(done.read_text())
+        finally:
+            for key in (*env, "HANGWATCH_REPLAY_PACE_S"):
+                os.environ.pop(key, None)
+    assert report.diagnosis.cause.value == "collective-wait", report.diagnosis
+    assert len(report.processes) == len(outputs) * 10
+    return finished - last, finished - started
+
+
+def step_figures(outputs: list[bytes], rounds: int) -> dict[str, tuple[Figure, Figure]]:
+    """``through_step`` for a burst (every node at once) and one node a millisecond, streamed or not."""
+    out = {}
+    for pace in (0.0, 0.001):
+        for streamed in (True, False):
+            after, whole = [], []
+            for _ in range(rounds):
+                gc.collect()
+                a, w = through_step(outputs, pace, streamed)
+                after.append(a)
+                whole.append(w)
+            out[f"{pace * 1000:g}ms-{'parts' if streamed else 'at-end'}"] = (Figure(after), Figure(whole))
+    return out
+
+
 # -- the collector on this machine ---------------------------------------------------------------------
 def collector_figures(rounds: int) -> dict[str, Figure] | str:
     """The collector's own time over a real torch job's ranks (tests/programs/native_waits.py: rank 0 with
@@ -419,6 +474,7 @@ def main() -> int:
     parser.add_argument("--ranks", type=int, default=10_000)
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--no-collector", action="store_true", help="skip the collector rows (py-spy)")
+    parser.add_argument("--no-step", action="store_true", help="skip the rows through a stand-in srun step")
     parser.add_argument(
         "--scaling",
         action="store_true",
@@ -459,12 +515,23 @@ def main() -> int:
     what = f"merge + rules + tree, {keys:,} ranks across {nodes:,} nodes"
     if after_last is not None and arrival is not None:
         each = arrival.median / nodes * 1000
-        row("  each node's part of the merge, as its answer arrives", arrival.text(), "(in the fan-out)")
+        row(what, "", "")
+        row("  each node's part, made as its answer arrives", arrival.text(), "(in the fan-out)")
         row("    a node", f"{each:.3f} ms", "")
-        row(f"{what}, after the last answer", after_last.text(), "< 0.5 s")
-        row("  the same with every node's part made after the last answer", across.text(), "(before)")
+        row("  the rest, after the last answer", after_last.text(), "< 0.5 s")
+        row("  all of it after the last answer", across.text(), "(before)")
     else:
         row(what, across.text(), "< 0.5 s")
+    steps = {} if args.no_step or NodeParts is None else step_figures(outputs, args.rounds)
+    for pace, what in (("0ms", "all at once"), ("1ms", "one node a millisecond")):
+        if f"{pace}-parts" not in steps:
+            continue
+        (after, whole), (after_end, whole_end) = steps[f"{pace}-parts"], steps[f"{pace}-at-end"]
+        row(f"{nodes:,} nodes through a stand-in srun step, {what}", "", "")
+        row("  from its last line to the report, parts on arrival", after.text(), "< 0.5 s")
+        row("    the whole command", whole.text(), "")
+        row("  the same, every node's part made after the last answer", after_end.text(), "(before)")
+        row("    the whole command", whole_end.text(), "")
     collector = None if args.no_collector else collector_figures(args.rounds)
     for native, goal_e2e, key in ((True, "< 3 s", "native"), (False, "< 1.5 s", "python")):
         flag = "" if native else " --no-native"
@@ -518,6 +585,8 @@ def main() -> int:
         }
         if after_last is not None and arrival is not None:
             figures |= {"node_parts_on_arrival": arrival.values, "across_nodes_after_last": after_last.values}
+        for key, (after, whole) in steps.items():
+            figures |= {f"step_{key}_after_last": after.values, f"step_{key}_whole": whole.values}
         if isinstance(collector, dict):
             figures |= {f"collector_{k}": v.values for k, v in collector.items()}
         out = {"machine": machine, "seconds": figures, "merge_classify_by_ranks": scaling}
