@@ -642,6 +642,24 @@ def test_the_fan_out_makes_each_nodes_part_in_its_worker_threads(monkeypatch: py
     _same_analysis(results, parts)
 
 
+def test_the_native_frames_a_capture_borrows_are_worked_out_once_for_all_nodes() -> None:
+    """Ranks of every node in one wait share their stacks (decoded into one tuple each): what a Python-only
+    round borrows from the native one is worked out once for them all, and each node's copy has it."""
+    from hangwatch.analyse.nodes import PartMemos
+    from hangwatch.analyse.nodes import node_part
+
+    def sent(host: str, ns: int) -> NodeBundle:
+        bundle = _native_first(_bundle(host, ns, {7: "all_reduce", 8: "all_reduce"}, world=4), "futex_wait")
+        return codec.decode(codec.encode(bundle))  # as the node's answer is decoded: one tuple per stack
+
+    memos = PartMemos()
+    made = [node_part(i, h, _ok(h, sent(h, 10 + i)), 2, memos) for i, h in enumerate(("n1", "n2"))]
+    assert len(memos.borrowed) == 1
+    latest = [t.frames for part in made for p in part.samples[-1].processes for t in p.threads]
+    assert len({id(frames) for frames in latest}) == 1
+    assert [f.name for f in latest[0]][-2:] == ["all_reduce", "futex_wait"]
+
+
 def test_which_processes_are_the_ranks_is_the_jobs_to_say_not_each_nodes() -> None:
     """On its own, a node with one rank and two helpers of one title would take the helpers for its
     peer group (``peer_pids``: the largest group sharing a title, where fewer than two name a rank). The
