@@ -543,12 +543,12 @@ def test_each_nodes_part_made_as_its_answer_arrives_is_what_the_merge_takes() ->
     parts = NodeParts(["n1", "n2", "n3"])
     results = [parts.add(_ok(b.node.hostname, b)) for b in bundles]
     analysis = analyse(results, parts)
-    part = parts.part(0, "n1", results[0], 2)
+    part = parts.part(0, "n1", results[0], 2, 2)
     assert part is not None
     # The merge took the part made on arrival: the very copies, not copies made again.
     assert analysis.merged.samples[-1].processes[0] is part.samples[-1].processes[0]
     assert analyse(results).merged.samples[-1].processes[0] is not part.samples[-1].processes[0]
-    assert part == node_part(0, "n1", results[0], 2)  # and made as the merge would have made it
+    assert part == node_part(0, "n1", results[0], 2, 2)  # and made as the merge would have made it
     (culprit,) = analysis.diagnosis.culprits
     assert analysis.merged.keys[culprit] == ProcessKey("n3", 33, 7)
     assert [(r.rank, r.node) for r in analysis.merged.census.found] == [
@@ -577,7 +577,7 @@ def test_a_part_made_on_arrival_is_made_again_where_the_merge_decides_otherwise(
     ]
     parts = NodeParts(["h1", "h2", "h3"])
     results = [parts.add(_ok(host, b)) for host, b in zip(["h1", "h2", "h3"], twins, strict=True)]
-    assert parts.part(0, "h1", results[0], 2) is None  # made as "node": made again as "h1"
+    assert parts.part(0, "h1", results[0], 2, 2) is None  # made as "node": made again as "h1"
     analysis = analyse(results, parts)
     assert [n.label for n in analysis.merged.nodes] == ["h1", "h2", "n3"]
     assert "h[1-2]:rank0-1 waiting in all_reduce" in analysis.diagnosis.explanation
@@ -588,7 +588,7 @@ def test_a_part_made_on_arrival_is_made_again_where_the_merge_decides_otherwise(
     parts = NodeParts(["n1", "n2", "n3", "n1"])  # n1 named twice: the second is made at the merge
     nodes = [replace(twins[0], node=replace(twins[0].node, hostname="n1")), short, twins[2], twins[0]]
     results = [parts.add(_ok(host, b)) for host, b in zip(["n1", "n2", "n3", "n1"], nodes, strict=True)]
-    assert parts.part(0, "n1", results[0], 2) is not None and parts.part(0, "n1", results[0], 1) is None
+    assert parts.part(0, "n1", results[0], 2, 2) is not None and parts.part(0, "n1", results[0], 1, 2) is None
     analysis = analyse(results, parts)
     assert len(analysis.merged.samples) == 1
     _same_analysis(results, parts)
@@ -601,7 +601,7 @@ def test_a_part_made_on_arrival_is_made_again_where_the_merge_decides_otherwise(
         patch.setattr(nodes_module, "node_part", broken)
         results = [parts.add(_ok("n1", nodes[0])), parts.add(_ok("n2", twins[2]))]
     assert results[0].bundle is nodes[0]  # the answer handed on unchanged
-    assert parts.part(0, "n1", results[0], 2) is None
+    assert parts.part(0, "n1", results[0], 2, 2) is None
     assert len(analyse(results, parts).merged.keys) == 2  # the merge made the parts itself
     _same_analysis(results, parts)
 
@@ -635,7 +635,7 @@ def test_the_fan_out_makes_each_nodes_part_in_its_worker_threads(monkeypatch: py
     parts = NodeParts(hosts)
     results = gather.gather_ssh(hosts, [], SshOptions(), parts)
     assert [
-        parts.part(i, h, r, 2) is not None for i, (h, r) in enumerate(zip(hosts, results, strict=True))
+        parts.part(i, h, r, 2, 2) is not None for i, (h, r) in enumerate(zip(hosts, results, strict=True))
     ] == [True] * 8
     analysis = analyse(results, parts)
     assert analysis.merged.census.missing == () and len(analysis.merged.keys) == 8
@@ -653,11 +653,111 @@ def test_the_native_frames_a_capture_borrows_are_worked_out_once_for_all_nodes()
         return codec.decode(codec.encode(bundle))  # as the node's answer is decoded: one tuple per stack
 
     memos = PartMemos()
-    made = [node_part(i, h, _ok(h, sent(h, 10 + i)), 2, memos) for i, h in enumerate(("n1", "n2"))]
+    made = [node_part(i, h, _ok(h, sent(h, 10 + i)), 2, 2, memos=memos) for i, h in enumerate(("n1", "n2"))]
     assert len(memos.borrowed) == 1
     latest = [t.frames for part in made for p in part.samples[-1].processes for t in p.threads]
     assert len({id(frames) for frames in latest}) == 1
     assert [f.name for f in latest[0]][-2:] == ["all_reduce", "futex_wait"]
+
+
+def test_a_part_knows_no_more_than_the_merged_samples() -> None:
+    """A node's part reads what the merged samples carry, no more: not its socket peers (two ranks on each
+    node in a recvfrom on the socketpair between them, which the merge-first analysis cannot resolve),
+    and not ticks past those every node has (a wait4 parent whose child shows only in its node's third
+    tick, when another node sent two). Either would make a verdict the merged samples do not support."""
+    from hangwatch.model.kernelwaits import ProcessWaits
+    from hangwatch.model.kernelwaits import ThreadWait
+    from hangwatch.model.kernelwaits import Waker
+
+    def stacks(pid: int, rank: str | None, leaf: str, kernel: ProcessWaits) -> ProcessStacks:
+        thread = ThreadStack(pid, "MainThread", False, False, _frames("main", leaf))
+        return ProcessStacks(
+            pid, "python", "rank", rank, DumpOutcome.OK, (thread,), "S", 1.0, world_size=4, kernel=kernel
+        )
+
+    def node(
+        host: str, ns: int, procs: list[tuple[int, int, str | None]], rounds: list[StackSample], ticks: int
+    ) -> NodeResult:
+        census = tuple(
+            NodeProcess(pid, ppid, "python", "rank", rank, "env:RANK", 4, {}, 0.0)
+            for pid, ppid, rank in procs
+        )
+        seen = [
+            tuple(
+                ProcessSample(pid, ppid, "python", (), "S", 1.0, 0.0, 0, 0, 0, 1, 0, (), "rank", rank)
+                for pid, ppid, rank in procs[: 1 if t < ticks - 1 else None]
+            )
+            for t in range(ticks)
+        ]
+        ticked = tuple(Tick(float(t), seen[t]) for t in range(ticks))
+        bundle = NodeBundle(
+            BUNDLE_SCHEMA,
+            "0",
+            CollectMode.FULL,
+            "match x",
+            NodeIdentity(host, "boot", ns, "6"),
+            ClockReading(1000.0, 5.0, 0.5),
+            census,
+            ticked,
+            tuple(rounds),
+        )
+        return _ok(host, bundle)
+
+    def reads(pid: int, inode: int) -> ProcessWaits:
+        return ProcessWaits(
+            pid, (ThreadWait(pid, "recvfrom", Waker.OBJECTS, on=(f"socket:[{inode}]",)),), sockets=(inode,)
+        )
+
+    paired = []
+    for i, host in enumerate(("n1", "n2")):
+        procs = [(7, 1, str(2 * i)), (8, 1, str(2 * i + 1))]
+        rounds = [
+            StackSample(
+                t,
+                (
+                    stacks(7, str(2 * i), "recv", reads(7, 500)),
+                    stacks(8, str(2 * i + 1), "recv", reads(8, 501)),
+                ),
+                0.01,
+                unix_peers=((500, 501), (501, 500)),
+            )
+            for t in (0.0, 1.0)
+        ]
+        paired.append(node(host, 10 + i, procs, rounds, 2))
+    parts = NodeParts(["n1", "n2"])
+    results = [parts.add(r) for r in paired]
+    assert analyse(results, parts).diagnosis.cause.value != "wait-cycle"
+    _same_analysis(results, parts)
+
+    # n1: a parent in wait4 for any child; its child (reading a pipe only the parent writes) is in n1's
+    # third tick only; n2 sent two ticks. n2's two processes read each other's pipes.
+    parent = ProcessWaits(5, (ThreadWait(5, "wait4", Waker.CHILDREN, child=-1),), writes=("pipe:[9]",))
+    child = ProcessWaits(7, (ThreadWait(7, "read", Waker.OBJECTS, on=("pipe:[9]",)),))
+    n1 = node(
+        "n1",
+        10,
+        [(5, 1, None), (7, 5, "0")],
+        [
+            StackSample(t, (stacks(5, None, "wait", parent), stacks(7, "0", "read", child)), 0.01)
+            for t in (0.0, 1.0)
+        ],
+        3,
+    )
+    a = ProcessWaits(7, (ThreadWait(7, "read", Waker.OBJECTS, on=("pipe:[3]",)),), writes=("pipe:[4]",))
+    b = ProcessWaits(8, (ThreadWait(8, "read", Waker.OBJECTS, on=("pipe:[4]",)),), writes=("pipe:[3]",))
+    n2 = node(
+        "n2",
+        11,
+        [(7, 1, "1"), (8, 1, None)],
+        [StackSample(t, (stacks(7, "1", "read", a), stacks(8, None, "read", b)), 0.01) for t in (0.0, 1.0)],
+        2,
+    )
+    parts = NodeParts(["n1", "n2"])
+    results = [parts.add(n1), parts.add(n2)]
+    assert parts.part(0, "n1", results[0], 2, 3) is not None  # made with its three ticks on arrival
+    analysis = analyse(results, parts)
+    assert len(analysis.merged.ticks) == 2 and analysis.diagnosis.cause.value != "wait-cycle"
+    _same_analysis(results, parts)
 
 
 def test_which_processes_are_the_ranks_is_the_jobs_to_say_not_each_nodes() -> None:
@@ -673,7 +773,7 @@ def test_which_processes_are_the_ranks_is_the_jobs_to_say_not_each_nodes() -> No
     b = _ranked(_bundle("n2", 22, {7: "all_reduce"}, world=2), 1)
     parts = NodeParts(["n1", "n2"])
     results = [parts.add(_ok("n1", a)), parts.add(_ok("n2", b))]
-    part = parts.part(0, "n1", results[0], 2)
+    part = parts.part(0, "n1", results[0], 2, 2)
     assert part is not None
     assert {v.pid - KEY_STRIDE: v.peer for v in part.views} == {7: False, 30: True, 31: True}  # n1 alone
     _same_analysis(results, parts)

@@ -16,7 +16,10 @@ own process's captures) and kernel waits (no wait crosses nodes), its ranks for 
 part (``NodePart``) is made as its answer arrives, in the fan-out's worker threads while the other nodes
 are still collecting (``NodeParts``, nodes/gather.py), and what is left after the last answer is what
 needs every rank at once: the rules, the tree, the census's order. A part made on arrival under what the
-merge then decides otherwise (a label, how many rounds) is made again at the merge.
+merge then decides otherwise (a label, how many rounds or ticks) is made again at the merge. A part knows
+no more than the merged samples do: each node's socket peers and lock holders stay out of its wait facts,
+as the merge carries none (the rest of the analysis reads the merged samples), and its ticks are the
+merged window's (every node's first ticks, as many as every node has).
 
 Beside the stacks: which ranks of the world checked in, on which node, and who is missing (a node that
 did not answer may hold them, and is named); each node's clock skew, bounded by the exchange's times.
@@ -121,6 +124,7 @@ def clock_skew(result: NodeResult) -> ClockSkew | None:
 
 
 def merge(results: Sequence[NodeResult], parts: NodeParts | None = None) -> MergedNodes:
+    """The nodes merged, with each rank's wait in the census (the parts' views, made anyway)."""
     summaries, samples, ticks, keys, made = _merge(results, parts)
     return MergedNodes(summaries, samples, ticks, keys, census(made))
 
@@ -139,16 +143,18 @@ class NodePart:
     """One node's share of the merge: its summary, its processes' keys, its rounds and ticks copied under
     those keys, and the views and kernel waits of its processes (``node_part``).
 
-    Each depends on the node's own answer, its index and label, and how many rounds are merged, never on
-    another node's processes: the nodes' waits do not cross (each node's pipes, sockets and children are
-    its own; the merge carries no socket peers), and a process's view reads its own captures. So a part is
-    made as the node's answer arrives (``NodeParts``), while the others are still collecting, and what is
-    left after the last answer is what needs every rank at once (the rules, the tree, the census)."""
+    Each depends on the node's own answer, its index and label, and how many rounds and ticks are merged,
+    never on another node's processes: the nodes' waits do not cross (each node's pipes and children are
+    its own; the merge carries no socket peers), and a process's view reads its own captures and ticks.
+    So a part is made as the node's answer arrives (``NodeParts``), while the others are still collecting,
+    and what is left after the last answer is what needs every rank at once (the rules, the tree, the
+    census)."""
 
     index: int
     label: str
     result: NodeResult
     rounds: int  # the stack rounds merged (every node's first ``rounds``)
+    tick_count: int  # the ticks merged, likewise
     summary: NodeSummary
     keys: dict[int, ProcessKey]
     samples: tuple[StackSample, ...]  # the latest with the native detail of the earlier ones
@@ -167,10 +173,21 @@ def _rounds_of(result: NodeResult) -> int:
     return len(result.bundle.stacks) if result.bundle is not None else 0
 
 
+def _ticks_of(result: NodeResult) -> int:
+    return len(result.bundle.ticks) if result.bundle is not None else 0
+
+
 def node_part(
-    index: int, label: str, result: NodeResult, rounds: int, memos: PartMemos | None = None
+    index: int,
+    label: str,
+    result: NodeResult,
+    rounds: int,
+    tick_count: int,
+    *,
+    memos: PartMemos | None = None,
 ) -> NodePart:
-    """The node's part of the merge at ``index`` under ``label``, of its first ``rounds`` stack rounds.
+    """The node's part of the merge at ``index`` under ``label``, of its first ``rounds`` stack rounds and
+    first ``tick_count`` ticks.
     ``memos``: what the parts share, worked out once for all nodes (their ranks in one wait share their
     stacks and thread histories)."""
     memos = PartMemos() if memos is None else memos
@@ -180,7 +197,7 @@ def node_part(
         summary = NodeSummary(
             label, result.host, result.outcome, result.detail, None, 0, (), "", None, elapsed, None
         )
-        return NodePart(index, label, result, 0, summary, {}, (), (), (), None)
+        return NodePart(index, label, result, 0, 0, summary, {}, (), (), (), None)
     offset = (index + 1) * KEY_STRIDE
     keys = {offset + p.pid: ProcessKey(label, bundle.node.pid_ns, p.pid) for p in bundle.processes}
     moved: dict[ThreadKey, ThreadStack] = {}
@@ -192,15 +209,15 @@ def node_part(
         relabel_stacks(s, offset, label, moved, detail if i == len(kept) - 1 else None)
         for i, s in enumerate(kept)
     )
-    ticks = tuple(relabel_tick(t, offset, label) for t in bundle.ticks)
+    ticks = tuple(relabel_tick(t, offset, label) for t in bundle.ticks[:tick_count])
     views: tuple[ProcessView, ...] = ()
     waits = None
     if samples:
         # The node's own ticks and rounds, on its own clock: which of its processes moved data all through
-        # its rounds, and who each of them waits for in the kernel.
+        # its rounds, and who each of them waits for in the kernel, of what the merged samples carry.
         flowing = data_flowing(ticks, samples[0].t, samples[-1].t)
         views = process_views(samples, flowing, histories=memos.histories)
-        waits = wait_facts(samples, {p.pid: p.ppid for t in ticks for p in t.processes})
+        waits = wait_facts(_as_merged(samples), {p.pid: p.ppid for t in ticks for p in t.processes})
     # Where each rank waits, from the views the rules use (computing them again would double the cost).
     where = {v.pid: v.main.where for v in views if v.main is not None}
     places = []
@@ -233,6 +250,7 @@ def node_part(
         label=label,
         result=result,
         rounds=len(samples),
+        tick_count=len(ticks),
         summary=summary,
         keys=keys,
         samples=samples,
@@ -277,14 +295,27 @@ class NodeParts:
             # error is the analysis's own, and the answer goes on unchanged whatever happened here.
             with contextlib.suppress(Exception):
                 self._parts[index] = node_part(
-                    index, result.bundle.node.hostname, result, _rounds_of(result), self.memos
+                    index,
+                    result.bundle.node.hostname,
+                    result,
+                    _rounds_of(result),
+                    _ticks_of(result),
+                    memos=self.memos,
                 )
         return result
 
-    def part(self, index: int, label: str, result: NodeResult, rounds: int) -> NodePart | None:
+    def part(
+        self, index: int, label: str, result: NodeResult, rounds: int, tick_count: int
+    ) -> NodePart | None:
         """The part made on arrival, where it is the one the merge needs."""
         found = self._parts.get(index)
-        if found is None or found.result is not result or found.label != label or found.rounds != rounds:
+        if (
+            found is None
+            or found.result is not result
+            or found.label != label
+            or found.rounds != rounds
+            or found.tick_count != tick_count
+        ):
             return None
         return found
 
@@ -304,14 +335,15 @@ def _merge(
     # Round i of every node is merged for the rounds every node has (a node cut short by its deadline
     # has fewer).
     count = min((_rounds_of(r) for r in results if r.bundle and r.bundle.stacks), default=0)
+    ticked = min((_ticks_of(r) for r in results if r.bundle and r.bundle.ticks), default=0)
     memos = parts.memos if parts is not None else PartMemos()
     made: list[NodePart] = []
     keys: dict[int, ProcessKey] = {}
     for index, (label, result) in enumerate(zip(labels, results, strict=True)):
-        rounds = min(count, _rounds_of(result))
-        part = parts.part(index, label, result, rounds) if parts is not None else None
+        rounds, tick_count = min(count, _rounds_of(result)), min(ticked, _ticks_of(result))
+        part = parts.part(index, label, result, rounds, tick_count) if parts is not None else None
         if part is None:
-            part = node_part(index, label, result, rounds, memos)
+            part = node_part(index, label, result, rounds, tick_count, memos=memos)
         made.append(part)
         keys.update(part.keys)
     samples = _rounds([part.samples for part in made if part.result.bundle is not None], _merge_samples)
@@ -480,6 +512,19 @@ def relabel_tick(tick: Tick, offset: int, label: str) -> Tick:
         tick,
         processes=tuple(process(p) for p in tick.processes),
         exits=tuple(exit_(e) for e in tick.exits),
+    )
+
+
+def _as_merged(samples: Sequence[StackSample]) -> tuple[StackSample, ...]:
+    """The node's rounds without what the merged samples leave out (``_merge_samples``): its socket peers
+    and lock holders, in its own numbering, which the rest of the analysis across nodes never sees (the
+    TCP links of ranks, the locks held by others). Read by one part's wait facts alone, they would make
+    verdicts no merged analysis makes."""
+    return tuple(
+        replaced(s, unix_peers=(), tcp_peers=(), lock_holders=(), lock_owners=())
+        if s.unix_peers or s.tcp_peers or s.lock_holders or s.lock_owners
+        else s
+        for s in samples
     )
 
 

@@ -153,9 +153,10 @@ class StackContext:
 
 @dataclass(frozen=True)
 class Prepared:
-    """The views of every process and the kernel's wait graph, made elsewhere from the same samples and
-    window: the merge across nodes makes them node by node as the answers arrive (analyse/nodes.py), so
-    what is left after the last answer is the passes over every rank that need them all."""
+    """The views of every process and the kernel's wait graph, made elsewhere from the same captures and
+    ticks: the merge across nodes makes them node by node as the answers arrive (analyse/nodes.py), each
+    node's on its own clock, so what is left after the last answer is the passes over every rank that
+    need them all."""
 
     views: tuple[ProcessView, ...]
     waits: WaitGraph | None

@@ -438,6 +438,9 @@ class Histories:
         self._native: list[list[ThreadStack]] = [[]]
         self._placed: dict[int, bool] = {0: False}
         self._facts: dict[tuple[int, int, bool], tuple[Wait, str, str | None, str, str, bool, bool]] = {}
+        # The frames tuples ``_facts`` is keyed by: a thread whose process was not dumped has no history
+        # holding them, and shared across nodes, a key's id must stay its tuple's while the memo lives.
+        self._pinned: list[tuple[Frame, ...]] = []
 
     def extend(self, own: dict[int, int], threads: Sequence[ThreadStack], native: bool) -> None:
         """One capture of a process's threads: ``own`` (tid -> history) moves on by a step each."""
@@ -480,6 +483,7 @@ class Histories:
             # Kept in the frame cache too: the facts depend on the frames and activity only.
             kind = "view-facts-active" if t.active else "view-facts-idle"
             facts = self._facts[key] = memo(kind, t.frames, lambda _: _view_facts(t))
+            self._pinned.append(t.frames)
         wait, where, code, location, at, receiving, op_call = facts
         placed = self.placed(index)
         return ThreadView(
@@ -500,8 +504,8 @@ def process_views(
     in its few lines, is not in place, and its CPU is not a spin. ``histories``: the distinct thread
     histories of other samples' views, shared (the merge across nodes makes each node's views as its
     answer arrives, and the nodes' ranks share their histories). A process's view depends on its own
-    captures only, but for ``peer``: which processes are the ranks is the whole sample's to say
-    (``with_peers``, where the sample is one part of a larger one).
+    captures, the samples' times and ``flowing`` only, but for ``peer``: which processes are the ranks is
+    the whole sample's to say (``with_peers``, where the sample is one part of a larger one).
     """
     if not samples:
         return ()

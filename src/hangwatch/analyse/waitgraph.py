@@ -211,8 +211,8 @@ def _holders(
     lock's holders (Unix and TCP sockets go through their peers: socket_holders)."""
     # Each member's waits are in its node's numbering (ProcessStacks.kernel), and another node may number
     # a pipe or socket the same: the objects are keyed with the member's shift from that numbering (its
-    # scope, 0 on one node). The sample's own peers and lock holders are one node's (the merge across
-    # nodes carries none).
+    # scope, 0 on one node). The sample's own peers and lock holders are one node's: the merge across
+    # nodes carries none, and a node's part of it leaves its own out (analyse/nodes.py, ``_as_merged``).
     end_holders: dict[tuple[int, str], set[int]] = {}
     for key, holder in last.lock_holders:
         end_holders.setdefault((0, f"lock:{key}"), set()).add(holder)

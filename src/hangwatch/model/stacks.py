@@ -169,7 +169,8 @@ def replaced(value: T, **changes: object) -> T:
 
     ``replace`` looks up every field by name and sets each through ``object.__setattr__`` (3.6 us for a
     sample): a third of the merge of 10,000 ranks went into it (docs/stacks.md, "Where the time goes");
-    this takes 0.7 us. Only for the passes that copy every rank's samples.
+    this takes 0.7 us. Only for the passes that copy every rank's samples, and never for a class with a
+    ``cached_property`` (the copy would keep the original's cached value).
     """
     copy = object.__new__(type(value))
     fields = copy.__dict__
