@@ -267,10 +267,11 @@ class NodeParts:
     """Each node's part of the merge, made as its answer arrives: ``add`` is the fan-out's last step for
     a node, after the decoding, in the transport's worker thread (nodes/gather.py).
 
-    A part is made under the node's own hostname and its position among ``hosts``, with every round it
-    sent; the merge takes it where those are what the merge decides (the usual case), and makes the part
-    again where they are not: two nodes of one hostname (labelled by host instead), a node with fewer
-    rounds than this one (cut short by its deadline), a host named twice, a result the caller replaced."""
+    A part is made under the node's own hostname and its position among ``hosts``, with every round and
+    tick it sent; the merge takes it where those are what the merge decides (the usual case), and makes
+    the part again where they are not: two nodes of one hostname (labelled by host instead), another node
+    with fewer rounds or ticks than this one (cut short by its deadline), a host named twice, a result the
+    caller replaced."""
 
     def __init__(self, hosts: Sequence[str]) -> None:
         self._index: dict[str, list[int]] = {}
