@@ -241,12 +241,9 @@ def _accepting(sample: StackSample) -> frozenset[int]:
 
 
 def _accepts(kernel: ProcessWaits) -> bool:
-    """Its main thread is in accept(). /proc/PID/task lists the main thread first: looked up only if not
-    (a pass over every thread of 10,000 ranks was 0.02 s)."""
-    threads = kernel.threads
-    if threads and threads[0].tid == kernel.pid:
-        return threads[0].call in _ACCEPT_CALLS
-    return any(t.call in _ACCEPT_CALLS and t.tid == kernel.pid for t in threads)
+    """Its main thread is in accept()."""
+    main = kernel.main()
+    return main is not None and main.call in _ACCEPT_CALLS
 
 
 def _tcp_linked(sample: StackSample) -> frozenset[tuple[int, int]]:

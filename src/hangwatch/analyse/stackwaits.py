@@ -649,12 +649,7 @@ def _retries(waits: Sequence[tuple[ThreadWait | None, int | None]]) -> bool:
 def _main_wait(p: ProcessStacks) -> tuple[ThreadWait | None, int | None]:
     if p.kernel is None:
         return None, None
-    kernel = p.kernel
-    threads = kernel.threads
-    # /proc/PID/task lists the thread group's leader, the main thread, first: searched for only if not.
-    if threads and threads[0].tid == kernel.pid:
-        return threads[0], kernel.our_stops
-    return next((t for t in threads if t.tid == kernel.pid), None), kernel.our_stops
+    return p.kernel.main(), p.kernel.our_stops
 
 
 _RECEIVE_NATIVE = re.compile(

@@ -111,14 +111,10 @@ def graph_of(parts: Sequence[WaitFacts | None]) -> WaitGraph | None:
     read = [part for part in parts if part is not None and part.members]
     if not read:
         return None
-    if len(read) == 1:
-        one = read[0]
-        members, waits_for, stuck, joiners = one.members, one.waits_for, one.stuck, one.joiners
-    else:
-        members = frozenset().union(*(part.members for part in read))
-        waits_for = {pid: w for part in read for pid, w in part.waits_for.items()}
-        stuck = frozenset().union(*(part.stuck for part in read))
-        joiners = frozenset().union(*(part.joiners for part in read))
+    members = frozenset().union(*(part.members for part in read))
+    waits_for = {pid: w for part in read for pid, w in part.waits_for.items()}
+    stuck = frozenset().union(*(part.stuck for part in read))
+    joiners = frozenset().union(*(part.joiners for part in read))
     closed = stuck == members and all(waits_for[pid] <= members for pid in members)
     culprits = _culprits(waits_for, set(members - joiners)) if closed else ()
     return WaitGraph(

@@ -65,6 +65,14 @@ class ProcessWaits:
     # which a thread's wakeup count must not be mistaken for.
     our_stops: int | None = None
 
+    def main(self) -> ThreadWait | None:
+        """The main thread's wait (its tid is the pid). /proc/PID/task lists the thread group's leader
+        first: searched for only if not (a pass over every thread of 10,000 ranks costs)."""
+        threads = self.threads
+        if threads and threads[0].tid == self.pid:
+            return threads[0]
+        return next((t for t in threads if t.tid == self.pid), None)
+
     def untimed(self) -> bool:
         """Every thread waits for someone else to act: none runs, none ends its wait by itself."""
         return bool(self.threads) and all(t.waker not in (Waker.RUNNING, Waker.TIMEOUT) for t in self.threads)

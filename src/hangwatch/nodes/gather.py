@@ -6,7 +6,6 @@ A node whose answer is not a bundle (not JSON, another schema, a field missing) 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -53,14 +52,10 @@ def result_of(answer: NodeAnswer) -> NodeResult:
     )
 
 
-def finishing(parts: NodeParts | None) -> Callable[[NodeResult], NodeResult]:
+def _kept(parts: NodeParts | None, result: NodeResult) -> NodeResult:
     """A node's last step in the fan-out, after its decoding: its part of the merge made as it arrives
     (``analyse.nodes.NodeParts``), while the other nodes are still collecting; none without ``parts``."""
-    return parts.add if parts is not None else _as_is
-
-
-def _as_is(result: NodeResult) -> NodeResult:
-    return result
+    return parts.add(result) if parts is not None else result
 
 
 # Each fan-out runs with the cyclic garbage collector paused (model/stacks.py, ``PausedGc``): the answers
@@ -72,9 +67,8 @@ def gather_ssh(
     options: ssh.SshOptions,
     parts: NodeParts | None = None,
 ) -> list[NodeResult]:
-    last = finishing(parts)
     with paused_gc:
-        return ssh.collect_nodes(hosts, remote_args, options, finish=lambda a: last(result_of(a)))
+        return ssh.collect_nodes(hosts, remote_args, options, finish=lambda a: _kept(parts, result_of(a)))
 
 
 def gather_kubectl(
@@ -83,10 +77,9 @@ def gather_kubectl(
     options: kubectl.KubectlOptions,
     parts: NodeParts | None = None,
 ) -> list[NodeResult]:
-    last = finishing(parts)
     with paused_gc:
         return kubectl.collect_pods(
-            pods, remote_args, options, finish=lambda pod, a: last(in_pod(pod, result_of(a)))
+            pods, remote_args, options, finish=lambda pod, a: _kept(parts, in_pod(pod, result_of(a)))
         )
 
 
@@ -166,10 +159,9 @@ def gather_slurm(
     parts: NodeParts | None = None,
 ) -> list[NodeResult]:
     """One step over all the job's nodes (slurmd's launch tree fans it out), or one srun per node."""
-    last = finishing(parts)
 
     def finish(answer: NodeAnswer) -> NodeResult:
-        return last(result_of(answer))
+        return _kept(parts, result_of(answer))
 
     with paused_gc:
         if slurm.one_step(options, len(nodes)):
